@@ -1,0 +1,30 @@
+"""Install tf_commopt: ``pip install .`` (``pip install ".[test]"`` for the test suite)."""
+from setuptools import find_packages, setup
+
+setup(
+    name="tf_commopt",
+    version="0.1.0",
+    description=(
+        "Communication-optimised distributed training for TensorFlow: skip-and-correct data "
+        "parallelism, graph-aware pipeline partitioning and device-aware hybrid parallelism."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["tf_commopt", "tf_commopt.*"]),
+    package_data={"tf_commopt": ["data/*.npz", "data/*.txt", "data/profiles/*/*", "data/LICENSE*"]},
+    include_package_data=True,
+    install_requires=[
+        "tensorflow==2.21.*",
+        "tf-keras==2.21.*",
+        "numpy",
+        "networkx",
+        "deap",
+        "absl-py",
+        "portpicker",
+        "matplotlib",
+    ],
+    extras_require={
+        "test": ["pytest", "pytest-timeout", "hypothesis"],
+    },
+)
