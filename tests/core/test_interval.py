@@ -1,0 +1,69 @@
+import math
+
+import pytest
+from hypothesis import given, strategies as st
+
+from tf_commopt.core.interval import (AdaCommPolicy, FirstIterationPolicy, GridSearchPolicy, TrialResult,
+                                      agree_on_timings, first_iteration_interval, validate_interval)
+from tf_commopt.errors import InputError
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1.5, "x", "", None, True, "0"])
+def test_validate_interval_rejects(bad):
+    with pytest.raises(InputError, match="interval"):
+        validate_interval(bad)
+
+
+def test_validate_interval_accepts_numeric_strings():
+    assert validate_interval("8") == 8
+
+
+@given(st.floats(0, 100), st.floats(1e-6, 100), st.floats(0.1, 10), st.integers(1, 512))
+def test_first_iteration_rule_matches_closed_form(t_comm, t_comp, ratio, cap):
+    h = first_iteration_interval(t_comm, t_comp, ratio, cap)
+    exact = t_comm / (ratio * t_comp)
+    assert 1 <= h <= cap
+    if 1 <= exact <= cap - 1:
+        assert abs(h - exact) <= 0.5 + 1e-9
+    # per-epoch comm/comp ratio under the chosen H is as close to the target as any integer H allows
+    if 1.5 <= exact <= cap - 1:
+        def err(k):
+            return abs(t_comm / k - ratio * t_comp)
+        assert err(h) <= min(err(h - 1), err(h + 1)) * (1 + 1e-9) + 1e-12 or abs(h - exact) <= 0.5
+
+
+def test_first_iteration_policy_is_fixed_after_choice():
+    p = FirstIterationPolicy(max_interval=32)
+    assert p.interval == 1
+    assert p.choose(0.54, 0.05, overhead_s=0.6) == 11
+    assert p.choose(10.0, 0.001) == 11  # fixed afterwards
+    assert p.overhead_s == pytest.approx(0.6)
+
+
+def test_agreement_gives_every_worker_the_same_h():
+    timings = [(0.5, 0.05), (0.7, 0.04), (0.6, 0.06)]
+    mean = agree_on_timings(timings)
+    hs = {FirstIterationPolicy().choose(*mean) for _ in timings}
+    assert hs == {first_iteration_interval(0.6, 0.05)} == {12}
+
+
+def test_adacomm_follows_paddle_rule():
+    p = AdaCommPolicy(initial_interval=8, max_interval=16)
+    assert p.on_sync(4.0, 0.1) == 8
+    # ceil(sqrt(0.1 * 1.0 / (0.1 * 4.0) * 8)) = ceil(sqrt(2)) = 2
+    assert p.on_sync(1.0, 0.1) == 2
+    # lr decayed 10x: ceil(sqrt(0.1*1/(0.01*4)*8)) = ceil(sqrt(20)) = 5
+    assert p.on_sync(1.0, 0.01) == 5
+    assert p.on_sync(1e9, 0.01) == 16
+    assert p.history == [8, 2, 5, 16]
+    with pytest.raises(InputError):
+        p.on_sync(math.nan, 0.1)
+
+
+def test_grid_search_picks_best_rate_and_counts_overhead():
+    g = GridSearchPolicy(candidates=(1, 2, 4, 8))
+    # decrease 0.4 per trial, time shrinks with h until 4 then flat: h=4 and 8 tie on rate -> smaller h
+    walls = {1: 2.0, 2: 1.0, 4: 0.5, 8: 0.5}
+    h = g.run(lambda k: TrialResult(k, 3.0, 2.6, walls[k]))
+    assert h == 4
+    assert g.overhead_s == pytest.approx(4.0)
