@@ -1,0 +1,80 @@
+"""Model builders for the runners: a small MLP, a small CNN and a big MLP (tens of MB of parameters).
+
+Every builder takes the input shape and number of classes and returns an uncompiled tf-keras model
+whose output is logits. No dropout or other randomness at training time, so synchronous data
+parallelism over R replicas reproduces single-device training with the same global batch.
+
+Example:
+    >>> import os; os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # doctest: +SKIP
+    >>> from experiments.models import build_model
+    >>> m = build_model("mlp", (28, 28, 1), 10)                          # doctest: +SKIP
+    >>> m.count_params()                                                # doctest: +SKIP
+    101770
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Dict, Tuple
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from tf_commopt.errors import InputError  # noqa: E402
+
+__all__ = ["build_model", "MODELS", "param_bytes"]
+
+MODELS = ("mlp", "cnn", "big_mlp")
+
+
+def _keras():
+    import tf_keras
+
+    return tf_keras
+
+
+def mlp(input_shape: Tuple[int, ...], num_classes: int, hidden: int = 128):
+    """Flatten -> Dense(hidden, relu) -> Dense(num_classes). 101,770 parameters on MNIST."""
+    k = _keras()
+    return k.Sequential([
+        k.layers.Flatten(input_shape=input_shape),
+        k.layers.Dense(hidden, activation="relu"),
+        k.layers.Dense(num_classes),
+    ], name="mlp")
+
+
+def cnn(input_shape: Tuple[int, ...], num_classes: int):
+    """Two 3x3 conv + max-pool blocks (16, 32 filters) -> Dense(64) -> logits. 56,714 parameters on MNIST."""
+    k = _keras()
+    return k.Sequential([
+        k.layers.Conv2D(16, 3, activation="relu", input_shape=input_shape),
+        k.layers.MaxPooling2D(),
+        k.layers.Conv2D(32, 3, activation="relu"),
+        k.layers.MaxPooling2D(),
+        k.layers.Flatten(),
+        k.layers.Dense(64, activation="relu"),
+        k.layers.Dense(num_classes),
+    ], name="cnn")
+
+
+def big_mlp(input_shape: Tuple[int, ...], num_classes: int, width: int = 2048, depth: int = 3):
+    """Flatten -> ``depth`` x Dense(width, relu) -> logits: ~10.1 M parameters (40 MB float32) on MNIST,
+    for communication benchmarks where the all-reduce dominates."""
+    k = _keras()
+    layers = [k.layers.Flatten(input_shape=input_shape)]
+    layers += [k.layers.Dense(width, activation="relu") for _ in range(depth)]
+    layers.append(k.layers.Dense(num_classes))
+    return k.Sequential(layers, name="big_mlp")
+
+
+_BUILDERS: Dict[str, Callable] = {"mlp": mlp, "cnn": cnn, "big_mlp": big_mlp}
+
+
+def build_model(name: str, input_shape: Tuple[int, ...], num_classes: int):
+    """Build model ``name`` (one of ``MODELS``); InputError naming ``--model`` otherwise."""
+    if name not in _BUILDERS:
+        raise InputError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}", where="--model")
+    return _BUILDERS[name](tuple(input_shape), int(num_classes))
+
+
+def param_bytes(model) -> int:
+    """Bytes of the model's trainable variables (what one all-reduce of the gradients moves per rank)."""
+    return int(sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables))

@@ -1,0 +1,354 @@
+"""The training runner: one model, one data set, one distribution strategy; ends with one JSON line.
+
+``python -m experiments.train`` with no flags is the README's main job: the bundled 5,000 real MNIST
+images, a small CNN, synchronous data parallelism (``ssgd``) over 4 local replicas (logical CPU
+devices), the Keras progress bar, a short summary and one final JSON line.
+
+Under ``TF_CONFIG`` (e.g. started by ``python -m tf_commopt.cluster``) every worker runs this same
+command: ``ssgd`` is then MultiWorkerMirroredStrategy (one CPU replica per worker), each worker reads
+its own shard of the training set, and only the chief (worker 0 when there is no chief) prints the
+JSON line and writes ``--model_dir``.
+
+Strategies: ``single`` (one device), ``ssgd`` (MirroredStrategy / MultiWorkerMirroredStrategy),
+``skip_correct`` and ``local_sgd`` (tf_commopt.distribute.SkipCorrectStrategy; local_sgd = no
+correction). ``--batch_size`` is the global batch, split evenly over the replicas.
+
+Example:
+    python -m experiments.train --strategy=single --model=mlp --steps=50
+    python -m tf_commopt.cluster --workers 2 --bandwidth-mbit 100 -- \\
+        python -m experiments.train --strategy=ssgd --model=mlp --steps=20 --bench_allreduce_mb=4
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional, TextIO, Union
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf-keras: Keras 3 fails under MultiWorkerMirrored
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags, logging  # noqa: E402
+
+from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env  # noqa: E402
+from tf_commopt.datasets import DATASETS  # noqa: E402
+from tf_commopt.errors import InputError, TfCommoptError  # noqa: E402
+
+from experiments.models import MODELS  # noqa: E402
+
+STRATEGIES = ("single", "ssgd", "skip_correct", "local_sgd")
+CORRECTIONS = ("vrl", "none")
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("strategy", "ssgd", f"one of {', '.join(STRATEGIES)}")
+flags.DEFINE_string("model", "cnn", f"one of {', '.join(MODELS)}")
+flags.DEFINE_string("dataset", "mnist", "mnist (bundled 5,000 images), cifar10 or mnist_full (download)")
+flags.DEFINE_integer("batch_size", 128, "global batch size (split evenly over the replicas)")
+flags.DEFINE_integer("epochs", 10, "passes over the training set (ignored when --steps > 0)")
+flags.DEFINE_integer("steps", 0, "train exactly this many global steps (0 = use --epochs)")
+flags.DEFINE_integer("replicas", 4, "local replicas (logical CPU devices) when there is no TF_CONFIG")
+flags.DEFINE_integer("seed", 0, "random seed (weights, data order, train/test split)")
+flags.DEFINE_string("model_dir", "", "write weights and result.json here (chief only); empty = nowhere")
+flags.DEFINE_float("learning_rate", 0.05, "SGD learning rate")
+flags.DEFINE_float("momentum", 0.9, "SGD momentum")
+flags.DEFINE_string("interval", "4", "skip_correct/local_sgd: steps between averagings, or 'auto'")
+flags.DEFINE_string("correction", "vrl", "skip_correct: vrl or none (local_sgd forces none)")
+flags.DEFINE_integer("warmup_steps", 0, "skip_correct/local_sgd: synchronous steps before skipping")
+flags.DEFINE_float("bench_allreduce_mb", 0.0, "after training, time an all-reduce of this many MB (0 = off)")
+flags.DEFINE_integer("bench_repeats", 3, "timed repetitions of the all-reduce benchmark")
+
+
+@dataclass
+class Config:
+    """Everything one run needs; ``Config()`` is the README's main job."""
+
+    strategy: str = "ssgd"
+    model: str = "cnn"
+    dataset: str = "mnist"
+    batch_size: int = 128
+    epochs: int = 10
+    steps: int = 0
+    replicas: int = 4
+    seed: int = 0
+    model_dir: str = ""
+    learning_rate: float = 0.05
+    momentum: float = 0.9
+    interval: Union[int, str] = 4
+    correction: str = "vrl"
+    warmup_steps: int = 0
+    bench_allreduce_mb: float = 0.0
+    bench_repeats: int = 3
+
+
+@dataclass
+class RunResult:
+    """The JSON record (``record``) and the trained model as a plain (un-distributed) Keras model."""
+
+    record: Dict[str, Any]
+    model: Any
+
+
+def validate(cfg: Config) -> Config:
+    """Check every field; InputError naming the flag otherwise. Returns cfg (interval parsed)."""
+    if cfg.strategy not in STRATEGIES:
+        raise InputError(f"unknown strategy {cfg.strategy!r}; choose one of {', '.join(STRATEGIES)}", where="--strategy")
+    if cfg.model not in MODELS:
+        raise InputError(f"unknown model {cfg.model!r}; choose one of {', '.join(MODELS)}", where="--model")
+    if cfg.dataset not in DATASETS:
+        raise InputError(f"unknown dataset {cfg.dataset!r}; choose one of {', '.join(DATASETS)}", where="--dataset")
+    for name, low in (("batch_size", 1), ("epochs", 1), ("steps", 0), ("replicas", 1), ("warmup_steps", 0),
+                      ("bench_repeats", 1)):
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise InputError(f"must be an integer >= {low}, got {v!r}", where=f"--{name}")
+    for name in ("learning_rate", "bench_allreduce_mb"):
+        v = getattr(cfg, name)
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise InputError(f"must be a number >= 0, got {v!r}", where=f"--{name}")
+    if not (math.isfinite(cfg.momentum) and 0 <= cfg.momentum < 1):
+        raise InputError(f"must be in [0, 1), got {cfg.momentum!r}", where="--momentum")
+    iv = cfg.interval
+    if isinstance(iv, str) and iv != "auto":
+        try:
+            iv = int(iv)
+        except ValueError:
+            raise InputError(f"must be a positive integer or 'auto', got {iv!r}", where="--interval") from None
+    if iv != "auto" and (isinstance(iv, bool) or not isinstance(iv, int) or iv < 1):
+        raise InputError(f"must be a positive integer or 'auto', got {iv!r}", where="--interval")
+    cfg.interval = iv
+    if cfg.correction not in CORRECTIONS:
+        raise InputError(f"unknown correction {cfg.correction!r}; choose one of {', '.join(CORRECTIONS)}",
+                         where="--correction")
+    return cfg
+
+
+def config_from_flags() -> Config:
+    """A validated Config from the parsed absl flags."""
+    names = [f for f in Config.__dataclass_fields__]
+    return validate(Config(**{n: getattr(FLAGS, n) for n in names}))
+
+
+# --------------------------------------------------------------------------------------------- devices
+def configure_local_cpus(n: int) -> List[str]:
+    """Make ``n`` logical CPU devices (before any op runs) and return their names.
+
+    If TensorFlow already has logical CPUs configured (e.g. by a test's conftest), the first ``n`` of
+    them are used; InputError if there are fewer than ``n``.
+    """
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    have = tf.config.get_logical_device_configuration(cpu)
+    if not have:
+        try:
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+        except RuntimeError:  # the runtime started already: use what it has
+            pass
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+    if len(devices) < n:
+        raise InputError(f"{n} replicas asked for but TensorFlow was already started with {len(devices)} "
+                         "logical CPU device(s) in this process", where="--replicas")
+    return devices[:n]
+
+
+def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
+    """The tf.distribute strategy for ``cfg`` (TF_CONFIG decides multi-worker vs local)."""
+    import tensorflow as tf
+
+    multi = tfc is not None and cfg.strategy != "single"
+    if multi and tfc.num_ps:
+        raise InputError(f"--strategy={cfg.strategy} is collective (all-reduce): the cluster must not have ps "
+                         "tasks", where="TF_CONFIG")
+    if cfg.strategy == "single":
+        return tf.distribute.OneDeviceStrategy(configure_local_cpus(1)[0])
+    if cfg.strategy == "ssgd":
+        if multi:
+            return tf.distribute.MultiWorkerMirroredStrategy()
+        return tf.distribute.MirroredStrategy(configure_local_cpus(cfg.replicas))
+    try:  # skip_correct / local_sgd: another module, imported only when asked for
+        from tf_commopt.distribute.skip_correct import SkipCorrectStrategy
+    except ImportError as e:
+        raise InputError(f"--strategy={cfg.strategy} needs tf_commopt.distribute.skip_correct, which cannot be "
+                         f"imported here ({e})", where="--strategy") from None
+    kwargs = dict(interval=cfg.interval, correction="none" if cfg.strategy == "local_sgd" else cfg.correction,
+                  warmup_steps=cfg.warmup_steps)
+    if multi:
+        from tensorflow.python.distribute.cluster_resolver import TFConfigClusterResolver
+
+        return SkipCorrectStrategy(cluster_resolver=TFConfigClusterResolver(), **kwargs)
+    return SkipCorrectStrategy(devices=configure_local_cpus(cfg.replicas), **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------ data
+def _train_dataset_fn(x, y, global_batch: int, seed: int):
+    import tensorflow as tf
+
+    def fn(ctx: tf.distribute.InputContext):
+        per_replica = ctx.get_per_replica_batch_size(global_batch)
+        ds = tf.data.Dataset.from_tensor_slices((x, y))
+        ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)  # each worker: its own shard
+        ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True).repeat()
+        return ds.batch(per_replica, drop_remainder=True).prefetch(2)
+
+    return fn
+
+
+def time_allreduce(strategy, megabytes: float, repeats: int = 3) -> Dict[str, float]:
+    """Median seconds of an all-reduce (sum) of ``megabytes`` MB of float32 per replica.
+
+    Every worker of a multi-worker strategy must call it together. Returns ``allreduce_mb``,
+    ``allreduce_s`` and ``allreduce_busbw_mbit`` = 2(N-1)/N x bytes x 8 / s / 1e6 (what each rank of
+    a ring all-reduce sends per second; a link cap bounds it).
+    """
+    import tensorflow as tf
+
+    n = max(1, int(megabytes * 1e6 / 4))
+
+    def replica_fn():
+        ctx = tf.distribute.get_replica_context()
+        x = tf.fill([n], tf.cast(ctx.replica_id_in_sync_group + 1, tf.float32))
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, x)[:1]
+
+    @tf.function
+    def step():
+        return strategy.run(replica_fn)
+
+    def once() -> float:
+        t = time.perf_counter()
+        out = strategy.experimental_local_results(step())
+        got = float(out[0].numpy()[0])
+        dt = time.perf_counter() - t
+        r = strategy.num_replicas_in_sync
+        if got != r * (r + 1) / 2:  # the sum 1 + 2 + ... + R: the reduce really happened
+            raise RuntimeError(f"all-reduce returned {got}, expected {r * (r + 1) / 2}")
+        return dt
+
+    once()  # trace, set up the collective groups
+    times = sorted(once() for _ in range(repeats))
+    med = times[len(times) // 2]
+    r = strategy.num_replicas_in_sync
+    busbw = 2.0 * (r - 1) / r * n * 4 * 8 / med / 1e6
+    return {"allreduce_mb": n * 4 / 1e6, "allreduce_s": med, "allreduce_busbw_mbit": busbw}
+
+
+# ------------------------------------------------------------------------------------------------- run
+def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
+    """Train as ``cfg`` says and return the record (printed as the last line on the chief).
+
+    Example:
+        >>> r = run(Config(strategy="single", model="mlp", steps=5))   # doctest: +SKIP
+        >>> sorted(r.record)[:3]                                       # doctest: +SKIP
+        ['dataset', 'epochs', 'global_batch_size']
+    """
+    out = out or sys.stdout
+    validate(cfg)
+    tfc = tf_config_from_env()
+    strategy = make_strategy(cfg, tfc)  # before any op: logical devices / collective set-up
+
+    import tensorflow as tf
+    import tf_keras
+
+    from experiments.models import build_model, param_bytes
+    from tf_commopt.datasets import load_dataset
+
+    multi = tfc is not None and cfg.strategy != "single"
+    chief = tfc is None or tfc.is_chief or not multi
+    tf_keras.utils.set_random_seed(cfg.seed)
+    data = load_dataset(cfg.dataset, seed=cfg.seed)
+    replicas = strategy.num_replicas_in_sync
+    if cfg.batch_size % replicas:
+        raise InputError(f"{cfg.batch_size} is not divisible by the {replicas} replicas", where="--batch_size")
+    if cfg.steps:
+        epochs, steps_per_epoch = 1, cfg.steps
+    else:
+        epochs, steps_per_epoch = cfg.epochs, max(1, len(data.x_train) // cfg.batch_size)
+
+    with strategy.scope():
+        model = build_model(cfg.model, data.input_shape, data.num_classes)
+        model.compile(optimizer=tf_keras.optimizers.SGD(cfg.learning_rate, momentum=cfg.momentum),
+                      loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+    train = strategy.distribute_datasets_from_function(
+        _train_dataset_fn(data.x_train, data.y_train, cfg.batch_size, cfg.seed))
+    where = (f"{tfc.task_type}:{tfc.task_index} of {replicas} workers" if multi
+             else f"{replicas} local replica(s)")
+    if chief:
+        print(f"{cfg.strategy}: {cfg.model} on {cfg.dataset} ({len(data.x_train)} train / {len(data.x_test)} test), "
+              f"{where}, global batch {cfg.batch_size}, {epochs} x {steps_per_epoch} steps", file=out, flush=True)
+    t0 = time.perf_counter()
+    history = model.fit(train, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=1 if chief else 0)
+    wall = time.perf_counter() - t0
+    if hasattr(strategy, "sync"):
+        strategy.sync()  # average the local models before evaluating / saving
+    bench = time_allreduce(strategy, cfg.bench_allreduce_mb, cfg.bench_repeats) if cfg.bench_allreduce_mb else {}
+
+    # evaluate a plain copy of the trained weights: same numbers whatever the strategy, no collectives
+    plain = build_model(cfg.model, data.input_shape, data.num_classes)
+    plain.set_weights(model.get_weights())
+    plain.compile(loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    test_loss, test_acc = plain.evaluate(data.x_test, data.y_test, batch_size=500, verbose=0)
+
+    steps = int(model.optimizer.iterations.numpy())
+    record: Dict[str, Any] = {
+        "strategy": cfg.strategy, "model": cfg.model, "dataset": cfg.dataset, "replicas": replicas,
+        "workers": (tfc.num_workers + int(tfc.has_chief)) if multi else 1,
+        "global_batch_size": cfg.batch_size, "steps": steps, "epochs": epochs, "wall_s": round(wall, 3),
+        "steps_per_s": round(steps / wall, 3) if wall > 0 else None,
+        "train_loss": float(history.history["loss"][-1]), "train_accuracy": float(history.history["accuracy"][-1]),
+        "test_loss": float(test_loss), "test_accuracy": float(test_acc), "seed": cfg.seed,
+        "learning_rate": cfg.learning_rate, "params": int(model.count_params()), "param_bytes": param_bytes(model),
+    }
+    if cfg.strategy in ("skip_correct", "local_sgd"):
+        stats = strategy.stats()
+        record["interval"] = getattr(strategy, "interval", stats.get("interval"))
+        for k in ("syncs", "comm_s", "compute_s", "bytes_communicated"):
+            record[k] = stats.get(k)
+    record.update({k: round(v, 4) for k, v in bench.items()})
+    if chief:
+        if cfg.model_dir:
+            os.makedirs(cfg.model_dir, exist_ok=True)
+            plain.save_weights(os.path.join(cfg.model_dir, "model.weights.h5"))
+            with open(os.path.join(cfg.model_dir, "result.json"), "w", encoding="utf-8") as f:
+                json.dump(record, f, indent=1)
+        print(f"\n{cfg.strategy} on {where}: {steps} steps in {wall:.1f} s; "
+              f"final train loss {record['train_loss']:.4f}, test accuracy {100 * test_acc:.1f}% "
+              f"on {len(data.x_test)} held-out images", file=out)
+        if bench:
+            print(f"all-reduce of {bench['allreduce_mb']:.2f} MB: {bench['allreduce_s']:.3f} s "
+                  f"({bench['allreduce_busbw_mbit']:.1f} Mbit/s per rank)", file=out)
+        print(json.dumps(record), file=out, flush=True)
+    return RunResult(record, plain)
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+def _error(message: str) -> None:
+    sys.stderr.write(f"experiments.train: error: {' '.join(str(message).split())}\n")
+    sys.stderr.flush()
+    sys.exit(2)
+
+
+def _parse_flags(argv: List[str]) -> List[str]:
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        _error(str(e))
+    return []  # unreachable
+
+
+def main(argv: List[str]) -> None:
+    if FLAGS["verbosity"].using_default_value:
+        logging.set_verbosity(logging.WARNING)  # TF's per-step INFO lines drown the progress bar
+    if len(argv) > 1:
+        _error(f"unexpected argument(s): {' '.join(argv[1:])}")
+    try:
+        cfg = config_from_flags()
+        run(cfg)
+    except TfCommoptError as e:
+        _error(str(e))
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=_parse_flags)

@@ -1,0 +1,513 @@
+"""Local cluster launcher: one process per TF_CONFIG task, optionally behind a bandwidth-shaped network.
+
+Starts ``workers`` (+ ``ps``, + an optional ``chief``) processes that all run the same COMMAND, each with
+its own ``TF_CONFIG`` on free ports, prefixes every output line with the task name (``[worker:1] ...``),
+and ends with the exit code of the first task that fails (its last lines are shown), killing every
+child's process group on failure, timeout, Ctrl-C or SIGTERM. The cluster is done when every chief and
+worker task has exited 0 (``ps`` tasks never finish by themselves and are then stopped).
+
+With ``bandwidth_mbit`` the tasks run in private network namespaces (root, ``ip`` and ``tc`` needed):
+
+* ``topology="switch"`` (default): one namespace per task holding ``eth0`` (``10.213.0.<i+1>/24``),
+  joined by a veth pair to a bridge in a switch namespace; both ends of every veth are shaped with
+  ``tc tbf``, so each task's link runs at ``bandwidth_mbit`` in each direction (hosts with their own
+  NIC on a switch). TF_CONFIG names the tasks by those addresses.
+* ``topology="shared"``: all tasks in one namespace whose loopback is shaped
+  (``ip link set lo mtu 1500 up``; ``tc qdisc add dev lo root tbf rate R burst 256kb limit 64mb``):
+  the *sum* of all traffic shares one segment of ``bandwidth_mbit``.
+
+The MTU of 1500 and the large burst/limit matter: with the loopback's 64 KiB MTU or a small
+burst/limit, gRPC collectives time out. Namespaces (and with them their links and qdiscs) are deleted
+when the cluster ends, whatever the reason. Only private addresses inside namespaces made here are
+used; no traffic leaves the machine.
+
+Example:
+    >>> from tf_commopt.cluster import run_cluster
+    >>> r = run_cluster(["python", "-c", "import os; print(os.environ['TF_CONFIG'][:11])"],
+    ...                 workers=2, echo=False)
+    >>> r.returncode, r.outputs["worker:1"]
+    (0, ['{"cluster":'])
+
+Command line::
+
+    python -m tf_commopt.cluster --workers 2 --bandwidth-mbit 100 -- python -m experiments.train --steps 20
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import collections
+import ctypes
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Deque, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+
+from tf_commopt.errors import ClusterError, InputError
+
+__all__ = ["run_cluster", "ClusterResult", "TOPOLOGIES", "main"]
+
+TOPOLOGIES = ("switch", "shared")
+SUBNET = "10.213.0"          # private addresses, only inside namespaces this module creates
+TBF_BURST = "256kb"
+TBF_LIMIT = "64mb"
+LAST_LINES = 20
+_NS_PREFIX = "tfco"
+_KILL_GRACE_S = 3.0
+
+
+@dataclass
+class ClusterResult:
+    """What a cluster run did.
+
+    Attributes:
+        returncode: 0 when every chief/worker task exited 0; else the first failing task's exit code
+            (128 + signal number for a task killed by a signal), 124 on timeout, 130 on interrupt.
+        outputs: task name (``"worker:0"``) -> its output lines (stdout and stderr merged, unprefixed).
+        wall_s: seconds from the first start to the end of the last task.
+        failed_task: name of the first task that failed, or None.
+        timed_out: True when ``timeout`` ended the run.
+        tf_configs: task name -> the TF_CONFIG dict it was given.
+        message: one-line summary of how the cluster ended.
+    """
+
+    returncode: int
+    outputs: Dict[str, List[str]]
+    wall_s: float
+    failed_task: Optional[str] = None
+    timed_out: bool = False
+    tf_configs: Dict[str, dict] = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def last_lines(self, task: str, n: int = LAST_LINES) -> List[str]:
+        """The last ``n`` output lines of ``task``."""
+        return self.outputs.get(task, [])[-n:]
+
+
+# ----------------------------------------------------------------------------------------------- tasks
+def _task_names(workers: int, ps: int, chief: bool) -> List[Tuple[str, int]]:
+    tasks = [("chief", 0)] if chief else []
+    tasks += [("worker", i) for i in range(workers)]
+    tasks += [("ps", i) for i in range(ps)]
+    return tasks
+
+
+def _pick_ports(n: int) -> List[int]:
+    import portpicker
+
+    ports: List[int] = []
+    while len(ports) < n:
+        p = portpicker.pick_unused_port()
+        if p not in ports:
+            ports.append(p)
+    return ports
+
+
+def _tf_configs(tasks: Sequence[Tuple[str, int]], hosts: Sequence[str], ports: Sequence[int]) -> List[dict]:
+    cluster: Dict[str, List[str]] = {}
+    for (ttype, _), host, port in zip(tasks, hosts, ports):
+        cluster.setdefault(ttype, []).append(f"{host}:{port}")
+    return [{"cluster": cluster, "task": {"type": t, "index": i}} for t, i in tasks]
+
+
+# --------------------------------------------------------------------------------------------- network
+def _run(cmd: Sequence[str]) -> None:
+    p = subprocess.run(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        msg = " ".join(p.stdout.split()) or f"exit code {p.returncode}"
+        raise ClusterError(f"network set-up failed: `{' '.join(cmd)}`: {msg}")
+
+
+def _check_network_capability() -> None:
+    if os.geteuid() != 0:
+        raise ClusterError("--bandwidth-mbit needs root (network namespaces and tc); run as root or drop the cap")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise ClusterError(f"--bandwidth-mbit needs the `{tool}` command (iproute2), which is not on PATH")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _list_netns() -> List[str]:
+    p = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
+
+
+def _reap_stale_namespaces() -> None:
+    """Delete namespaces left by launchers that were SIGKILLed (their PID is in the name)."""
+    for name in _list_netns():
+        m = re.fullmatch(rf"{_NS_PREFIX}(\d+)-\w+", name)
+        if m and not _pid_alive(int(m.group(1))):
+            subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
+
+
+class _Network:
+    """Namespaces, links and qdiscs of one shaped cluster; ``close()`` removes them (idempotent)."""
+
+    _serial = 0
+
+    def __init__(self, num_tasks: int, bandwidth_mbit: float, topology: str):
+        _check_network_capability()
+        _Network._serial += 1
+        self.base = f"{_NS_PREFIX}{os.getpid()}-{_Network._serial}"
+        self.namespaces: List[str] = []
+        self.topology = topology
+        self.rate = f"{max(1, int(round(bandwidth_mbit * 1000)))}kbit"
+        self._closed = False
+        atexit.register(self.close)
+        try:
+            _reap_stale_namespaces()
+            if topology == "shared":
+                self._shared(num_tasks)
+            else:
+                self._switch(num_tasks)
+        except BaseException:
+            self.close()
+            raise
+
+    def _add_ns(self, name: str) -> str:
+        p = subprocess.run(["ip", "netns", "add", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 0:
+            raise ClusterError(f"cannot create network namespace {name!r} (`ip netns add`): "
+                               f"{' '.join(p.stdout.split()) or p.returncode}")
+        self.namespaces.append(name)
+        return name
+
+    def _tbf(self, ns: str, dev: str) -> None:
+        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
+              "rate", self.rate, "burst", TBF_BURST, "limit", TBF_LIMIT])
+
+    def _shared(self, n: int) -> None:
+        ns = self._add_ns(f"{self.base}-shared")
+        _run(["ip", "-n", ns, "link", "set", "lo", "mtu", "1500", "up"])
+        self._tbf(ns, "lo")
+        self.task_ns = [ns] * n
+        self.hosts = ["127.0.0.1"] * n
+
+    def _switch(self, n: int) -> None:
+        sw = self._add_ns(f"{self.base}-sw")
+        _run(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
+        _run(["ip", "-n", sw, "link", "set", "br0", "up"])
+        self.task_ns, self.hosts = [], []
+        for i in range(n):
+            ns = self._add_ns(f"{self.base}-t{i}")
+            ip = f"{SUBNET}.{i + 1}"
+            _run(["ip", "-n", sw, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns])
+            _run(["ip", "-n", sw, "link", "set", f"p{i}", "mtu", "1500", "master", "br0", "up"])
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            _run(["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0"])
+            _run(["ip", "-n", ns, "link", "set", "eth0", "mtu", "1500", "up"])
+            self._tbf(ns, "eth0")        # task -> switch
+            self._tbf(sw, f"p{i}")       # switch -> task
+            self.task_ns.append(ns)
+            self.hosts.append(ip)
+
+    def wrap(self, i: int, command: List[str]) -> List[str]:
+        return ["ip", "netns", "exec", self.task_ns[i]] + command
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for ns in reversed(self.namespaces):  # deleting a namespace removes its veths and qdiscs
+            subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            atexit.unregister(self.close)
+        except Exception:  # pragma: no cover
+            pass
+
+
+# ------------------------------------------------------------------------------------------- processes
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: killed if the launcher dies
+    except Exception:
+        pass
+
+
+class _Task:
+    def __init__(self, name: str, argv: List[str], env: Dict[str, str], cwd: Optional[str],
+                 echo: Optional[TextIO], lock: threading.Lock):
+        self.name = name
+        self.lines: List[str] = []
+        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
+        self.pgid = self.proc.pid  # a new session: the task leads its own process group
+        self._reader = threading.Thread(target=self._read, args=(echo, lock), daemon=True)
+        self._reader.start()
+
+    def _read(self, echo: Optional[TextIO], lock: threading.Lock) -> None:
+        assert self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            self.lines.append(line)
+            if echo is not None:
+                with lock:
+                    echo.write(f"[{self.name}] {line}\n")
+                    echo.flush()
+        self.proc.stdout.close()
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # pragma: no cover
+            return True
+
+    def join_output(self, timeout: float = 5.0) -> None:
+        self._reader.join(timeout)
+
+
+def _kill_all(tasks: Sequence[_Task]) -> None:
+    """SIGTERM every task's process group, then SIGKILL whatever is left after a grace period."""
+    for t in tasks:
+        t.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + _KILL_GRACE_S
+    while time.monotonic() < deadline:
+        for t in tasks:
+            t.proc.poll()
+        if not any(t.group_alive() for t in tasks):
+            break
+        time.sleep(0.05)
+    for t in tasks:
+        t.signal_group(signal.SIGKILL)
+    for t in tasks:
+        try:
+            t.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread by the SIGTERM handler so every ``finally`` runs."""
+
+
+def _exit_code(rc: int) -> int:
+    return 128 - rc if rc < 0 else rc
+
+
+# ------------------------------------------------------------------------------------------------- API
+def _validate(command: Sequence[str], workers: int, ps: int, bandwidth_mbit: Optional[float], topology: str,
+              timeout: Optional[float]) -> None:
+    if not command or not all(isinstance(c, str) for c in command):
+        raise InputError("missing COMMAND (give it after --)", where="command")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError(f"must be an integer >= 1, got {workers!r}", where="--workers")
+    if isinstance(ps, bool) or not isinstance(ps, int) or ps < 0:
+        raise InputError(f"must be an integer >= 0, got {ps!r}", where="--ps")
+    if bandwidth_mbit is not None and not (isinstance(bandwidth_mbit, (int, float))
+                                           and math.isfinite(bandwidth_mbit) and bandwidth_mbit > 0):
+        raise InputError(f"must be a positive number of Mbit/s, got {bandwidth_mbit!r}", where="--bandwidth-mbit")
+    if topology not in TOPOLOGIES:
+        raise InputError(f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}", where="--topology")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise InputError(f"must be a positive number of seconds, got {timeout!r}", where="--timeout")
+
+
+def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool = False,
+                bandwidth_mbit: Optional[float] = None, topology: str = "switch", timeout: Optional[float] = None,
+                env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+                echo: bool = True, stream: Optional[TextIO] = None) -> ClusterResult:
+    """Run ``command`` once per task of a local TF_CONFIG cluster and wait for it to finish.
+
+    Example:
+        >>> r = run_cluster(["sh", "-c", "exit 3"], workers=1, echo=False)
+        >>> r.returncode, r.failed_task
+        (3, 'worker:0')
+
+    Args:
+        command: argv run by every task (each gets its own ``TF_CONFIG``; ``PYTHONUNBUFFERED=1``).
+        workers, ps, chief: the cluster's tasks (``chief:0``, ``worker:0..``, ``ps:0..``).
+        bandwidth_mbit: shape the cluster's network to this rate (Mbit/s); None = plain loopback.
+        topology: ``"switch"`` (a shaped link per task) or ``"shared"`` (one shaped loopback); only
+            used with ``bandwidth_mbit``.
+        timeout: seconds before every task is killed (returncode 124).
+        env: extra environment variables for every task (on top of this process's environment).
+        cwd: working directory of the tasks.
+        echo: print each task's lines, prefixed ``[task:i] ``, as they come (to ``stream``, default stdout).
+
+    Returns:
+        A ClusterResult; task failures are reported in it, not raised.
+
+    Raises:
+        InputError: bad arguments. ClusterError: the processes or the shaped network cannot be set up.
+        KeyboardInterrupt / SystemExit(143): on Ctrl-C / SIGTERM, after every task is killed and the
+        network removed.
+    """
+    _validate(command, workers, ps, bandwidth_mbit, topology, timeout)
+    out = (stream or sys.stdout) if echo else None
+    specs = _task_names(workers, ps, chief)
+    names = [f"{t}:{i}" for t, i in specs]
+    lock = threading.Lock()
+    tasks: List[_Task] = []
+    net: Optional[_Network] = None
+    old_term = None
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        def _on_term(signum, frame):
+            raise _Terminated()
+        old_term = signal.signal(signal.SIGTERM, _on_term)
+    start = time.monotonic()
+    returncode, failed, timed_out, message = 0, None, False, ""
+    try:
+        if bandwidth_mbit is not None:
+            net = _Network(len(specs), float(bandwidth_mbit), topology)
+            hosts = net.hosts
+        else:
+            hosts = ["127.0.0.1"] * len(specs)
+        configs = _tf_configs(specs, hosts, _pick_ports(len(specs)))
+        base_env = dict(os.environ)
+        base_env.update(env or {})
+        base_env.setdefault("PYTHONUNBUFFERED", "1")
+        for i, (name, cfg) in enumerate(zip(names, configs)):
+            task_env = dict(base_env, TF_CONFIG=json.dumps(cfg))
+            argv = net.wrap(i, list(command)) if net else list(command)
+            try:
+                tasks.append(_Task(name, argv, task_env, cwd, out, lock))
+            except OSError as e:
+                raise ClusterError(f"cannot start task {name}: {command[0]}: {e.strerror or e}") from None
+        deadline = None if timeout is None else start + float(timeout)
+        finishers = [t for t in tasks if not t.name.startswith("ps:")]
+        while True:
+            for t in tasks:
+                rc = t.proc.poll()
+                if rc is not None and rc != 0 and failed is None:
+                    failed, returncode = t.name, _exit_code(rc)
+            if failed is not None:
+                message = f"task {failed} failed with exit code {returncode}"
+                break
+            if all(t.proc.poll() == 0 for t in finishers):
+                message = f"all {len(finishers)} task(s) finished"
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                timed_out, returncode = True, 124
+                running = [t.name for t in finishers if t.proc.poll() is None]
+                message = f"timeout after {timeout:g} s; still running: {', '.join(running)}"
+                break
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        message = "interrupted"
+        raise
+    except _Terminated:
+        message = "terminated"
+        raise SystemExit(128 + signal.SIGTERM) from None
+    finally:
+        _kill_all(tasks)
+        for t in tasks:
+            t.join_output()
+        if net is not None:
+            net.close()
+        if in_main and old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+    wall = time.monotonic() - start
+    result = ClusterResult(returncode, {t.name: list(t.lines) for t in tasks}, wall, failed, timed_out,
+                           dict(zip(names, configs)), message)
+    return result
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line on stderr, exit 2 (argparse prints the usage otherwise)
+        sys.stderr.write(f"tf_commopt.cluster: error: {message}\n")
+        sys.exit(2)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of Mbit/s") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return v
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(prog="python -m tf_commopt.cluster",
+                       description="Run COMMAND once per task of a local TF_CONFIG cluster.")
+    p.add_argument("--workers", type=int, default=2, help="worker tasks (>= 1)")
+    p.add_argument("--ps", type=int, default=0, help="parameter-server tasks")
+    p.add_argument("--chief", action="store_true", help="add a chief task")
+    p.add_argument("--bandwidth-mbit", type=_positive_float, default=None,
+                   help="shape the cluster's network to R Mbit/s with tc tbf (root)")
+    p.add_argument("--topology", default="switch", help="switch (a shaped link per task) or shared (one shaped loopback)")
+    p.add_argument("--timeout", type=_positive_float, default=None, help="kill every task after S seconds")
+    p.add_argument("--quiet", action="store_true", help="do not echo the tasks' output")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """CLI: ``python -m tf_commopt.cluster --workers N [...] -- COMMAND ...``; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    if "--" in argv:
+        k = argv.index("--")
+        opts, command = argv[:k], argv[k + 1:]
+    else:
+        opts, command = argv, []
+    if any(a in ("-h", "--help") for a in opts):
+        parser.print_help()
+        return 0
+    args = parser.parse_args(opts)
+    if not command:
+        parser.error("missing COMMAND: give it after --, e.g. -- python -m experiments.train")
+    if args.workers < 1:
+        parser.error(f"argument --workers: must be >= 1, got {args.workers}")
+    if args.ps < 0:
+        parser.error(f"argument --ps: must be >= 0, got {args.ps}")
+    if args.topology not in TOPOLOGIES:
+        parser.error(f"argument --topology: unknown topology {args.topology!r}; choose switch or shared")
+    try:
+        r = run_cluster(command, workers=args.workers, ps=args.ps, chief=args.chief,
+                        bandwidth_mbit=args.bandwidth_mbit, topology=args.topology, timeout=args.timeout,
+                        echo=not args.quiet)
+    except (InputError, ClusterError) as e:
+        sys.stderr.write(f"tf_commopt.cluster: error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("tf_commopt.cluster: interrupted; every task was killed\n")
+        return 130
+    if r.returncode != 0:
+        sys.stderr.write(f"tf_commopt.cluster: {r.message}\n")
+        show = r.failed_task or next((n for n, lines in r.outputs.items() if lines), None)
+        if show:
+            sys.stderr.write(f"--- last lines of {show} ---\n")
+            for line in r.last_lines(show):
+                sys.stderr.write(f"[{show}] {line}\n")
+    else:
+        sys.stderr.write(f"tf_commopt.cluster: {r.message} in {r.wall_s:.1f} s\n")
+    return r.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
