@@ -1,0 +1,533 @@
+"""Run a PartitionPlan for real: stage sub-models on devices, GPipe micro-batches, one optimizer step.
+
+Example:
+    >>> import os; os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # doctest: +SKIP
+    >>> import tf_keras as keras
+    >>> from tf_commopt.core.partition.plan import PartitionPlan
+    >>> from tf_commopt.distribute.pipeline import Pipeline
+    >>> x = keras.Input((8,)); h = keras.layers.Dense(16, name="a")(x)
+    >>> y = keras.layers.Dense(2, name="b")(keras.layers.Add(name="c")([h, keras.layers.Dense(16, name="d")(h)]))
+    >>> model = keras.Model(x, y)
+    >>> plan = PartitionPlan.from_dict({"method": "hand", "stage_of_node": {"a": 0, "d": 1, "c": 1, "dense": 1},
+    ...     "device_of_stage": [0, 1], "stage_compute_ms": [0, 0], "stage_comm_ms": [0, 0],
+    ...     "stage_memory_bytes": [0, 0], "objective": 0, "comm_bytes": 0})          # doctest: +SKIP
+    >>> pipe = Pipeline(model, plan, devices=["/CPU:0", "/CPU:1"], microbatches=4,
+    ...                 loss=keras.losses.MeanSquaredError(), optimizer=keras.optimizers.SGD(0.1))  # doctest: +SKIP
+    >>> loss = pipe.train_step(x_batch, y_batch)                                       # doctest: +SKIP
+
+How it works (GPipe, Huang et al., "GPipe: Efficient Training of Giant Neural Networks using Pipeline
+Parallelism", NeurIPS 2019):
+
+* The plan maps every layer name of a functional or Sequential tf-keras model to a stage. Layers run in
+  the order of the model's own graph; a stage is the set of its layers' calls, executed under
+  ``tf.device(stage device)``. A tensor produced in stage i and consumed in stage j > i (a skip
+  connection or a branch) is sent straight to stage j (``tf.identity`` under stage j's device: in one
+  process that is TensorFlow's cross-device copy). Stages must follow the data flow: an edge from a later
+  stage to an earlier one is a :class:`~tf_commopt.errors.PlanError` naming both layers.
+* A mini-batch of B samples is split into M micro-batches of sizes b_m (sizes differ by at most one).
+  Forward: for m = 0..M-1, for s = 0..P-1, stage s runs micro-batch m under a ``tf.GradientTape``.
+  Backward: for m = 0..M-1, for s = P-1..0, the tape of (s, m) gives the gradients of the stage's
+  inputs and variables from the gradients of its outputs. The exact rule: the micro-batch loss is
+  ``loss(y_m, f(x_m)) * b_m / B_total`` (B_total = B, or the global batch under the hybrid strategy), so
+  the accumulated gradient ``sum_m grad(loss_m * b_m / B)`` equals the gradient of the mini-batch mean loss
+  for any loss that averages over samples (every Keras loss with the default reduction).
+  One ``optimizer.apply_gradients`` per mini-batch.
+* The order of work is the shared GPipe schedule (:func:`tf_commopt.core.schedule.gpipe`, one stream
+  per stage), interleaved by :func:`execution_order` so that every receive follows its send. Inside the
+  ``tf.function`` the order fixes only the data dependencies:
+  TensorFlow runs independent stages concurrently, which is what fills the pipeline.
+
+Not exact under micro-batching (as in every GPipe implementation): BatchNormalization statistics are
+per micro-batch, and random layers (Dropout) draw different masks. Regularisation losses
+(``model.losses``) are not added.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+import tensorflow as tf  # noqa: E402
+
+from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
+from tf_commopt.core.schedule import (  # noqa: E402
+    AllReduce, Backward, Forward, OptimizerStep, RecvAct, RecvGrad, Schedule, SendAct, SendGrad, gpipe, short,
+)
+from tf_commopt.errors import InputError, PlanError  # noqa: E402
+
+__all__ = ["Pipeline", "StageLayout", "execution_order", "split_sizes", "place_model", "default_devices"]
+
+
+# ----------------------------------------------------------------------------- instructions
+_KNOWN = (Forward, Backward, SendAct, RecvAct, SendGrad, RecvGrad, AllReduce, OptimizerStep)
+
+
+def execution_order(schedule: Schedule) -> List[Tuple[int, Any]]:
+    """One global order of a schedule's per-rank streams that honours every Recv (it waits for its Send).
+
+    Ranks are pipeline stages. Ranks are visited round-robin; each runs its stream until it reaches a
+    receive whose send has not happened yet. An instruction type the executor does not know is a
+    PlanError (never skipped).
+
+    >>> from tf_commopt.core.schedule import gpipe
+    >>> [f"{r}:{short(i)}" for r, i in execution_order(gpipe(2, 1)) if isinstance(i, (Forward, Backward))]
+    ['0:F0', '1:F0', '1:B0', '0:B0']
+    """
+    streams = [list(st) for st in schedule.streams]
+    pos = [0] * len(streams)
+    sent = set()
+    out: List[Tuple[int, Any]] = []
+    while any(p < len(st) for p, st in zip(pos, streams)):
+        progressed = False
+        for r, st in enumerate(streams):
+            while pos[r] < len(st):
+                ins = st[pos[r]]
+                if not isinstance(ins, _KNOWN):
+                    raise PlanError(f"unknown instruction {ins!r}", where=f"schedule {schedule.name!r} rank {r}")
+                if isinstance(ins, (RecvAct, RecvGrad)):
+                    kind = SendAct if isinstance(ins, RecvAct) else SendGrad
+                    if (kind, ins.peer, r, ins.mb) not in sent:
+                        break
+                if isinstance(ins, (SendAct, SendGrad)):
+                    sent.add((type(ins), r, ins.peer, ins.mb))
+                out.append((r, ins))
+                pos[r] += 1
+                progressed = True
+        if not progressed:
+            raise PlanError("the streams deadlock (a receive whose send never comes)",
+                            where=f"schedule {schedule.name!r}")
+    return out
+
+
+# ----------------------------------------------------------------------------- helpers
+def split_sizes(batch: int, parts: int) -> List[int]:
+    """Micro-batch sizes: ``batch`` split into ``min(parts, batch)`` sizes differing by at most one.
+
+    >>> split_sizes(10, 4)
+    [3, 3, 2, 2]
+    """
+    if batch < 1:
+        raise InputError(f"cannot split a batch of {batch} samples")
+    parts = max(1, min(int(parts), int(batch)))
+    q, r = divmod(int(batch), parts)
+    return [q + 1 if i < r else q for i in range(parts)]
+
+
+def default_devices() -> List[str]:
+    """Logical GPUs if any, else logical CPUs (names usable in ``tf.device``)."""
+    devs = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    return [d.name for d in devs]
+
+
+class _Keep:
+    """A tensor_dict entry whose pop() never empties (tf-keras Node.map_arguments pops)."""
+
+    __slots__ = ("v",)
+
+    def __init__(self, v):
+        self.v = v
+
+    def pop(self):
+        return self.v
+
+
+def _is_float(t: Any) -> bool:
+    return hasattr(t, "dtype") and tf.as_dtype(t.dtype).is_floating
+
+
+# ----------------------------------------------------------------------------- layout
+class StageLayout:
+    """Which keras Node (layer call) runs in which stage, and which tensors cross stage boundaries.
+
+    Args:
+        model: a functional or Sequential tf-keras model (a graph network).
+        plan: layer name -> stage (InputLayers may be omitted), device_of_stage indexes ``devices``.
+        devices: device names; stage s runs on ``devices[plan.device_of_stage[s]]``.
+
+    Raises:
+        PlanError: a plan layer that is not in the model, a model layer missing from the plan, a stage
+            index out of range, or a tensor flowing from a later stage to an earlier one.
+    """
+
+    def __init__(self, model: Any, plan: PartitionPlan, devices: Sequence[str]):
+        if not getattr(model, "_is_graph_network", False):
+            raise InputError(f"model {getattr(model, 'name', model)!r} is not a functional or built Sequential "
+                             "tf-keras model; pipelines need the layer graph", where="Pipeline")
+        self.model = model
+        self.plan = plan
+        P = plan.num_stages
+        where = f"plan {plan.method!r}" + (f" of {plan.graph_name!r}" if plan.graph_name else "")
+        for s, d in enumerate(plan.device_of_stage):
+            if not 0 <= d < len(devices):
+                raise PlanError(f"stage {s} is placed on device {d} but only {len(devices)} devices are given",
+                                where=where)
+        self.devices = [devices[d] for d in plan.device_of_stage]
+
+        nodes: List[Any] = []  # non-input nodes in a topological order (deepest first)
+        input_layer_names = set()
+        for depth in sorted(model._nodes_by_depth.keys(), reverse=True):
+            for node in model._nodes_by_depth[depth]:
+                if node.is_input:
+                    input_layer_names.add(node.layer.name)
+                else:
+                    nodes.append(node)
+        layer_names = {n.layer.name for n in nodes}
+        for name, s in plan.stage_of_node.items():
+            if name not in layer_names and name not in input_layer_names:
+                raise PlanError(f"layer {name!r} is not a layer of model {model.name!r}", where=where)
+            if not 0 <= s < P:
+                raise PlanError(f"layer {name!r}: stage {s} is outside 0..{P - 1}", where=where)
+        for n in nodes:
+            if n.layer.name not in plan.stage_of_node:
+                raise PlanError(f"layer {n.layer.name!r} of model {model.name!r} has no stage in the plan",
+                                where=where)
+
+        self.input_ids = [str(id(t)) for t in model.inputs]
+        self.output_ids = [str(id(t)) for t in model.outputs]
+        producer: Dict[str, int] = {tid: -1 for tid in self.input_ids}
+        producer_layer: Dict[str, str] = {}
+        self.nodes_of_stage: List[List[Any]] = [[] for _ in range(P)]
+        consumers: Dict[str, set] = {}
+        for n in nodes:
+            s = plan.stage_of_node[n.layer.name]
+            for tid in n.flat_input_ids:
+                ps = producer.get(tid)
+                if ps is None:
+                    raise PlanError(f"layer {n.layer.name!r} consumes a tensor the model does not produce "
+                                    "before it", where=where)
+                if ps > s:
+                    raise PlanError(f"layer {n.layer.name!r} (stage {s}) consumes the output of layer "
+                                    f"{producer_layer[tid]!r} (stage {ps}): stages must follow the data flow "
+                                    "(non-convex or out-of-order plan)", where=where)
+                if ps != s:
+                    consumers.setdefault(tid, set()).add(s)
+            for tid in n.flat_output_ids:
+                producer[tid] = s
+                producer_layer[tid] = n.layer.name
+            self.nodes_of_stage[s].append(n)
+        for tid in self.output_ids:
+            consumers.setdefault(tid, set()).add(P)  # the loss, on the last stage's device
+        self.producer = producer
+        # stage_inputs[s]: tensors produced outside s (earlier stages or model inputs) that s consumes
+        self.stage_inputs: List[List[str]] = [
+            sorted(t for t, cs in consumers.items() if s in cs) for s in range(P)]
+        # stage_outputs[s]: tensors produced in s and needed by a later stage or by the loss
+        self.stage_outputs: List[List[str]] = [
+            sorted(t for t, cs in consumers.items() if producer[t] == s) for s in range(P)]
+        for tid in self.output_ids:  # a model output that is also a model input (identity model)
+            if producer[tid] == -1:
+                raise PlanError("a model output is a model input; nothing to pipeline", where=where)
+
+        self.variables_of_stage: List[List[tf.Variable]] = []
+        seen = set()
+        for s in range(P):
+            vs = []
+            for n in self.nodes_of_stage[s]:
+                for v in n.layer.trainable_weights:
+                    if v.ref() not in seen:
+                        seen.add(v.ref())
+                        vs.append(v)
+            self.variables_of_stage.append(vs)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.nodes_of_stage)
+
+    def layers_of_stage(self, s: int) -> List[str]:
+        """Layer names of stage ``s`` in execution order."""
+        out: List[str] = []
+        for n in self.nodes_of_stage[s]:
+            if n.layer.name not in out:
+                out.append(n.layer.name)
+        return out
+
+    def run_stage(self, s: int, inputs: Mapping[str, tf.Tensor], training: bool) -> Dict[str, tf.Tensor]:
+        """Run stage ``s``'s layer calls on ``inputs`` (tensor id -> value); return its boundary outputs."""
+        td: Dict[str, _Keep] = {k: _Keep(v) for k, v in inputs.items()}
+        for n in self.nodes_of_stage[s]:
+            args, kwargs = n.map_arguments(td)
+            if getattr(n.layer, "_expects_training_arg", False) and "training" not in kwargs:
+                kwargs = dict(kwargs, training=training)
+            outs = n.layer(*args, **kwargs)
+            for tid, y in zip(n.flat_output_ids, tf.nest.flatten(outs)):
+                td[tid] = _Keep(y)
+        return {t: td[t].v for t in self.stage_outputs[s]}
+
+
+# ----------------------------------------------------------------------------- placement
+def place_model(model: Any, device_of_layer: Mapping[str, str], default_device: str) -> Any:
+    """A clone of ``model`` whose layers' variables live on ``device_of_layer[name]``; weights copied.
+
+    >>> placed = place_model(model, {"dense": "/GPU:1"}, "/GPU:0")   # doctest: +SKIP
+    """
+    import tf_keras as keras
+
+    def clone_fn(layer):
+        dev = device_of_layer.get(layer.name, default_device)
+        with tf.device(dev):
+            new = layer.__class__.from_config(layer.get_config())
+        build = new.build
+
+        def placed_build(*a, **k):
+            with tf.device(dev):
+                return build(*a, **k)
+
+        new.build = placed_build
+        return new
+
+    with tf.device(default_device):
+        clone = keras.models.clone_model(model, clone_function=clone_fn)
+    clone.set_weights(model.get_weights())
+    return clone
+
+
+# ----------------------------------------------------------------------------- slow-down
+def _sleep_for(seconds: tf.Tensor) -> tf.Tensor:
+    s = float(seconds.numpy())
+    if s > 0:
+        time.sleep(s)
+    return seconds
+
+
+def _slowed(factor: float, fn: Callable[[], Any], inputs: Sequence[tf.Tensor]) -> Any:
+    """Run ``fn()``; then, on a device ``factor`` times slower, sleep (factor-1) x its measured time.
+
+    Sleeping (not recomputing) keeps the emulated slow device off the shared CPU cores.
+    """
+    if factor <= 1.0:
+        return fn()
+    with tf.control_dependencies(list(inputs)):
+        t0 = tf.timestamp()
+    with tf.control_dependencies([t0]):
+        out = fn()
+    flat = [t for t in tf.nest.flatten(out) if isinstance(t, (tf.Tensor, tf.Variable))]
+    with tf.control_dependencies(flat):
+        t1 = tf.timestamp()
+    slept = tf.py_function(_sleep_for, [(factor - 1.0) * (t1 - t0)], Tout=tf.float64)
+    with tf.control_dependencies([slept]):
+        return tf.nest.map_structure(lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, out)
+
+
+# ----------------------------------------------------------------------------- pipeline
+class Pipeline:
+    """GPipe training of a tf-keras model split by a PartitionPlan.
+
+    Example:
+        >>> pipe = Pipeline(model, plan, devices=["/GPU:0", "/GPU:1"], microbatches=4,
+        ...                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        ...                 optimizer=keras.optimizers.SGD(0.1))                   # doctest: +SKIP
+        >>> for x, y in dataset: pipe.train_step(x, y)                              # doctest: +SKIP
+
+    Args:
+        model: functional or Sequential tf-keras model; its own variables are trained (use
+            :func:`place_model` or ``place=True`` to first move each layer's variables to its stage device).
+        plan: :class:`PartitionPlan` whose ``stage_of_node`` maps layer names to stages.
+        devices: device names indexed by ``plan.device_of_stage`` (default: :func:`default_devices`).
+        microbatches: M, micro-batches per mini-batch.
+        loss: ``loss(y_true, y_pred) -> scalar`` averaging over samples (e.g. a Keras loss).
+        optimizer: a tf-keras optimizer (needed for :meth:`train_step`).
+        slowdown: optional {device name: factor >= 1}: emulate a device that many times slower.
+        place: clone the model with each stage's variables on its device (weights copied).
+    """
+
+    def __init__(self, model: Any, plan: PartitionPlan, devices: Optional[Sequence[str]] = None,
+                 microbatches: int = 1, loss: Optional[Callable] = None, optimizer: Any = None,
+                 slowdown: Optional[Mapping[str, float]] = None, place: bool = False):
+        if not isinstance(microbatches, int) or microbatches < 1:
+            raise InputError(f"microbatches must be a positive integer, got {microbatches!r}",
+                             where="Pipeline")
+        devices = list(devices) if devices is not None else default_devices()
+        if place:
+            probe = StageLayout(model, plan, devices)  # validates before cloning
+            dev_of_layer = {name: probe.devices[s] for name, s in plan.stage_of_node.items()}
+            model = place_model(model, dev_of_layer, probe.devices[0])
+        self.layout = StageLayout(model, plan, devices)
+        self.model = model
+        self.microbatches = microbatches
+        self.loss = loss
+        self.optimizer = optimizer
+        self.slowdown = {str(k): float(v) for k, v in (slowdown or {}).items()}
+        for k, v in self.slowdown.items():
+            if not v >= 1.0:
+                raise InputError(f"slow-down factor of {k} must be >= 1, got {v}", where="slowdown")
+        self.schedule = gpipe(self.layout.num_stages, microbatches)
+        self._orders = {microbatches: execution_order(self.schedule)}
+        self._train_fn = None
+
+    # -- accessors
+    @property
+    def trainable_variables(self) -> List[tf.Variable]:
+        """All trained variables, stage by stage (the order of :meth:`compute_gradients`' result)."""
+        return [v for vs in self.layout.variables_of_stage for v in vs]
+
+    @property
+    def stage_devices(self) -> List[str]:
+        return list(self.layout.devices)
+
+    def _factor(self, s: int) -> float:
+        dev = self.layout.devices[s]
+        if dev in self.slowdown:
+            return self.slowdown[dev]
+        for k, v in self.slowdown.items():  # accept short names ("/CPU:1") for canonical ones
+            if tf.DeviceSpec.from_string(k).to_string() == tf.DeviceSpec.from_string(dev).to_string():
+                return v
+        return 1.0
+
+    # -- forward only
+    def predict_step(self, x: Any) -> Any:
+        """Pipelined forward pass (training=False) of one batch, micro-batched; returns the model output."""
+        outs = []
+        for xm in self._split(x, split_sizes(self._batch_of(x), self.microbatches)):
+            acts = self._feed(xm)
+            for s in range(self.layout.num_stages):
+                acts.update(self._forward(s, acts, training=False, tape=None)[1])
+            outs.append(self._outputs(acts))
+        cat = [tf.concat(list(parts), axis=0) for parts in zip(*[tf.nest.flatten(o) for o in outs])]
+        return tf.nest.pack_sequence_as(self.model._nested_outputs, cat)
+
+    # -- training
+    def compute_gradients(self, x: Any, y: Any, total_batch: Optional[int] = None
+                          ) -> Tuple[tf.Tensor, List[tf.Tensor]]:
+        """GPipe forward+backward of one mini-batch: (weighted loss, gradients of :attr:`trainable_variables`).
+
+        Each micro-batch loss is weighted by ``b_m / total_batch`` (default: this batch's size), so the
+        result is the gradient of the mini-batch mean loss (or this batch's share of a global one).
+        """
+        if self.loss is None:
+            raise InputError("Pipeline needs a loss to train", where="Pipeline(loss=...)")
+        B = self._batch_of(x)
+        total = float(total_batch if total_batch is not None else B)
+        sizes = split_sizes(B, self.microbatches)
+        xs, ys = self._split(x, sizes), self._split(y, sizes)
+        P, L = self.layout.num_stages, self.layout
+        acts: List[Dict[str, tf.Tensor]] = [dict() for _ in sizes]
+        tapes: Dict[Tuple[int, int], Tuple[tf.GradientTape, Dict[str, tf.Tensor], Dict[str, tf.Tensor]]] = {}
+        grad_of: List[Dict[str, tf.Tensor]] = [dict() for _ in sizes]
+        acc: Dict[Any, tf.Tensor] = {}
+        losses = []
+        Mb = len(sizes)  # fewer samples than micro-batches: the same schedule with fewer micro-batches
+        if Mb not in self._orders:
+            self._orders[Mb] = execution_order(gpipe(P, Mb))
+        for s, ins in self._orders[Mb]:
+            if not isinstance(ins, (Forward, Backward)):
+                continue  # Send/Recv: the data flow moves the tensors; OptimizerStep: train_step
+            m = ins.mb
+            if isinstance(ins, Forward):
+                if s == 0:
+                    acts[m].update(self._feed(xs[m]))
+                tape = tf.GradientTape(persistent=False)
+                ins_t, out = self._forward(s, acts[m], training=True, tape=tape)
+                tapes[(s, m)] = (tape, ins_t, out)
+                acts[m].update(out)
+                if s == P - 1:  # the loss rides on the last stage's device
+                    with tf.device(L.devices[-1]):
+                        with tf.GradientTape() as lt:
+                            preds = [tf.identity(acts[m][t]) for t in L.output_ids]
+                            lt.watch(preds)
+                            lm = self.loss(ys[m], tf.nest.pack_sequence_as(self.model._nested_outputs, preds))
+                            lm = tf.cast(lm, tf.float32) * (sizes[m] / total)
+                        gp = lt.gradient(lm, preds, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                    for t, g in zip(L.output_ids, gp):
+                        self._add_grad(grad_of[m], t, g)
+                    losses.append(lm)
+            else:
+                tape, ins_t, outs_t = tapes.pop((s, m))
+                self._backward(s, tape, ins_t, outs_t, grad_of[m], acc)
+        grads = [acc.get(v.ref()) for v in self.trainable_variables]
+        grads = [g if g is not None else tf.zeros_like(v) for g, v in zip(grads, self.trainable_variables)]
+        return tf.add_n(losses), grads
+
+    def train_step(self, x: Any, y: Any) -> tf.Tensor:
+        """One mini-batch: GPipe gradients, then one optimizer step. Runs inside one ``tf.function``."""
+        if self.optimizer is None:
+            raise InputError("Pipeline needs an optimizer to train", where="Pipeline(optimizer=...)")
+        if self._train_fn is None:
+            def step(x, y):
+                loss, grads = self.compute_gradients(x, y)
+                self.apply_gradients(grads)
+                return loss
+            self._train_fn = tf.function(step)
+        return self._train_fn(x, y)
+
+    def apply_gradients(self, grads: Sequence[tf.Tensor]) -> None:
+        """One optimizer step of all stages (each variable's update runs on its own device)."""
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+
+    # -- internals
+    def _batch_of(self, x: Any) -> int:
+        first = tf.nest.flatten(x)[0]
+        b = first.shape[0]
+        if b is None:
+            raise InputError("the batch dimension must be static (call inside tf.function with fixed "
+                             "batch shapes, or eagerly)", where="Pipeline")
+        return int(b)
+
+    @staticmethod
+    def _split(x: Any, sizes: List[int]) -> List[Any]:
+        flat = [tf.split(tf.convert_to_tensor(t), sizes, axis=0) if len(sizes) > 1 else [tf.convert_to_tensor(t)]
+                for t in tf.nest.flatten(x)]
+        return [tf.nest.pack_sequence_as(x, [parts[m] for parts in flat]) for m in range(len(sizes))]
+
+    def _feed(self, xm: Any) -> Dict[str, tf.Tensor]:
+        flat = tf.nest.flatten(xm)
+        if len(flat) != len(self.layout.input_ids):
+            raise InputError(f"model {self.model.name!r} takes {len(self.layout.input_ids)} inputs, got "
+                             f"{len(flat)}", where="Pipeline")
+        out = {}
+        for tid, t, ref in zip(self.layout.input_ids, flat, self.model.inputs):
+            out[tid] = tf.cast(t, ref.dtype) if t.dtype != ref.dtype else t
+        return out
+
+    def _forward(self, s: int, acts: Mapping[str, tf.Tensor], training: bool,
+                 tape: Optional[tf.GradientTape]) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
+        """Stage ``s`` on its device: receive its inputs, run its layers; returns (inputs, outputs)."""
+        L = self.layout
+        with tf.device(L.devices[s]):
+            ins = {t: tf.identity(acts[t]) for t in L.stage_inputs[s]}  # Recv (cross-device copy)
+
+            def run():
+                return L.run_stage(s, ins, training)
+
+            if tape is None:
+                out = _slowed(self._factor(s), run, list(ins.values()))
+            else:
+                with tape:
+                    for t in ins.values():
+                        if _is_float(t):
+                            tape.watch(t)
+                    out = _slowed(self._factor(s), run, list(ins.values()))
+        return ins, out
+
+    def _backward(self, s: int, tape: tf.GradientTape, ins: Mapping[str, tf.Tensor],
+                  outs: Mapping[str, tf.Tensor], grad_of: Dict[str, tf.Tensor], acc: Dict[Any, tf.Tensor]):
+        L = self.layout
+        vs = L.variables_of_stage[s]
+        with tf.device(L.devices[s]):
+            def run():
+                tgt = [(t, v) for t, v in outs.items() if _is_float(v)]
+                targets = [v for _, v in tgt]
+                out_grads = [grad_of[t] if t in grad_of else tf.zeros_like(v) for t, v in tgt]
+                src_ids = [t for t, v in ins.items() if _is_float(v) and L.producer[t] >= 0]
+                sources = [ins[t] for t in src_ids] + list(vs)
+                if not targets or not sources:
+                    return [], []
+                g = tape.gradient(targets, sources, output_gradients=out_grads,
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                return list(zip(src_ids, g[:len(src_ids)])), g[len(src_ids):]
+
+            gin, gvars = _slowed(self._factor(s), run, [grad_of[t] for t in outs if t in grad_of])
+        for t, g in gin:
+            self._add_grad(grad_of, t, g)
+        for v, g in zip(vs, gvars):
+            acc[v.ref()] = g if v.ref() not in acc else acc[v.ref()] + g
+
+    @staticmethod
+    def _add_grad(d: Dict[str, tf.Tensor], t: str, g: tf.Tensor) -> None:
+        d[t] = g if t not in d else d[t] + g
+
+    def _outputs(self, acts: Mapping[str, tf.Tensor]) -> Any:
+        with tf.device(self.layout.devices[-1]):
+            preds = [tf.identity(acts[t]) for t in self.layout.output_ids]
+        return tf.nest.pack_sequence_as(self.model._nested_outputs, preds)
