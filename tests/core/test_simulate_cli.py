@@ -1,0 +1,77 @@
+"""``python -m tf_commopt.sim``: one JSON object, a Gantt PNG, exit 2 with one line on bad input."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.profiles import bundled_profile_path, load_profile
+from tf_commopt.core.simulate import simulate_pipeline
+from tf_commopt.sim import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def vgg_plan(tmp_path_factory):
+    g = load_profile(bundled_profile_path("pipedream/vgg16"))
+    order = g.topological_order()
+    son = {n: min(3, i * 4 // len(order)) for i, n in enumerate(order)}
+    plan = PartitionPlan("manual", son, [0, 1, 2, 3], [0.0] * 4, [0.0] * 4, [0.0] * 4, 0.0, 0.0)
+    path = str(tmp_path_factory.mktemp("plan") / "plan.json")
+    plan.save(path)
+    return g, plan, path
+
+
+def test_cli_prints_the_library_result(vgg_plan, capsys, tmp_path):
+    g, plan, path = vgg_plan
+    png = str(tmp_path / "t.png")
+    rc = main(["--profile", "pipedream/vgg16", "--plan", path, "--schedule", "gpipe", "--microbatches", "4",
+               "--bandwidth-gbps", "25", "--png", png])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    want = simulate_pipeline(g, plan, "gpipe", 4, bandwidth_gbps=25.0)
+    for k in ("iteration_ms", "throughput", "bubble_fraction", "bytes_injected"):
+        assert out[k] == pytest.approx(getattr(want, k))
+    assert out["schedule"] == "gpipe"
+    with open(png, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    assert matplotlib.image.imread(png).shape[1] > 600
+
+
+def test_cli_1f1b_and_capacities(vgg_plan, capsys):
+    _, _, path = vgg_plan
+    assert main(["--profile", "pipedream/vgg16", "--plan", path, "--schedule", "1f1b", "--microbatches", "20",
+                 "--capacities", "1,2,2,2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schedule"] == "1f1b" and out["throughput"] > 0 and out["split"] == 1.0
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--schedule", "zigzag"], "--schedule"),
+    (["--microbatches", "0"], "--microbatches"),
+    (["--profile", "no/such.txt"], "no/such.txt"),
+    (["--capacities", "1,x"], "--capacities"),
+    (["--capacities", "1"], "cluster has 1"),
+])
+def test_cli_bad_input_one_line(vgg_plan, capsys, args, msg):
+    _, _, path = vgg_plan
+    base = {"--profile": "pipedream/vgg16", "--plan": path, "--schedule": "gpipe", "--microbatches": "4"}
+    base.update(dict(zip(args[::2], args[1::2])))
+    assert main([x for kv in base.items() for x in kv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and msg in err
+
+
+def test_cli_subprocess_exit_code(vgg_plan, tmp_path):
+    bad = tmp_path / "plan.json"
+    bad.write_text('{"method": "x",\n "stage_of_node": []}')
+    p = subprocess.run([sys.executable, "-m", "tf_commopt.sim", "--profile", "pipedream/vgg16", "--plan",
+                        str(bad), "--schedule", "gpipe", "--microbatches", "2"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and str(bad) in p.stderr, p.stderr

@@ -1,0 +1,117 @@
+"""The ``python -m tf_commopt.sim`` command: simulate a pipeline schedule for a profile and a partition plan.
+
+Prints one JSON object (``schedule``, ``iteration_ms``, ``throughput`` in mini-batches per second,
+``bubble_fraction``, ``bytes_injected`` per mini-batch, ``makespan_ms``, ``busy_ms`` per device, ...);
+``--png`` also draws a Gantt chart of the timeline. Bad input: one line on stderr, exit code 2.
+
+Example:
+    python -m tf_commopt.partition --profile pipedream/vgg16 --stages 4 --method ga --out plan.json
+    python -m tf_commopt.sim --profile pipedream/vgg16 --plan plan.json --schedule gpipe \\
+        --microbatches 8 --bandwidth-gbps 10 --png timeline.png
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional
+
+from tf_commopt.errors import InputError, TfCommoptError
+
+__all__ = ["build_parser", "main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise InputError(message, where="python -m tf_commopt.sim")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return v
+
+
+def _non_negative(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (v >= 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m tf_commopt.sim", description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", required=True,
+                   help="PipeDream graph.txt or tf_commopt JSON, or a bundled name (pipedream/vgg16, h200/resnet50.fp32)")
+    p.add_argument("--plan", required=True, help="PartitionPlan JSON (python -m tf_commopt.partition ... --out)")
+    p.add_argument("--schedule", required=True, choices=["gpipe", "1f1b"])
+    p.add_argument("--microbatches", required=True, type=_positive_int,
+                   help="GPipe: micro-batches per mini-batch; 1f1b: micro-batches streamed through")
+    p.add_argument("--split", type=_positive_int, default=None,
+                   help="micro-batches per profiled mini-batch (default: M for gpipe, 1 for 1f1b)")
+    p.add_argument("--bandwidth-gbps", type=_non_negative, default=10.0)
+    p.add_argument("--latency-ms", type=_non_negative, default=0.0)
+    p.add_argument("--capacities", default=None, help="comma-separated relative device speeds, e.g. 1,1,0.5,0.5")
+    p.add_argument("--kinds", default=None, help="comma-separated device kinds (per-kind costs of the profile)")
+    p.add_argument("--optimizer-ms", type=_non_negative, default=0.0, help="cost of each optimizer step")
+    p.add_argument("--micro-profile", default=None, help="profile measured at the micro-batch size (not divided)")
+    p.add_argument("--events", action="store_true", help="include the full timeline in the JSON")
+    p.add_argument("--png", default=None, help="write a Gantt chart of the timeline here")
+    return p
+
+
+def _run(argv: Optional[List[str]]) -> dict:
+    from tf_commopt.core.devices import Cluster, parse_capacities
+    from tf_commopt.core.partition.plan import PartitionPlan
+    from tf_commopt.core.profiles import load_profile
+    from tf_commopt.core.simulate import simulate_pipeline
+
+    a = build_parser().parse_args(argv)
+    if a.bandwidth_gbps <= 0:
+        raise InputError("must be > 0", where="--bandwidth-gbps")
+    graph = load_profile(a.profile)
+    plan = PartitionPlan.load(a.plan)
+    ndev = max(plan.device_of_stage) + 1
+    caps = parse_capacities(a.capacities) if a.capacities else [1.0] * ndev
+    kinds = None
+    if a.kinds:
+        kinds = [k.strip() or None for k in a.kinds.split(",")]
+        if len(kinds) != len(caps):
+            raise InputError(f"{len(kinds)} kinds for {len(caps)} devices", where="--kinds")
+        for k in kinds:
+            if k is not None and k not in graph.kinds:
+                raise InputError(f"unknown kind {k!r}; the profile has {graph.kinds or 'none'}", where="--kinds")
+    cluster = Cluster.from_capacities(caps, a.bandwidth_gbps, a.latency_ms, kinds=kinds)
+    micro = load_profile(a.micro_profile) if a.micro_profile else None
+    res = simulate_pipeline(graph, plan, a.schedule, a.microbatches, cluster=cluster, split=a.split,
+                            micro_profile=micro, optimizer_ms=a.optimizer_ms)
+    out = res.to_dict(events=a.events)
+    out.update(profile=a.profile, plan=a.plan, bandwidth_gbps=a.bandwidth_gbps, latency_ms=a.latency_ms)
+    if a.png:
+        from tf_commopt.sim.gantt import draw_gantt
+
+        try:
+            draw_gantt(res, a.png, title=f"{graph.name or a.profile} / {plan.method}: {a.schedule}, "
+                                         f"M={a.microbatches}, {a.bandwidth_gbps:g} Gbit/s")
+        except OSError as e:
+            raise InputError(f"cannot write PNG: {e.strerror or e}", where=a.png) from None
+        out["png"] = a.png
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the CLI; return the exit code (0, or 2 on bad input)."""
+    try:
+        out = _run(argv)
+    except TfCommoptError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(out))
+    return 0
