@@ -1,0 +1,189 @@
+"""Baselines over one topological order: equal layer counts, balanced compute, PipeDream's DP.
+
+Example:
+    >>> from tf_commopt.core.costgraph import CostGraph, Node
+    >>> from tf_commopt.core.devices import Cluster
+    >>> from tf_commopt.core.partition.objective import Problem
+    >>> from tf_commopt.core.partition.baselines import layerwise, balanced
+    >>> g = CostGraph([Node(f"n{i}", t, 0) for i, t in enumerate([5, 1, 1, 1])],
+    ...               [(f"n{i}", f"n{i+1}") for i in range(3)])
+    >>> p = Problem(g, Cluster.homogeneous(2), 2)
+    >>> layerwise(p, [0, 1]), balanced(p, [0, 1])
+    ([0, 0, 1, 1], [0, 1, 1, 1])
+
+All three cut one topological order ``perm`` (default: the graph's) into K contiguous chunks, stage
+``s`` on device ``devs[s]``. Cutting after position ``i`` sends ``cut(i)`` bytes: the outputs of nodes in
+the prefix with a consumer outside it (an antichain's activations, as in PipeDream).
+
+* ``layerwise``: the traditional split, chunks of ``ceil``/``floor`` n/K nodes.
+* ``balanced`` (torchgpipe ``balance.blockpartition`` / DeepSpeed ``partition_balanced``): minimise the
+  slowest stage's *compute* ``sum fwd+bwd / capacity``, ignoring communication. Exact: bisection on the
+  bottleneck value with the greedy feasibility test (each stage takes the longest prefix that fits).
+* ``pipedream`` (Narayanan et al., SOSP'19, msr-fiddle/pipedream ``optimizer/optimizer_graph_hierarchical.py``,
+  straight pipeline, no replication): ``A[m][j] = min_i max(A[m-1][i], T(i, j))`` with
+  ``T(i, j) = max(compute(i..j)/capacity, 2*transfer(cut(i)), 2*transfer(cut(j)))`` — communication
+  overlapped with compute, as PipeDream models it — plus our memory penalty.
+* ``contiguous_optimal``: the same DP with *our* additive stage time
+  ``compute(i..j)/capacity + 2*transfer(cut(j)) + penalty``: the exact optimum of :mod:`objective`
+  over contiguous splits of ``perm`` (used to seed the genetic algorithm).
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+
+from tf_commopt.core.partition.objective import Problem
+
+__all__ = ["layerwise", "balanced", "pipedream", "contiguous_optimal", "cut_bytes", "labels_from_bounds"]
+
+
+def labels_from_bounds(p: Problem, perm: Sequence[int], bounds: Sequence[int]) -> List[int]:
+    """Stage labels (indexed by node) from ``bounds = [0, b1, ..., n]`` over ``perm``."""
+    stage = [0] * p.n
+    for s in range(len(bounds) - 1):
+        for i in range(bounds[s], bounds[s + 1]):
+            stage[perm[i]] = s
+    return stage
+
+
+def cut_bytes(p: Problem, perm: Sequence[int]) -> np.ndarray:
+    """``cut[i]`` = bytes of tensors produced among ``perm[:i]`` and consumed among ``perm[i:]``."""
+    pos = np.empty(p.n, dtype=np.int64)
+    pos[np.asarray(perm, dtype=np.int64)] = np.arange(p.n)
+    last = pos.copy()
+    if p.eu.size:
+        np.maximum.at(last, p.eu, pos[p.ev])
+    diff = np.zeros(p.n + 2)
+    np.add.at(diff, pos + 1, p.act)
+    np.add.at(diff, last + 1, -p.act)
+    return np.maximum(np.cumsum(diff)[: p.n + 1], 0.0)
+
+
+def _prefix(p: Problem, perm: Sequence[int], values: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0.0], np.cumsum(values[np.asarray(perm, dtype=np.int64)])])
+
+
+def layerwise(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = None) -> List[int]:
+    """Equal layer counts (the first ``n mod K`` stages get one extra node)."""
+    perm = list(range(p.n)) if perm is None else perm
+    q, r = divmod(p.n, p.K)
+    bounds = [0]
+    for s in range(p.K):
+        bounds.append(bounds[-1] + q + (1 if s < r else 0))
+    return labels_from_bounds(p, perm, bounds)
+
+
+def balanced(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = None) -> List[int]:
+    """Contiguous chunks minimising the slowest stage's compute (exact up to float precision)."""
+    perm = list(range(p.n)) if perm is None else perm
+    K, n = p.K, p.n
+    pref = [_prefix(p, perm, p.comp[p.kind_of_dev[d]]) for d in devs]
+    caps = [p.cap[d] for d in devs]
+
+    def greedy(T: float) -> Optional[List[int]]:
+        pos, bounds = 0, [0]
+        for s in range(K - 1):
+            limit = pref[s][pos] + T * caps[s] * (1 + 1e-12)
+            j = int(np.searchsorted(pref[s], limit, side="right")) - 1
+            j = min(j, n - (K - 1 - s))
+            if j <= pos:
+                if pos + 1 > n - (K - 1 - s):
+                    return None
+                if (pref[s][pos + 1] - pref[s][pos]) / caps[s] > T * (1 + 1e-12):
+                    return None
+                j = pos + 1
+            bounds.append(j)
+            pos = j
+        if (pref[K - 1][n] - pref[K - 1][pos]) / caps[K - 1] > T * (1 + 1e-12):
+            return None
+        bounds.append(n)
+        return bounds
+
+    lo, hi = 0.0, max(pref[s][n] / caps[s] for s in range(K)) + 1e-9
+    best = greedy(hi)
+    assert best is not None
+    for _ in range(100):
+        if hi - lo <= 1e-12 * max(hi, 1e-300):
+            break
+        mid = (lo + hi) / 2
+        b = greedy(mid)
+        if b is None:
+            lo = mid
+        else:
+            hi, best = mid, b
+    return labels_from_bounds(p, perm, best)
+
+
+def _dp(p: Problem, devs: Sequence[int], perm: Sequence[int],
+        stage_cost: Callable[[int, np.ndarray, np.ndarray], np.ndarray]) -> List[int]:
+    """Minimise the max stage cost over contiguous splits: ``stage_cost(m, i, j)`` is a matrix (i x j)."""
+    K, n = p.K, p.n
+    INF = float("inf")
+    A = np.full((K + 1, n + 1), INF)
+    arg = np.zeros((K + 1, n + 1), dtype=np.int64)
+    A[0, 0] = 0.0
+    for m in range(1, K + 1):
+        jlo, jhi = m, n - (K - m)                       # stage m-1 ends at j, leaving >= 1 node per later stage
+        js = np.arange(jlo, jhi + 1)
+        ilo, ihi = m - 1, jhi - 1
+        is_ = np.arange(ilo, ihi + 1)
+        for c0 in range(0, js.size, 256):
+            jj = js[c0:c0 + 256]
+            cost = stage_cost(m - 1, is_, jj)           # (len(is_), len(jj))
+            tot = np.maximum(A[m - 1, is_][:, None], cost)
+            tot[is_[:, None] >= jj[None, :]] = INF
+            k = np.argmin(tot, axis=0)
+            A[m, jj] = tot[k, np.arange(jj.size)]
+            arg[m, jj] = is_[k]
+    bounds = [n]
+    for m in range(K, 0, -1):
+        bounds.append(int(arg[m, bounds[-1]]))
+    return labels_from_bounds(p, perm, bounds[::-1])
+
+
+def _parts(p: Problem, devs: Sequence[int], perm: Sequence[int]):
+    pref = [_prefix(p, perm, p.comp[p.kind_of_dev[d]]) / p.cap[d] for d in devs]
+    par, act = _prefix(p, perm, p.param), _prefix(p, perm, p.act)
+    cut = cut_bytes(p, perm)
+
+    def comm(m: int, nbytes: np.ndarray) -> np.ndarray:
+        if m >= p.K - 1:
+            return np.zeros_like(nbytes)
+        a, b = devs[m], devs[m + 1]
+        return np.where(nbytes > 1e-9, 2.0 * (p.lat[a][b] + nbytes / p.bpm[a][b]), 0.0)
+
+    def penalty(m: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        cap = p.mem_cap[devs[m]]
+        if cap is None:
+            return np.zeros((i.size, j.size))
+        mem = (par[j][None, :] - par[i][:, None]) + (p.K - m) * (act[j][None, :] - act[i][:, None])
+        return p.penalty_factor * np.maximum(mem - cap, 0.0) / cap
+
+    return pref, cut, comm, penalty
+
+
+def pipedream(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = None) -> List[int]:
+    """PipeDream's straight-pipeline DP (communication overlapped: max, not sum)."""
+    perm = list(range(p.n)) if perm is None else perm
+    pref, cut, comm, penalty = _parts(p, devs, perm)
+
+    def cost(m, i, j):
+        compute = pref[m][j][None, :] - pref[m][i][:, None]
+        t_in = comm(m - 1, cut[i]) if m > 0 else np.zeros(i.size)
+        t_out = comm(m, cut[j])
+        return np.maximum(np.maximum(compute, t_in[:, None]), t_out[None, :]) + penalty(m, i, j)
+
+    return _dp(p, devs, perm, cost)
+
+
+def contiguous_optimal(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = None) -> List[int]:
+    """The exact optimum of the additive objective over contiguous splits of ``perm``."""
+    perm = list(range(p.n)) if perm is None else perm
+    pref, cut, comm, penalty = _parts(p, devs, perm)
+
+    def cost(m, i, j):
+        compute = pref[m][j][None, :] - pref[m][i][:, None]
+        return compute + comm(m, cut[j])[None, :] + penalty(m, i, j)
+
+    return _dp(p, devs, perm, cost)

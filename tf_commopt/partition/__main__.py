@@ -1,0 +1,155 @@
+"""CLI: partition a profile into pipeline stages and print the plan as one JSON object.
+
+Example::
+
+    python -m tf_commopt.partition --profile pipedream/inception_v3 --stages 4 --method ga \\
+        --capacities 1,1,0.5,0.5 --bandwidth-gbps 10 --seed 0 --out plan.json --dot plan.dot
+
+``--profile`` takes a PipeDream graph.txt, our JSON, or a bundled name (``pipedream/resnet50``,
+``h200/resnet50.bf16``; ``h200/resnet50`` loads all three kinds, chosen per device with ``--kinds``).
+Progress of the genetic algorithm goes to stderr; bad input exits with code 2 and one line on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import List, Optional
+
+from tf_commopt.core.devices import parse_capacities
+from tf_commopt.core.partition.api import METHODS, partition
+from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.profiles import load_profile
+from tf_commopt.errors import InputError, TfCommoptError
+
+_PALETTE = ["#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
+            "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m tf_commopt.partition", description=__doc__.split("\n")[0])
+    ap.add_argument("--profile", required=True, help="graph.txt, our JSON, or a bundled name")
+    ap.add_argument("--stages", required=True, help="number of pipeline stages")
+    ap.add_argument("--method", default="ga", help=f"one of {', '.join(METHODS)}")
+    ap.add_argument("--capacities", default=None, help="relative device speeds, e.g. 1,1,0.5,0.5")
+    ap.add_argument("--kinds", default=None, help="device kind per device (or one for all), e.g. bf16,bf16,fp32,fp32")
+    ap.add_argument("--bandwidth-gbps", default="10", help="link bandwidth in Gbit/s (default 10)")
+    ap.add_argument("--latency-ms", default="0", help="per-message latency in ms (default 0)")
+    ap.add_argument("--memory-gb", default=None, help="memory cap per device in GB (10**9 bytes)")
+    ap.add_argument("--seed", default="0", help="random seed (default 0)")
+    ap.add_argument("--out", default=None, help="also write the plan JSON here")
+    ap.add_argument("--dot", default=None, help="write the graph coloured by stage (Graphviz DOT; PNG too if `dot` exists)")
+    ap.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return ap
+
+
+def _number(text: str, flag: str, kind=float, positive: bool = True):
+    try:
+        v = kind(text)
+    except (TypeError, ValueError):
+        raise InputError(f"{text!r} is not a{'n integer' if kind is int else ' number'}", where=flag) from None
+    if kind is float and not (v == v and abs(v) != float("inf")):
+        raise InputError(f"{text!r} is not finite", where=flag)
+    if positive and v <= 0:
+        raise InputError(f"{text!r} must be positive", where=flag)
+    if not positive and v < 0:
+        raise InputError(f"{text!r} must not be negative", where=flag)
+    return v
+
+
+def write_dot(plan: PartitionPlan, graph, path: str) -> Optional[str]:
+    """Write ``graph`` as Graphviz DOT, nodes filled with their stage's colour; PNG beside it if possible."""
+    lines = [f'digraph "{graph.name or "graph"}" {{', "  rankdir=TB;", '  node [style=filled, shape=box, fontsize=10];']
+    for name in graph.topological_order():
+        s = plan.stage_of_node[name]
+        n = graph[name]
+        label = f"{name}\\n{(n.label or '')[:30]}\\nstage {s}".replace('"', "'")
+        lines.append(f'  "{name}" [label="{label}", fillcolor="{_PALETTE[s % len(_PALETTE)]}"];')
+    for a, b in graph.edges:
+        cross = plan.stage_of_node[a] != plan.stage_of_node[b]
+        lines.append(f'  "{a}" -> "{b}"' + (" [color=red, penwidth=2];" if cross else ";"))
+    lines.append("}")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    exe = shutil.which("dot")
+    if exe:
+        png = os.path.splitext(path)[0] + ".png"
+        r = subprocess.run([exe, "-Tpng", path, "-o", png], capture_output=True, timeout=120)
+        if r.returncode == 0:
+            return png
+    return None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        stages = _number(args.stages, "--stages", int)
+        if args.method not in METHODS:
+            raise InputError(f"unknown method {args.method!r}; choose from {', '.join(METHODS)}", where="--method")
+        bw = _number(args.bandwidth_gbps, "--bandwidth-gbps")
+        lat = _number(args.latency_ms, "--latency-ms", positive=False)
+        seed = _number(args.seed, "--seed", int, positive=False)
+        caps = parse_capacities(args.capacities, "--capacities") if args.capacities is not None else None
+        n_dev = len(caps) if caps is not None else stages
+        kinds = None
+        if args.kinds is not None:
+            kinds = [k.strip() or None for k in args.kinds.split(",")]
+            if len(kinds) == 1:
+                kinds = kinds * n_dev
+            if len(kinds) != n_dev:
+                raise InputError(f"{len(kinds)} kinds for {n_dev} devices", where="--kinds")
+        memory = _number(args.memory_gb, "--memory-gb") * 1e9 if args.memory_gb is not None else None
+        if stages > n_dev:
+            raise InputError(f"{stages} stages need at least as many devices; --capacities gives {n_dev}", where="--stages")
+        graph = load_profile(args.profile)
+        if stages > len(graph):
+            raise InputError(f"{stages} stages for a graph of {len(graph)} nodes", where="--stages")
+        if kinds is not None:
+            bad = [k for k in kinds if k is not None and k not in graph.kinds]
+            if bad:
+                raise InputError(f"kind {bad[0]!r} not in the profile (kinds: {graph.kinds or 'none'})", where="--kinds")
+        progress = None
+        if not args.quiet and args.method == "ga":
+            tty = sys.stderr.isatty()
+
+            def progress(gen: int, total: int, best: float) -> None:
+                done = int(30 * gen / max(total, 1))
+                text = f"ga [{'#' * done}{'.' * (30 - done)}] gen {gen}/{total} best {best:.3f} ms"
+                if tty:
+                    print("\r" + text, end="", file=sys.stderr, flush=True)
+                elif gen % 5 == 0:
+                    print(text, file=sys.stderr, flush=True)
+        plan = partition(graph, stages, method=args.method, capacities=caps, bandwidth_gbps=bw, latency_ms=lat,
+                         memory=memory, seed=seed, kinds=kinds, progress=progress)
+        if progress is not None and sys.stderr.isatty():
+            print("", file=sys.stderr)
+        if args.out:
+            try:
+                plan.save(args.out)
+            except OSError as e:
+                raise InputError(f"cannot write: {e.strerror}", where="--out") from None
+        if args.dot:
+            try:
+                png = write_dot(plan, graph, args.dot)
+            except OSError as e:
+                raise InputError(f"cannot write: {e.strerror}", where="--dot") from None
+            if png and not args.quiet:
+                print(f"wrote {args.dot} and {png}", file=sys.stderr)
+    except TfCommoptError as e:
+        print(str(e).splitlines()[0] if str(e) else type(e).__name__, file=sys.stderr)
+        return 2
+    print(plan.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
