@@ -1,0 +1,72 @@
+"""Plain-numpy reference of the skip-and-correct rule for a softmax-regression model (test helper).
+
+Independent of tf_commopt: written from the rule in docs/skip_correct.md, float64.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+
+def softmax_grads(w: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Gradient of the mean sparse cross-entropy of softmax(x w + b) over the batch."""
+    z = x @ w + b
+    z = z - z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    p[np.arange(len(y)), y] -= 1.0
+    p /= len(y)
+    return x.T @ p, p.sum(axis=0)
+
+
+def run_rule(w0: np.ndarray, b0: np.ndarray, batches: Sequence[Sequence[Tuple[np.ndarray, np.ndarray]]],
+             interval: int, correction: str, lr: float, warmup_steps: int = 0):
+    """batches[t][i] = (x, y) of replica i at step t+1. Returns per-step lists of (w_i, b_i, dw_i, db_i)."""
+    r = len(batches[0])
+    ws = [w0.astype(np.float64).copy() for _ in range(r)]
+    bs = [b0.astype(np.float64).copy() for _ in range(r)]
+    dws = [np.zeros_like(ws[0]) for _ in range(r)]
+    dbs = [np.zeros_like(bs[0]) for _ in range(r)]
+    k = 0
+    history: List = []
+    for t, step in enumerate(batches, start=1):
+        grads = [softmax_grads(ws[i], bs[i], *step[i]) for i in range(r)]
+        if t <= warmup_steps:
+            gw = sum(g[0] for g in grads) / r
+            gb = sum(g[1] for g in grads) / r
+            for i in range(r):
+                ws[i] = ws[i] - lr * gw
+                bs[i] = bs[i] - lr * gb
+        else:
+            for i in range(r):
+                ws[i] = ws[i] - lr * (grads[i][0] - dws[i])
+                bs[i] = bs[i] - lr * (grads[i][1] - dbs[i])
+            k += 1
+            if k == interval:
+                wbar = sum(ws) / r
+                bbar = sum(bs) / r
+                if correction == "vrl":
+                    for i in range(r):
+                        dws[i] = dws[i] + (wbar - ws[i]) / (interval * lr)
+                        dbs[i] = dbs[i] + (bbar - bs[i]) / (interval * lr)
+                ws = [wbar.copy() for _ in range(r)]
+                bs = [bbar.copy() for _ in range(r)]
+                k = 0
+        history.append(([w.copy() for w in ws], [b.copy() for b in bs],
+                        [d.copy() for d in dws], [d.copy() for d in dbs]))
+    return history
+
+
+def make_batches(steps: int, replicas: int, per_replica: int, features: int, classes: int, seed: int):
+    """Different, skewed data per replica (replica i sees mostly its own classes)."""
+    rng = np.random.RandomState(seed)
+    out = []
+    for _ in range(steps):
+        row = []
+        for i in range(replicas):
+            x = rng.randn(per_replica, features).astype(np.float32) + i
+            y = ((rng.randint(0, 2, size=per_replica) + i) % classes).astype(np.int32)
+            row.append((x, y))
+        out.append(row)
+    return out

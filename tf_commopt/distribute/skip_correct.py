@@ -1,0 +1,522 @@
+"""SkipCorrectStrategy: local updates on every replica, one fused global average every H steps,
+and a divergence correction (thesis 001: "skip-and-correct").
+
+Example:
+    >>> import os; os.environ["TF_USE_LEGACY_KERAS"] = "1"          # doctest: +SKIP
+    >>> import tensorflow as tf                                       # doctest: +SKIP
+    >>> from tf_commopt.distribute import SkipCorrectStrategy          # doctest: +SKIP
+    >>> strategy = SkipCorrectStrategy(interval=4, correction="vrl")   # doctest: +SKIP
+    >>> with strategy.scope():                                        # doctest: +SKIP
+    ...     model = tf.keras.Sequential([tf.keras.layers.Dense(10)])
+    ...     model.compile("sgd", "sparse_categorical_crossentropy")
+    >>> model.fit(x, y, epochs=1)                                     # doctest: +SKIP
+    >>> strategy.stats()["syncs"]                                     # doctest: +SKIP
+
+The exact rule (docs/skip_correct.md). Steps t = 1, 2, ... are counted per ``apply_gradients``
+(``optimizer.iterations`` after the step); R = ``num_replicas_in_sync``; lr = the optimizer's current
+learning rate; Δ_i = 0 initially. Gradients follow tf.distribute's convention (the loss of each replica
+is scaled by 1/global batch, so the SUM over replicas is the global gradient); replica i's own
+estimate of the gradient is therefore R·g_i.
+
+* t ≤ warmup_steps: synchronous SGD — the gradients are all-reduced (SUM) and applied, as
+  MirroredStrategy does.
+* otherwise, local step: replica i applies R·g_i − Δ_i to its own copy x_i with the user's optimizer
+  (no gradient all-reduce). k ← k + 1 (local steps since the last scheduled sync).
+* when k == H (i.e. (t − warmup_steps) mod H == 0 for a fixed H): x̄ = mean_i x_i — one fused
+  all-reduce of all trainable variables packed into one flat buffer per dtype, plus the non-trainable
+  MEAN-aggregated state (BatchNorm moving statistics) and, if ``average_optimizer_state``, the
+  optimizer slots; for ``vrl``: Δ_i ← Δ_i + (x̄ − x_i)/(k·lr); then x_i ← x̄ and k ← 0.
+
+With ``correction="none"`` and H = 1 this is exactly synchronous SGD (for plain SGD; with stateful
+optimizers the slots stay local unless ``average_optimizer_state=True``).
+
+Design: a thin :class:`SkipCorrectStrategy` over TensorFlow's own MirroredStrategy machinery (one
+process, several devices) or MultiWorkerMirroredStrategy machinery (a TF_CONFIG cluster, one replica
+per worker); the behaviour lives in the StrategyExtended subclasses via :class:`_SkipCorrectMixin`.
+tf-keras optimizers route ``apply_gradients`` to the strategy (one wrapped method, a no-op for any
+other strategy); tf-keras ``Model.evaluate/predict/save/save_weights`` average the replicas first.
+Reading a variable in cross-replica context returns the mean of the local replicas' copies (the global
+model in one process); on a multi-worker cluster it is this worker's copy, and a one-time warning says
+so (call ``strategy.sync()`` first).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import tensorflow as tf
+from tensorflow.python.distribute import collective_all_reduce_strategy as _cars
+from tensorflow.python.distribute import collective_util
+from tensorflow.python.distribute import distribute_lib
+from tensorflow.python.distribute import mirrored_strategy as _ms
+from tensorflow.python.distribute import values as _values
+from tensorflow.python.distribute.cluster_resolver import tfconfig_cluster_resolver
+from tensorflow.python.ops import resource_variable_ops
+
+from tf_commopt.core.interval import validate_interval
+from tf_commopt.distribute import correction as _corr
+from tf_commopt.distribute.state import SkipCorrectState
+from tf_commopt.errors import InputError
+
+__all__ = ["SkipCorrectStrategy", "SkipCorrectExtended", "MultiWorkerSkipCorrectExtended"]
+
+_log = logging.getLogger("tf_commopt.distribute")
+_WARNED: Dict[str, bool] = {}
+
+
+def _warn_once(key: str, message: str) -> None:
+    if not _WARNED.get(key):
+        _WARNED[key] = True
+        _log.warning(message)
+
+
+def _host_variable(value: Any, dtype: tf.DType, name: str) -> tf.Variable:
+    """A plain (non-distributed) variable on the host CPU, created outside any strategy's creator."""
+    with tf.init_scope(), tf.device("/CPU:0"):
+        return resource_variable_ops.ResourceVariable(tf.constant(value, dtype), name=name, trainable=False)
+
+
+class _SkipCorrectMirroredVariable(_values.MirroredVariable):
+    """A MirroredVariable whose cross-replica read is the mean of the local replicas' copies.
+
+    Between two syncs the replicas hold different values; reading one arbitrary copy would silently
+    return a local model. Saving uses the same read, so checkpoints hold the (local) mean.
+    """
+
+    def _get_cross_replica(self):
+        comps = self._values
+        if not self.dtype.is_floating or len(comps) == 1:
+            ext = self._distribute_strategy.extended
+            if self.dtype.is_floating and getattr(ext, "_num_workers", 1) > 1:
+                _warn_once("mw_read", "SkipCorrectStrategy: a variable read in cross-replica context on a "
+                           "multi-worker cluster is this worker's copy; it is the global model only right "
+                           "after a sync (call strategy.sync() first)")
+            return tf.identity(comps[0].read_value())
+        with tf.device(comps[0].device):
+            return tf.add_n([c.read_value() for c in comps]) / tf.cast(len(comps), self.dtype)
+
+
+def _components(value: Any) -> List[Any]:
+    if isinstance(value, _values.DistributedValues):
+        return list(value.values)
+    return [value]
+
+
+class _SkipCorrectMixin:
+    """Skip-and-correct behaviour shared by the single-process and multi-worker extendeds."""
+
+    # set by _sc_init
+    _sc_interval: tf.Variable
+
+    def _sc_init(self, interval: Union[int, str], correction: str, warmup_steps: int,
+                 average_optimizer_state: bool) -> None:
+        self._sc_auto = interval == "auto"
+        self._sc_correction = correction
+        self._sc_warmup = int(warmup_steps)
+        self._sc_avg_slots = bool(average_optimizer_state)
+        initial = 1 if self._sc_auto else int(interval)
+        self._sc_interval = _host_variable(initial, tf.int64, "skip_correct/interval")
+        self._sc_steps = _host_variable(0, tf.int64, "skip_correct/steps")
+        self._sc_syncs = _host_variable(0, tf.int64, "skip_correct/syncs")
+        self._sc_bytes = _host_variable(0, tf.int64, "skip_correct/bytes")
+        self._sc_comm = _host_variable(0.0, tf.float64, "skip_correct/comm_s")
+        self._sc_compute = _host_variable(0.0, tf.float64, "skip_correct/compute_s")
+        self._sc_last_end = _host_variable(0.0, tf.float64, "skip_correct/last_end")
+        self._sc_last_sync_bytes = _host_variable(0, tf.int64, "skip_correct/last_sync_bytes")
+        self._sc_states: Dict[int, SkipCorrectState] = {}
+        self._sc_vars: List[weakref.ref] = []
+        self._sc_internal = False
+
+    # ---- variables -------------------------------------------------------------------------------
+    def _create_variable(self, next_creator, **kwargs):
+        v = super()._create_variable(next_creator, **kwargs)
+        if type(v) is _values.MirroredVariable and not self._sc_internal:
+            v.__class__ = _SkipCorrectMirroredVariable
+        if not self._sc_internal and isinstance(v, _values.DistributedVariable):
+            self._sc_vars.append(weakref.ref(v))
+        return v
+
+    def _sc_live_vars(self) -> List[Any]:
+        out = []
+        for r in self._sc_vars:
+            v = r()
+            if v is not None:
+                out.append(v)
+        return out
+
+    def _sc_extra_vars(self, exclude: Sequence[Any], optimizer: Any = None) -> List[Any]:
+        """Non-trainable float state averaged at each sync: MEAN-aggregated ON_READ variables
+        (BatchNorm moving statistics) and, if asked, the optimizer's slot variables."""
+        seen = {id(v) for v in exclude}
+        out = []
+        for v in self._sc_live_vars():
+            if id(v) in seen or not v.dtype.is_floating or v.trainable:
+                continue
+            if (isinstance(v, _values.SyncOnReadVariable)
+                    and v.aggregation == tf.VariableAggregation.MEAN):
+                out.append(v)
+                seen.add(id(v))
+        if self._sc_avg_slots and optimizer is not None:
+            for v in _optimizer_slots(optimizer):
+                if id(v) not in seen:
+                    out.append(v)
+                    seen.add(id(v))
+        return out
+
+    # ---- state ------------------------------------------------------------------------------------
+    def _sc_state(self, optimizer: Any, var_list: Sequence[Any]) -> SkipCorrectState:
+        key = id(optimizer)
+        state = self._sc_states.get(key)
+        if state is None:
+            with tf.init_scope():
+                self._sc_internal = True
+                try:
+                    state = SkipCorrectState(self._container_strategy(), list(var_list),
+                                             _corr.uses_delta(self._sc_correction), optimizer)
+                finally:
+                    self._sc_internal = False
+                self._sc_states[key] = state
+                optimizer._track_trackable(state, name="skip_correct_state", overwrite=True)
+        elif [id(v) for v in state.variables] != [id(v) for v in var_list]:
+            raise InputError("apply_gradients was called with a different variable list than the first "
+                             "call; SkipCorrectStrategy keeps one correction per variable of the first list",
+                             where="SkipCorrectStrategy")
+        return state
+
+    def correction_state(self, optimizer: Any) -> Optional[SkipCorrectState]:
+        """The per-replica correction state (Δ_i, local-step counter) of ``optimizer``, or None."""
+        return self._sc_states.get(id(optimizer))
+
+    # ---- the step ---------------------------------------------------------------------------------
+    def _sc_apply(self, optimizer: Any, original: Any, grads_and_vars: Any, name: Optional[str],
+                  legacy: bool) -> Any:
+        """Replica-context ``apply_gradients``: local step with correction, then maybe a sync."""
+        ctx = tf.distribute.get_replica_context()
+        pairs = [(g, v) for g, v in grads_and_vars]
+        live = [(g, v) for g, v in pairs if g is not None]
+        if not live:
+            return original(optimizer, pairs, name=name, **_no_agg(legacy))
+        grads = [g for g, _ in live]
+        var_list = [v for _, v in live]
+        new_grads = ctx.merge_call(self._sc_prepare_grads, args=(optimizer, var_list, grads))
+        result = original(optimizer, list(zip(new_grads, var_list)), name=name, **_no_agg(legacy))
+        ctx.merge_call(self._sc_after_step, args=(optimizer, var_list))
+        return result
+
+    def _sc_prepare_grads(self, strategy: Any, optimizer: Any, var_list: Sequence[Any], grads: Sequence[Any]):
+        """Cross-replica: R·g_i − Δ_i per replica (local phase) or the SUM all-reduce (warm-up)."""
+        state = self._sc_state(optimizer, var_list)
+        r = float(self._num_replicas_in_sync)
+        per_var = [_components(g) for g in grads]
+        n_local = len(per_var[0])
+        deltas = state.delta_components()
+
+        def local() -> List[Any]:
+            out = []
+            for j, comps in enumerate(per_var):
+                row = []
+                for i, g in enumerate(comps):
+                    with tf.device(_device_of(comps[i], self.worker_devices[i])):
+                        g = tf.convert_to_tensor(g) * tf.cast(r, g.dtype)
+                        if deltas is not None:
+                            g = g - tf.cast(deltas[j][i].read_value(), g.dtype)
+                    row.append(g)
+                out.append(row)
+            return out
+
+        if self._sc_warmup > 0:
+            t_next = tf.cast(optimizer.iterations, tf.int64) + 1
+            warm = t_next <= self._sc_warmup
+
+            def ssgd() -> List[Any]:
+                dense = [[tf.convert_to_tensor(g) for g in comps] for comps in per_var]
+                reduced = self._sc_fused_reduce(tf.distribute.ReduceOp.SUM, dense)
+                return reduced
+
+            flat_local = lambda: _flatten(local())  # noqa: E731
+            flat_ssgd = lambda: _flatten(ssgd())  # noqa: E731
+            out = _unflatten(tf.cond(warm, flat_ssgd, flat_local), len(per_var), n_local)
+        else:
+            out = local()
+        return [self._sc_regroup(row) for row in out]
+
+    def _sc_after_step(self, strategy: Any, optimizer: Any, var_list: Sequence[Any]) -> None:
+        """Cross-replica: count the step; at k == H average (and correct)."""
+        state = self._sc_states[id(optimizer)]
+        t = tf.cast(optimizer.iterations, tf.int64)  # read after the optimizer's increment
+        now = tf.timestamp()
+        last = self._sc_last_end.read_value()
+        self._sc_compute.assign_add(tf.where(last > 0.0, now - last, tf.constant(0.0, tf.float64)))
+        self._sc_steps.assign_add(1)
+        local_phase = t > self._sc_warmup
+        k = state.local_steps.read_value() + tf.cast(local_phase, tf.int64)
+        h = self._sc_interval.read_value()
+        do_sync = tf.logical_and(local_phase, k >= h)
+        extras = self._sc_extra_vars(var_list, optimizer)
+        lr = _current_lr(optimizer)
+
+        def sync() -> tf.Tensor:
+            self._sc_average(list(var_list) + extras, state=state, n_trainable=len(var_list),
+                             local_steps=k, lr=lr)
+            return tf.constant(0, tf.int64)
+
+        def skip() -> tf.Tensor:
+            return k
+
+        new_k = tf.cond(do_sync, sync, skip)
+        state.local_steps.assign(new_k)
+        with tf.control_dependencies([new_k]):
+            self._sc_last_end.assign(tf.timestamp())
+
+    # ---- communication (the one place) ------------------------------------------------------------
+    def _sc_fused_reduce(self, op: Any, per_var: List[List[tf.Tensor]]) -> List[List[tf.Tensor]]:
+        """All-reduce many tensors as one flat buffer per dtype. per_var[j][i] = var j on replica i."""
+        n_local = len(per_var[0]) if per_var else 0
+        out: List[List[Optional[tf.Tensor]]] = [[None] * n_local for _ in per_var]
+        by_dtype: Dict[tf.DType, List[int]] = {}
+        for j, comps in enumerate(per_var):
+            by_dtype.setdefault(comps[0].dtype, []).append(j)
+        payload = 0
+        for dtype, idx in by_dtype.items():
+            sizes = [int(per_var[j][0].shape.num_elements()) for j in idx]
+            payload += sum(sizes) * dtype.size
+            bufs = []
+            for i in range(n_local):
+                with tf.device(per_var[idx[0]][i].device or self.worker_devices[i]):
+                    bufs.append(tf.concat([tf.reshape(per_var[j][i], [-1]) for j in idx], axis=0))
+            value = self._sc_regroup(bufs)
+            reduced = _components(self.reduce_to(op, value, destinations=value))
+            for i in range(n_local):
+                with tf.device(bufs[i].device):
+                    pieces = tf.split(reduced[i], sizes) if len(sizes) > 1 else [reduced[i]]
+                    for j, piece in zip(idx, pieces):
+                        out[j][i] = tf.reshape(piece, tf.shape(per_var[j][i]))
+        self._sc_bytes.assign_add(payload)
+        self._sc_last_sync_bytes.assign(payload)
+        return out  # type: ignore[return-value]
+
+    def _sc_average(self, variables: Sequence[Any], state: Optional[SkipCorrectState] = None,
+                    n_trainable: int = 0, local_steps: Any = None, lr: Any = None) -> None:
+        """x̄ = mean_i x_i in one fused all-reduce; optional Δ update for the first n_trainable; x_i ← x̄."""
+        if not variables:
+            return
+        t0 = tf.timestamp()
+        with tf.control_dependencies([t0]):
+            comps = [[c.read_value() for c in v.values] for v in variables]
+        means = self._sc_fused_reduce(tf.distribute.ReduceOp.MEAN, comps)
+        deltas = state.delta_components() if state is not None else None
+        ops = []
+        for j, v in enumerate(variables):
+            for i, c in enumerate(v.values):
+                with tf.device(c.device):
+                    if deltas is not None and j < n_trainable:
+                        d = deltas[j][i]
+                        scale = tf.cast(local_steps, d.dtype) * tf.cast(lr, d.dtype)
+                        ops.append(d.assign(_corr.vrl_delta_update(d.read_value(), tf.cast(means[j][i], d.dtype),
+                                                                   tf.cast(comps[j][i], d.dtype), 1.0, scale)))
+                    ops.append(c.assign(means[j][i]))
+        with tf.control_dependencies(ops):
+            t1 = tf.timestamp()
+        self._sc_comm.assign_add(t1 - t0)
+        self._sc_syncs.assign_add(1)
+
+    def _sc_regroup(self, comps: List[Any]) -> Any:
+        if len(comps) == 1 and len(self.worker_devices) == 1:
+            return _values.PerReplica(tuple(comps))
+        return _values.PerReplica(tuple(comps))
+
+    # ---- out-of-rhythm sync -----------------------------------------------------------------------
+    def sync_now(self) -> None:
+        """Average every replica's model now (no Δ update, the H rhythm is kept)."""
+        states = list(self._sc_states.values())
+        if states:
+            trainable: List[Any] = []
+            seen = set()
+            for s in states:
+                for v in s.variables:
+                    if id(v) not in seen:
+                        trainable.append(v)
+                        seen.add(id(v))
+        else:
+            trainable = [v for v in self._sc_live_vars() if v.trainable and v.dtype.is_floating]
+        extras = self._sc_extra_vars(trainable)
+        if self._sc_avg_slots:
+            for opt_state in states:
+                opt = opt_state.optimizer
+                if opt is not None:
+                    for v in _optimizer_slots(opt):
+                        if all(v is not e for e in extras):
+                            extras.append(v)
+        self._sc_average(trainable + extras)
+        self._sc_last_end.assign(0.0)
+
+
+def _no_agg(legacy: bool) -> Dict[str, bool]:
+    return {"experimental_aggregate_gradients": False} if legacy else {"skip_gradients_aggregation": True}
+
+
+def _device_of(t: Any, default: str) -> str:
+    return getattr(t, "device", None) or default
+
+
+def _flatten(rows: List[List[Any]]) -> List[Any]:
+    return [x for row in rows for x in row]
+
+
+def _unflatten(flat: Sequence[Any], n_vars: int, n_local: int) -> List[List[Any]]:
+    flat = list(flat)
+    return [flat[j * n_local:(j + 1) * n_local] for j in range(n_vars)]
+
+
+def _current_lr(optimizer: Any) -> tf.Tensor:
+    if hasattr(optimizer, "_decayed_lr"):  # legacy OptimizerV2
+        return optimizer._decayed_lr(tf.float32)
+    return tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)
+
+
+def _optimizer_slots(optimizer: Any) -> List[Any]:
+    """Floating slot variables of a tf-keras optimizer (not iterations / learning rate)."""
+    if hasattr(optimizer, "_variables") and hasattr(optimizer, "_index_dict"):
+        cand = list(optimizer._variables)
+    else:
+        cand = list(optimizer.variables()) if callable(getattr(optimizer, "variables", None)) else []
+    skip = {id(getattr(optimizer, "_iterations", None))}
+    lr = getattr(optimizer, "_learning_rate", None)
+    skip.add(id(lr))
+    return [v for v in cand if id(v) not in skip and v.dtype.is_floating
+            and isinstance(v, _values.DistributedVariable) and "learning_rate" not in v.name]
+
+
+class SkipCorrectExtended(_SkipCorrectMixin, _ms.MirroredExtended):
+    """MirroredStrategy machinery (one process, several devices) with skip-and-correct updates."""
+
+    def __init__(self, container_strategy, devices=None, **sc):
+        _ms.MirroredExtended.__init__(self, container_strategy, devices=devices)
+        self._sc_init(**sc)
+
+
+class MultiWorkerSkipCorrectExtended(_SkipCorrectMixin, _cars.CollectiveAllReduceExtended):
+    """MultiWorkerMirroredStrategy machinery (a TF_CONFIG cluster) with skip-and-correct updates."""
+
+    def __init__(self, container_strategy, cluster_resolver=None, **sc):
+        _cars.CollectiveAllReduceExtended.__init__(
+            self, container_strategy, cluster_resolver=cluster_resolver,
+            communication_options=collective_util.Options())
+        self._sc_init(**sc)
+
+
+def _tf_config_has_cluster() -> bool:
+    return bool(tfconfig_cluster_resolver.TFConfigClusterResolver().cluster_spec().as_dict())
+
+
+def _check_keras() -> None:
+    """Keras 3 optimizers do not route through tf.distribute's update path we extend: point to tf-keras."""
+    if "tf_keras" in sys.modules or os.environ.get("TF_USE_LEGACY_KERAS", "") in ("1", "true", "True"):
+        return
+    try:
+        import keras  # noqa: F401
+        major = int(str(getattr(keras, "__version__", "0")).split(".")[0])
+    except Exception:  # no Keras at all: custom loops with tf-keras optimizers only
+        return
+    if major >= 3:
+        raise InputError("Keras 3 is the active tf.keras, and its optimizers all-reduce gradients themselves; "
+                         "SkipCorrectStrategy needs tf-keras: pip install tf-keras and set "
+                         "TF_USE_LEGACY_KERAS=1 before importing tensorflow", where="SkipCorrectStrategy")
+
+
+class SkipCorrectStrategy(distribute_lib.Strategy):
+    """Local SGD with periodic global averaging and divergence correction, as a tf.distribute strategy.
+
+    Example:
+        >>> strategy = SkipCorrectStrategy(interval=4, correction="vrl")   # doctest: +SKIP
+        >>> with strategy.scope():                                         # doctest: +SKIP
+        ...     model = make_model(); model.compile("sgd", "mse")
+        >>> model.fit(x, y)                                                # doctest: +SKIP
+
+    Args:
+        interval: H, local steps between two global averagings (int ≥ 1), or ``"auto"`` (starts at
+            H = 1; a policy sets it later through :meth:`set_interval`, e.g. the telemetry callback
+            with a ``tf_commopt.core.interval`` policy).
+        correction: ``"vrl"`` (VRL-SGD, Liang et al. 2019) or ``"none"`` (plain local SGD).
+        warmup_steps: steps of plain synchronous SGD before local steps begin (post-local SGD).
+        average_optimizer_state: also average the optimizer slots (momentum, Adam moments) at each
+            sync; by default they stay local.
+        devices: local devices, as for MirroredStrategy (ignored with a TF_CONFIG cluster).
+        cluster_resolver: a ClusterResolver for multi-worker training (default: TF_CONFIG).
+    """
+
+    _collective_key_base = 0
+
+    def __init__(self, interval: Union[int, str] = 4, correction: str = "vrl", warmup_steps: int = 0,
+                 average_optimizer_state: bool = False, devices: Optional[Sequence[str]] = None,
+                 cluster_resolver: Any = None):
+        interval = validate_interval(interval, where="SkipCorrectStrategy(interval=...)")
+        correction = _corr.validate_correction(correction, where="SkipCorrectStrategy(correction=...)")
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise InputError(f"must be a non-negative integer, got {warmup_steps!r}",
+                             where="SkipCorrectStrategy(warmup_steps=...)")
+        _check_keras()
+        sc = dict(interval=interval, correction=correction, warmup_steps=warmup_steps,
+                  average_optimizer_state=average_optimizer_state)
+        if cluster_resolver is not None or (devices is None and _tf_config_has_cluster()):
+            if devices is not None:
+                raise InputError("give devices or cluster_resolver, not both", where="SkipCorrectStrategy")
+            extended = MultiWorkerSkipCorrectExtended(self, cluster_resolver=cluster_resolver, **sc)
+        else:
+            extended = SkipCorrectExtended(self, devices=devices, **sc)
+        super().__init__(extended)
+        from tf_commopt.distribute import _keras_hooks
+        _keras_hooks.install()
+
+    @property
+    def cluster_resolver(self) -> Any:
+        return getattr(self.extended, "_cluster_resolver", None)
+
+    @property
+    def interval(self) -> int:
+        """The current H."""
+        return int(self.extended._sc_interval.numpy())
+
+    @property
+    def correction(self) -> str:
+        return self.extended._sc_correction
+
+    @property
+    def warmup_steps(self) -> int:
+        return self.extended._sc_warmup
+
+    @property
+    def auto_interval(self) -> bool:
+        """True when constructed with ``interval="auto"`` (a policy is expected to call set_interval)."""
+        return self.extended._sc_auto
+
+    def set_interval(self, interval: int) -> None:
+        """Change H (every worker must set the same value). The hook point for interval policies."""
+        interval = validate_interval(interval, where="SkipCorrectStrategy.set_interval")
+        if interval == "auto":
+            raise InputError("set_interval needs an integer", where="SkipCorrectStrategy.set_interval")
+        self.extended._sc_interval.assign(int(interval))
+
+    def sync(self) -> None:
+        """Average the replicas now (cross-replica context; outside the H rhythm, no Δ update)."""
+        with self.scope():
+            self.extended.sync_now()
+
+    def stats(self) -> Dict[str, Union[int, float]]:
+        """Telemetry: interval, steps, syncs, comm_s, compute_s, bytes_communicated (this process)."""
+        e = self.extended
+        return {
+            "interval": int(e._sc_interval.numpy()),
+            "steps": int(e._sc_steps.numpy()),
+            "syncs": int(e._sc_syncs.numpy()),
+            "comm_s": float(e._sc_comm.numpy()),
+            "compute_s": float(e._sc_compute.numpy()),
+            "bytes_communicated": int(e._sc_bytes.numpy()),
+        }
+
+    def reset_step_clock(self) -> None:
+        """Forget the end time of the last step (so a pause, e.g. evaluation, is not counted as compute)."""
+        self.extended._sc_last_end.assign(0.0)

@@ -1,0 +1,114 @@
+"""Per-optimizer skip-and-correct state: the Δ_i of every replica and the local-step counter k.
+
+The state is a checkpointable child of the optimizer (``skip_correct_state``), so
+``tf.train.Checkpoint(optimizer=...)``, ``model.save_weights`` and ``model.save`` keep it: the step
+counter t is the optimizer's own ``iterations``; here we add k (local steps since the last scheduled
+sync), H, and Δ_i stacked over all replicas into one ``[R, ...]`` tensor per variable (gathered across
+workers on a cluster). Restoring into a strategy with a different number of replicas is an InputError.
+
+Example:
+    >>> state = strategy.extended.correction_state(optimizer)   # doctest: +SKIP
+    >>> state.delta_numpy()[0].shape                            # doctest: +SKIP
+    (4, 3, 2)
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.distribute import values as _values
+from tensorflow.python.ops import resource_variable_ops
+from tensorflow.python.trackable import base as _trackable
+
+from tf_commopt.errors import InputError
+
+__all__ = ["SkipCorrectState"]
+
+
+class SkipCorrectState(_trackable.Trackable):
+    """Δ_i per trainable variable (one component per replica) and the local-step counter k."""
+
+    def __init__(self, strategy: Any, variables: Sequence[Any], with_delta: bool, optimizer: Any = None):
+        self._strategy = strategy
+        self.variables = list(variables)
+        self._optimizer_ref = weakref.ref(optimizer) if optimizer is not None else (lambda: None)
+        with tf.device("/CPU:0"):
+            self.local_steps = resource_variable_ops.ResourceVariable(
+                tf.constant(0, tf.int64), name="skip_correct/local_steps", trainable=False)
+        self.deltas: Optional[List[Any]] = None
+        if with_delta:
+            with strategy.scope():
+                self.deltas = [
+                    tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
+                                name="skip_correct/delta_%d" % j,
+                                synchronization=tf.VariableSynchronization.ON_WRITE,
+                                aggregation=tf.VariableAggregation.NONE)
+                    for j, v in enumerate(self.variables)]
+
+    @property
+    def optimizer(self) -> Any:
+        return self._optimizer_ref()
+
+    def delta_components(self) -> Optional[List[List[Any]]]:
+        """deltas[j][i]: Δ of variable j on local replica i (None for correction "none")."""
+        if self.deltas is None:
+            return None
+        return [list(d.values) for d in self.deltas]
+
+    def delta_numpy(self) -> List[np.ndarray]:
+        """Δ of every variable as a numpy array [local replicas, *shape] (eager)."""
+        if self.deltas is None:
+            return [np.zeros((len(v.values),) + tuple(v.shape), v.dtype.as_numpy_dtype) for v in self.variables]
+        return [np.stack([c.numpy() for c in d.values]) for d in self.deltas]
+
+    # ---- checkpointing ----------------------------------------------------------------------------
+    def _global_offset(self) -> int:
+        ext = self._strategy.extended
+        return int(getattr(ext, "_id_in_cluster", 0)) * len(ext.worker_devices)
+
+    def _stacked(self, d: Any) -> tf.Tensor:
+        ext = self._strategy.extended
+        comps = list(d.values)
+        if getattr(ext, "_num_workers", 1) > 1:
+            per = _values.PerReplica(tuple(tf.expand_dims(c.read_value(), 0) for c in comps))
+            return self._strategy.gather(per, axis=0)
+        with tf.device("/CPU:0"):
+            return tf.stack([c.read_value() for c in comps])
+
+    def _serialize_to_tensors(self) -> Dict[str, Any]:
+        ext = self._strategy.extended
+        out: Dict[str, Any] = {
+            "local_steps": self.local_steps.read_value(),
+            "num_replicas": tf.constant(self._strategy.num_replicas_in_sync, tf.int64),
+            "interval": ext._sc_interval.read_value(),
+        }
+        if self.deltas is not None:
+            for j, d in enumerate(self.deltas):
+                out["delta_%d" % j] = self._stacked(d)
+        return out
+
+    def _restore_from_tensors(self, restored_tensors: Dict[str, Any]) -> Any:
+        ext = self._strategy.extended
+        saved_r = int(restored_tensors["num_replicas"])
+        here = self._strategy.num_replicas_in_sync
+        if saved_r != here:
+            raise InputError(f"the checkpoint was written with {saved_r} replicas but this SkipCorrectStrategy "
+                             f"has {here}; the per-replica corrections cannot be mapped",
+                             where="SkipCorrectStrategy restore")
+        ops = [self.local_steps.assign(restored_tensors["local_steps"])]
+        if ext._sc_auto:
+            ops.append(ext._sc_interval.assign(restored_tensors["interval"]))
+        if self.deltas is not None:
+            off = self._global_offset()
+            for j, d in enumerate(self.deltas):
+                key = "delta_%d" % j
+                if key not in restored_tensors:
+                    raise InputError(f"checkpoint has no {key} (written with correction 'none'?)",
+                                     where="SkipCorrectStrategy restore")
+                rows = restored_tensors[key]
+                for i, c in enumerate(d.values):
+                    with tf.device(c.device):
+                        ops.append(c.assign(rows[off + i]))
+        return tf.group(ops)
