@@ -57,7 +57,7 @@ from tf_commopt.core.schedule import (  # noqa: E402
 )
 from tf_commopt.errors import InputError, PlanError  # noqa: E402
 
-__all__ = ["Pipeline", "StageLayout", "execution_order", "split_sizes", "place_model", "default_devices"]
+__all__ = ["Pipeline", "MiniBatchRun", "StageLayout", "execution_order", "split_sizes", "place_model", "default_devices"]
 
 
 # ----------------------------------------------------------------------------- instructions
@@ -65,7 +65,8 @@ _KNOWN = (Forward, Backward, SendAct, RecvAct, SendGrad, RecvGrad, AllReduce, Op
 
 
 def execution_order(schedule: Schedule) -> List[Tuple[int, Any]]:
-    """One global order of a schedule's per-rank streams that honours every Recv (it waits for its Send).
+    """One global order of a schedule's per-rank streams that honours every Recv (it waits for its Send)
+    and every AllReduce (no listed rank passes it before all have reached it).
 
     Ranks are pipeline stages. Ranks are visited round-robin; each runs its stream until it reaches a
     receive whose send has not happened yet. An instruction type the executor does not know is a
@@ -78,6 +79,8 @@ def execution_order(schedule: Schedule) -> List[Tuple[int, Any]]:
     streams = [list(st) for st in schedule.streams]
     pos = [0] * len(streams)
     sent = set()
+    arrived: Dict[tuple, set] = {}
+    seen_coll: List[Dict[tuple, int]] = [dict() for _ in streams]
     out: List[Tuple[int, Any]] = []
     while any(p < len(st) for p, st in zip(pos, streams)):
         progressed = False
@@ -90,6 +93,12 @@ def execution_order(schedule: Schedule) -> List[Tuple[int, Any]]:
                     kind = SendAct if isinstance(ins, RecvAct) else SendGrad
                     if (kind, ins.peer, r, ins.mb) not in sent:
                         break
+                if isinstance(ins, AllReduce):  # collective: every listed rank must have reached it
+                    k = (ins.key, ins.ranks, seen_coll[r].get((ins.key, ins.ranks), 0))
+                    arrived.setdefault(k, set()).add(r)
+                    if not set(ins.ranks) <= arrived[k]:
+                        break
+                    seen_coll[r][(ins.key, ins.ranks)] = k[2] + 1
                 if isinstance(ins, (SendAct, SendGrad)):
                     sent.add((type(ins), r, ins.peer, ins.mb))
                 out.append((r, ins))
@@ -174,15 +183,30 @@ class StageLayout:
                 else:
                     nodes.append(node)
         layer_names = {n.layer.name for n in nodes}
-        for name, s in plan.stage_of_node.items():
+        stage_of = dict(plan.stage_of_node)
+        # a nested model is one unit here; the Keras importer names its layers "outer/inner"
+        for n in nodes:
+            name = n.layer.name
+            if name in stage_of or not hasattr(n.layer, "layers"):
+                continue
+            inner = {k: v for k, v in stage_of.items() if k.startswith(name + "/")}
+            if len(set(inner.values())) > 1:
+                raise PlanError(f"nested model {name!r} is split across stages {sorted(set(inner.values()))}; "
+                                "a nested model must stay in one stage", where=where)
+            if inner:
+                for k in inner:
+                    del stage_of[k]
+                stage_of[name] = next(iter(inner.values()))
+        for name, s in stage_of.items():
             if name not in layer_names and name not in input_layer_names:
                 raise PlanError(f"layer {name!r} is not a layer of model {model.name!r}", where=where)
             if not 0 <= s < P:
                 raise PlanError(f"layer {name!r}: stage {s} is outside 0..{P - 1}", where=where)
         for n in nodes:
-            if n.layer.name not in plan.stage_of_node:
+            if n.layer.name not in stage_of:
                 raise PlanError(f"layer {n.layer.name!r} of model {model.name!r} has no stage in the plan",
                                 where=where)
+        self.stage_of_layer = stage_of
 
         self.input_ids = [str(id(t)) for t in model.inputs]
         self.output_ids = [str(id(t)) for t in model.outputs]
@@ -191,7 +215,7 @@ class StageLayout:
         self.nodes_of_stage: List[List[Any]] = [[] for _ in range(P)]
         consumers: Dict[str, set] = {}
         for n in nodes:
-            s = plan.stage_of_node[n.layer.name]
+            s = stage_of[n.layer.name]
             for tid in n.flat_input_ids:
                 ps = producer.get(tid)
                 if ps is None:
@@ -341,7 +365,7 @@ class Pipeline:
         devices = list(devices) if devices is not None else default_devices()
         if place:
             probe = StageLayout(model, plan, devices)  # validates before cloning
-            dev_of_layer = {name: probe.devices[s] for name, s in plan.stage_of_node.items()}
+            dev_of_layer = {name: probe.devices[s] for name, s in probe.stage_of_layer.items()}
             model = place_model(model, dev_of_layer, probe.devices[0])
         self.layout = StageLayout(model, plan, devices)
         self.model = model
@@ -353,7 +377,7 @@ class Pipeline:
             if not v >= 1.0:
                 raise InputError(f"slow-down factor of {k} must be >= 1, got {v}", where="slowdown")
         self.schedule = gpipe(self.layout.num_stages, microbatches)
-        self._orders = {microbatches: execution_order(self.schedule)}
+        self._orders: Dict[int, List[Tuple[int, Any]]] = {microbatches: execution_order(self.schedule)}
         self._train_fn = None
 
     # -- accessors
@@ -388,6 +412,10 @@ class Pipeline:
         return tf.nest.pack_sequence_as(self.model._nested_outputs, cat)
 
     # -- training
+    def begin(self, x: Any, y: Any, total_batch: Optional[int] = None) -> "MiniBatchRun":
+        """Start one mini-batch; drive it with ``run.forward(s, m)`` / ``run.backward(s, m)``."""
+        return MiniBatchRun(self, x, y, total_batch)
+
     def compute_gradients(self, x: Any, y: Any, total_batch: Optional[int] = None
                           ) -> Tuple[tf.Tensor, List[tf.Tensor]]:
         """GPipe forward+backward of one mini-batch: (weighted loss, gradients of :attr:`trainable_variables`).
@@ -395,59 +423,33 @@ class Pipeline:
         Each micro-batch loss is weighted by ``b_m / total_batch`` (default: this batch's size), so the
         result is the gradient of the mini-batch mean loss (or this batch's share of a global one).
         """
-        if self.loss is None:
-            raise InputError("Pipeline needs a loss to train", where="Pipeline(loss=...)")
-        B = self._batch_of(x)
-        total = float(total_batch if total_batch is not None else B)
-        sizes = split_sizes(B, self.microbatches)
-        xs, ys = self._split(x, sizes), self._split(y, sizes)
-        P, L = self.layout.num_stages, self.layout
-        acts: List[Dict[str, tf.Tensor]] = [dict() for _ in sizes]
-        tapes: Dict[Tuple[int, int], Tuple[tf.GradientTape, Dict[str, tf.Tensor], Dict[str, tf.Tensor]]] = {}
-        grad_of: List[Dict[str, tf.Tensor]] = [dict() for _ in sizes]
-        acc: Dict[Any, tf.Tensor] = {}
-        losses = []
-        Mb = len(sizes)  # fewer samples than micro-batches: the same schedule with fewer micro-batches
-        if Mb not in self._orders:
-            self._orders[Mb] = execution_order(gpipe(P, Mb))
-        for s, ins in self._orders[Mb]:
-            if not isinstance(ins, (Forward, Backward)):
-                continue  # Send/Recv: the data flow moves the tensors; OptimizerStep: train_step
-            m = ins.mb
-            if isinstance(ins, Forward):
-                if s == 0:
-                    acts[m].update(self._feed(xs[m]))
-                tape = tf.GradientTape(persistent=False)
-                ins_t, out = self._forward(s, acts[m], training=True, tape=tape)
-                tapes[(s, m)] = (tape, ins_t, out)
-                acts[m].update(out)
-                if s == P - 1:  # the loss rides on the last stage's device
-                    with tf.device(L.devices[-1]):
-                        with tf.GradientTape() as lt:
-                            preds = [tf.identity(acts[m][t]) for t in L.output_ids]
-                            lt.watch(preds)
-                            lm = self.loss(ys[m], tf.nest.pack_sequence_as(self.model._nested_outputs, preds))
-                            lm = tf.cast(lm, tf.float32) * (sizes[m] / total)
-                        gp = lt.gradient(lm, preds, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-                    for t, g in zip(L.output_ids, gp):
-                        self._add_grad(grad_of[m], t, g)
-                    losses.append(lm)
-            else:
-                tape, ins_t, outs_t = tapes.pop((s, m))
-                self._backward(s, tape, ins_t, outs_t, grad_of[m], acc)
-        grads = [acc.get(v.ref()) for v in self.trainable_variables]
-        grads = [g if g is not None else tf.zeros_like(v) for g, v in zip(grads, self.trainable_variables)]
-        return tf.add_n(losses), grads
+        run = self.begin(x, y, total_batch)
+        for s, ins in self.order(run.num_microbatches):
+            run.execute(s, ins)
+        return run.result()
+
+    def order(self, microbatches: int) -> List[Tuple[int, Any]]:
+        """The executed order of the GPipe schedule with ``microbatches`` micro-batches (cached)."""
+        if microbatches not in self._orders:
+            self._orders[microbatches] = execution_order(gpipe(self.layout.num_stages, microbatches))
+        return self._orders[microbatches]
 
     def train_step(self, x: Any, y: Any) -> tf.Tensor:
-        """One mini-batch: GPipe gradients, then one optimizer step. Runs inside one ``tf.function``."""
+        """One mini-batch: the GPipe schedule, ending in one optimizer step. Runs inside one ``tf.function``."""
         if self.optimizer is None:
             raise InputError("Pipeline needs an optimizer to train", where="Pipeline(optimizer=...)")
         if self._train_fn is None:
             def step(x, y):
-                loss, grads = self.compute_gradients(x, y)
-                self.apply_gradients(grads)
-                return loss
+                run = self.begin(x, y)
+                issued = 0
+                for s, ins in self.order(run.num_microbatches):
+                    if isinstance(ins, OptimizerStep):
+                        issued += 1  # every stage issues one; the last one (all backwards done) steps
+                        if issued == self.layout.num_stages:  # one tf-keras step updates all stages
+                            self.apply_gradients(run.result()[1])
+                    else:
+                        run.execute(s, ins)
+                return run.result()[0]
             self._train_fn = tf.function(step)
         return self._train_fn(x, y)
 
@@ -531,3 +533,73 @@ class Pipeline:
         with tf.device(self.layout.devices[-1]):
             preds = [tf.identity(acts[t]) for t in self.layout.output_ids]
         return tf.nest.pack_sequence_as(self.model._nested_outputs, preds)
+
+
+class MiniBatchRun:
+    """The state of one mini-batch on one pipeline: activations, tapes and gradients per micro-batch.
+
+    Example:
+        >>> run = pipe.begin(x, y)                                   # doctest: +SKIP
+        >>> for s, ins in pipe.order(run.num_microbatches): run.execute(s, ins)   # doctest: +SKIP
+        >>> loss, grads = run.result()                               # doctest: +SKIP
+    """
+
+    def __init__(self, pipe: Pipeline, x: Any, y: Any, total_batch: Optional[int] = None):
+        if pipe.loss is None:
+            raise InputError("Pipeline needs a loss to train", where="Pipeline(loss=...)")
+        self.pipe = pipe
+        B = pipe._batch_of(x)
+        self.total = float(total_batch if total_batch is not None else B)
+        self.sizes = split_sizes(B, pipe.microbatches)
+        self.xs, self.ys = pipe._split(x, self.sizes), pipe._split(y, self.sizes)
+        M = len(self.sizes)
+        self.acts: List[Dict[str, tf.Tensor]] = [dict() for _ in range(M)]
+        self.tapes: Dict[Tuple[int, int], Tuple[tf.GradientTape, Dict[str, tf.Tensor], Dict[str, tf.Tensor]]] = {}
+        self.grad_of: List[Dict[str, tf.Tensor]] = [dict() for _ in range(M)]
+        self.acc: Dict[Any, tf.Tensor] = {}
+        self.losses: List[tf.Tensor] = []
+
+    @property
+    def num_microbatches(self) -> int:
+        return len(self.sizes)
+
+    def execute(self, s: int, ins: Any) -> None:
+        """Run one instruction of stage ``s``: Forward/Backward compute; Send/Recv are implied by the data
+        flow (the consumer copies under its device); OptimizerStep/AllReduce belong to the caller."""
+        if isinstance(ins, Forward):
+            self.forward(s, ins.mb)
+        elif isinstance(ins, Backward):
+            self.backward(s, ins.mb)
+        elif not isinstance(ins, _KNOWN):
+            raise PlanError(f"unknown instruction {ins!r}", where=f"pipeline stage {s}")
+
+    def forward(self, s: int, m: int) -> None:
+        pipe, L = self.pipe, self.pipe.layout
+        if s == 0:
+            self.acts[m].update(pipe._feed(self.xs[m]))
+        tape = tf.GradientTape(persistent=False)
+        ins_t, out = pipe._forward(s, self.acts[m], training=True, tape=tape)
+        self.tapes[(s, m)] = (tape, ins_t, out)
+        self.acts[m].update(out)
+        if s == L.num_stages - 1:  # the loss rides on the last stage's device
+            with tf.device(L.devices[-1]):
+                with tf.GradientTape() as lt:
+                    preds = [tf.identity(self.acts[m][t]) for t in L.output_ids]
+                    lt.watch(preds)
+                    lm = pipe.loss(self.ys[m], tf.nest.pack_sequence_as(pipe.model._nested_outputs, preds))
+                    lm = tf.cast(lm, tf.float32) * (self.sizes[m] / self.total)
+                gp = lt.gradient(lm, preds, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            for t, g in zip(L.output_ids, gp):
+                pipe._add_grad(self.grad_of[m], t, g)
+            self.losses.append(lm)
+
+    def backward(self, s: int, m: int) -> None:
+        tape, ins_t, outs_t = self.tapes.pop((s, m))
+        self.pipe._backward(s, tape, ins_t, outs_t, self.grad_of[m], self.acc)
+
+    def result(self) -> Tuple[tf.Tensor, List[tf.Tensor]]:
+        """(sum of the weighted micro-batch losses, accumulated gradients of ``pipe.trainable_variables``)."""
+        vs = self.pipe.trainable_variables
+        grads = [self.acc.get(v.ref()) for v in vs]
+        grads = [g if g is not None else tf.zeros_like(v) for g, v in zip(grads, vs)]
+        return tf.add_n(self.losses), grads
