@@ -469,6 +469,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """CLI: ``python -m tf_commopt.cluster --workers N [...] -- COMMAND ...``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C works even if started with SIGINT ignored
     parser = _parser()
     if "--" in argv:
         k = argv.index("--")
