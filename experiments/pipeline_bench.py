@@ -88,6 +88,8 @@ def run_config(graph, name: str, k: int, bw: float) -> List[dict]:
         rows.append({
             "profile": name, "stages": k, "bandwidth_gbps": bw, "method": method,
             "search_s": plan.search_s, "objective_ms": plan.objective, "max_stage_compute_ms": max(plan.stage_compute_ms),
+            "comm_compute_ratio": max(plan.stage_comm_ms) / max(plan.stage_compute_ms),
+            "busy_stages": sum(1 for c in plan.stage_compute_ms if c > 0.05 * max(plan.stage_compute_ms)),
             "sync_iteration_ms": sync.iteration_ms, "sync_bubble": sync.bubble_fraction,
             "async_throughput": asy.throughput, "async_iteration_ms": asy.iteration_ms,
             "async_bubble": asy.bubble_fraction, "bytes_injected": sync.bytes_injected,
@@ -117,6 +119,7 @@ def compare(rows: List[dict]) -> List[dict]:
                 "bytes_pct": pct(ga["bytes_injected"], b["bytes_injected"]) if b["bytes_injected"] else 0.0,
                 "objective_pct": pct(ga["objective_ms"], b["objective_ms"]),
                 "ga_search_s": ga["search_s"], "base_search_s": b["search_s"],
+                "base_comm_compute_ratio": b["comm_compute_ratio"], "ga_busy_stages": ga["busy_stages"],
             })
     return out
 
@@ -128,11 +131,35 @@ def _fmt(x: float) -> str:
 def tables(rows: List[dict], comps: List[dict], speed: Dict[str, float]) -> str:
     lines = [f"Simulator speed: 1,000 micro-batches on 8 stages in {speed['gpipe']:.3f} s (GPipe), "
              f"{speed['1f1b']:.3f} s (1F1B).", ""]
-    lines += ["### Summary: GA's change against each baseline over all configurations", "",
-              "| baseline | metric | thesis | median | best | worst | GA better in |",
-              "|---|---|---|---|---|---|---|"]
+    lines += _summary(comps, "all configurations")
+    lines += _summary([c for c in comps if c["base_comm_compute_ratio"] <= 1.0],
+                      "configurations where the baseline's slowest transfer is at most its slowest stage's "
+                      "compute (comm/compute <= 1)")
+    lines += ["### GA against layer-wise, per configuration", "",
+              "comm/compute: the layer-wise plan's largest per-stage communication (activations out + "
+              "gradients back) over its largest stage compute. busy: GA stages with > 5% of the largest "
+              "stage's compute.", "",
+              "| profile | K | Gbit/s | comm/compute | sync iter % | async thr % | bytes % | objective % | "
+              "GA busy stages | GA search s |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in comps:
+        if c["baseline"] != "layerwise":
+            continue
+        lines.append(f"| {c['profile']} | {c['stages']} | {c['bandwidth_gbps']:g} | "
+                     f"{c['base_comm_compute_ratio']:.2f} | {_fmt(c['sync_pct'])} | "
+                     f"{_fmt(c['async_pct'])} | {_fmt(c['bytes_pct'])} | {_fmt(c['objective_pct'])} | "
+                     f"{c['ga_busy_stages']}/{c['stages']} | {c['ga_search_s']:.2f} |")
+    return "\n".join(lines + _absolute(rows)) + "\n"
+
+
+def _summary(comps: List[dict], title: str) -> List[str]:
+    lines = [f"### GA's change against each baseline: {title}", "",
+             "| baseline | metric | thesis | median | best | worst | GA better in |",
+             "|---|---|---|---|---|---|---|"]
     for base in BASELINES:
         cs = [c for c in comps if c["baseline"] == base]
+        if not cs:
+            continue
         for key, label, better in (("sync_pct", "sync iteration time %", -1), ("async_pct", "async throughput %", 1),
                                    ("bytes_pct", "bytes injected %", -1), ("objective_pct", "partitioner objective %", -1)):
             vals = [c[key] for c in cs]
@@ -142,16 +169,11 @@ def tables(rows: List[dict], comps: List[dict], speed: Dict[str, float]) -> str:
             thesis = THESIS.get(key, "") if base == "layerwise" else ""
             lines.append(f"| {base} | {label} | {thesis} | {_fmt(statistics.median(vals))} | {_fmt(best)} | "
                          f"{_fmt(worst)} | {wins}/{len(vals)} |")
-    lines += ["", "### GA against layer-wise, per configuration", "",
-              "| profile | K | Gbit/s | sync iter % | async thr % | bytes % | objective % | GA search s |",
-              "|---|---|---|---|---|---|---|---|"]
-    for c in comps:
-        if c["baseline"] != "layerwise":
-            continue
-        lines.append(f"| {c['profile']} | {c['stages']} | {c['bandwidth_gbps']:g} | {_fmt(c['sync_pct'])} | "
-                     f"{_fmt(c['async_pct'])} | {_fmt(c['bytes_pct'])} | {_fmt(c['objective_pct'])} | "
-                     f"{c['ga_search_s']:.2f} |")
-    lines += ["", "### Absolute numbers (sync ms / async mini-batches per s / MB injected), per method", "",
+    return lines + [""]
+
+
+def _absolute(rows: List[dict]) -> List[str]:
+    lines = ["", "### Absolute numbers (sync ms / async mini-batches per s / MB injected), per method", "",
               "| profile | K | Gbit/s | " + " | ".join(BASELINES + ["ga"]) + " |",
               "|---|---|---|" + "---|" * (len(BASELINES) + 1)]
     by = {}
@@ -161,7 +183,7 @@ def tables(rows: List[dict], comps: List[dict], speed: Dict[str, float]) -> str:
         cells = [f"{ms[m]['sync_iteration_ms']:.1f} / {ms[m]['async_throughput']:.2f} / "
                  f"{ms[m]['bytes_injected'] / 1e6:.0f}" for m in BASELINES + ["ga"]]
         lines.append(f"| {prof} | {k} | {bw:g} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def figure(comps: List[dict], path: str) -> None:
