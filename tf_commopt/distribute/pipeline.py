@@ -44,7 +44,6 @@ per micro-batch, and random layers (Dropout) draw different masks. Regularisatio
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -56,6 +55,7 @@ from tf_commopt.core.schedule import (  # noqa: E402
     AllReduce, Backward, Forward, OptimizerStep, RecvAct, RecvGrad, Schedule, SendAct, SendGrad, gpipe, short,
 )
 from tf_commopt.errors import InputError, PlanError  # noqa: E402
+from tf_commopt.tf.slowdown import canonical_device, get_slowdown, slowed  # noqa: E402
 
 __all__ = ["Pipeline", "MiniBatchRun", "StageLayout", "execution_order", "split_sizes", "place_model", "default_devices"]
 
@@ -308,30 +308,12 @@ def place_model(model: Any, device_of_layer: Mapping[str, str], default_device: 
 
 
 # ----------------------------------------------------------------------------- slow-down
-def _sleep_for(seconds: tf.Tensor) -> tf.Tensor:
-    s = float(seconds.numpy())
-    if s > 0:
-        time.sleep(s)
-    return seconds
-
-
 def _slowed(factor: float, fn: Callable[[], Any], inputs: Sequence[tf.Tensor]) -> Any:
-    """Run ``fn()``; then, on a device ``factor`` times slower, sleep (factor-1) x its measured time.
-
-    Sleeping (not recomputing) keeps the emulated slow device off the shared CPU cores.
-    """
+    """``fn()`` on a device emulated ``factor`` times slower (:func:`tf_commopt.tf.slowdown.slowed`:
+    sleep ``(factor - 1)`` x the measured time after the work, ordered after ``inputs``)."""
     if factor <= 1.0:
         return fn()
-    with tf.control_dependencies(list(inputs)):
-        t0 = tf.timestamp()
-    with tf.control_dependencies([t0]):
-        out = fn()
-    flat = [t for t in tf.nest.flatten(out) if isinstance(t, (tf.Tensor, tf.Variable))]
-    with tf.control_dependencies(flat):
-        t1 = tf.timestamp()
-    slept = tf.py_function(_sleep_for, [(factor - 1.0) * (t1 - t0)], Tout=tf.float64)
-    with tf.control_dependencies([slept]):
-        return tf.nest.map_structure(lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, out)
+    return slowed(lambda *_: fn(), factor)(*inputs)
 
 
 # ----------------------------------------------------------------------------- pipeline
@@ -352,7 +334,8 @@ class Pipeline:
         microbatches: M, micro-batches per mini-batch.
         loss: ``loss(y_true, y_pred) -> scalar`` averaging over samples (e.g. a Keras loss).
         optimizer: a tf-keras optimizer (needed for :meth:`train_step`).
-        slowdown: optional {device name: factor >= 1}: emulate a device that many times slower.
+        slowdown: optional {device name: factor >= 1}: emulate a device that many times slower
+            (default: the registry of :func:`tf_commopt.tf.slowdown.set_slowdown`).
         place: clone the model with each stage's variables on its device (weights copied).
     """
 
@@ -372,7 +355,7 @@ class Pipeline:
         self.microbatches = microbatches
         self.loss = loss
         self.optimizer = optimizer
-        self.slowdown = {str(k): float(v) for k, v in (slowdown or {}).items()}
+        self.slowdown = {canonical_device(str(k)): float(v) for k, v in (slowdown or {}).items()}
         for k, v in self.slowdown.items():
             if not v >= 1.0:
                 raise InputError(f"slow-down factor of {k} must be >= 1, got {v}", where="slowdown")
@@ -391,13 +374,12 @@ class Pipeline:
         return list(self.layout.devices)
 
     def _factor(self, s: int) -> float:
-        dev = self.layout.devices[s]
+        """Slow-down factor of stage ``s``'s device: ``slowdown=`` if given there, else the process-wide
+        registry of :mod:`tf_commopt.tf.slowdown` (``set_slowdown``), else 1."""
+        dev = canonical_device(self.layout.devices[s])
         if dev in self.slowdown:
             return self.slowdown[dev]
-        for k, v in self.slowdown.items():  # accept short names ("/CPU:1") for canonical ones
-            if tf.DeviceSpec.from_string(k).to_string() == tf.DeviceSpec.from_string(dev).to_string():
-                return v
-        return 1.0
+        return get_slowdown(dev)
 
     # -- forward only
     def predict_step(self, x: Any) -> Any:
