@@ -101,7 +101,7 @@ def test_ga_is_deterministic_and_beats_baselines_on_a_real_branchy_profile():
     assert a.objective == b.objective
     others = {m: partition(g, 4, method=m, bandwidth_gbps=10.0, seed=3).objective
               for m in ("layerwise", "balanced", "pipedream", "local")}
-    assert a.objective <= min(others.values())
+    assert a.objective <= min(others.values()) * (1 + 1e-9)
 
 
 def test_plan_json_round_trip(tmp_path):

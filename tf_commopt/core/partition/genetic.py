@@ -17,7 +17,9 @@ The memetic GA (thesis 000's "genetic algorithm finds the partition"; DEAP: Fort
 * **Individual**: the stage of every node (nodes in topological order) plus the device of every stage.
 * **Population**: the seeds (baselines and local-search results, de-duplicated), topped up with
   mutated copies of them; size ``pop_size``.
-* **Fitness**: the objective of :mod:`objective` (minimised), one full O(n + e) numpy evaluation.
+* **Fitness**: the objective of :mod:`objective` (minimised; rounded to 12 significant digits), then
+  the bytes crossing stage boundaries as a tie-break (DEAP compares fitnesses lexicographically); one
+  full O(n + e) numpy evaluation.
 * **Selection**: tournaments of 3 pick parents; the next population is the best ``pop_size``
   *distinct* individuals of parents + offspring (elitist, so the best never gets worse: the result is
   never worse than any seed).
@@ -30,7 +32,7 @@ The memetic GA (thesis 000's "genetic algorithm finds the partition"; DEAP: Fort
 * **Re-balancing**: every ``dp_every`` generations the best individual's stage order defines a
   topological order (by stage, then index) whose exact contiguous optimum (:func:`baselines.contiguous_optimal`)
   joins the population: it moves every boundary at once, which single moves cannot.
-* Stops after ``generations`` or ``stall`` generations without improvement. Deterministic for a seed:
+* Stops after ``generations`` or ``stall`` generations without a better fitness. Deterministic for a seed:
   all randomness comes from ``random.Random(seed)`` (DEAP's tournament draws from the global ``random``
   module, which is seeded from it and restored afterwards).
 """
@@ -49,16 +51,16 @@ from tf_commopt.core.partition.objective import Problem
 
 __all__ = ["genetic"]
 
-if not hasattr(creator, "TfcFitnessMin"):
-    creator.create("TfcFitnessMin", base.Fitness, weights=(-1.0,))
-if not hasattr(creator, "TfcPlan"):
-    creator.create("TfcPlan", list, fitness=creator.TfcFitnessMin, devs=None)
+if not hasattr(creator, "TfcFitnessObjBytes"):
+    creator.create("TfcFitnessObjBytes", base.Fitness, weights=(-1.0, -1.0))
+if not hasattr(creator, "TfcPlan2"):
+    creator.create("TfcPlan2", list, fitness=creator.TfcFitnessObjBytes, devs=None)
 
 Plan = Tuple[List[int], List[int]]
 
 
 def _make(stage: Sequence[int], devs: Sequence[int]):
-    ind = creator.TfcPlan(stage)
+    ind = creator.TfcPlan2(stage)
     ind.devs = list(devs)
     return ind
 
@@ -79,8 +81,9 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
     hetero = len(set((p.cap[d], p.kind_of_dev[d]) for d in range(p.D))) > 1 or p.D > K
     spare = [d for d in range(p.D)]
 
-    def evaluate(ind) -> Tuple[float]:
-        return (p.objective(ind, ind.devs),)
+    def evaluate(ind) -> Tuple[float, float]:
+        ev = p.evaluate(ind, ind.devs)
+        return (float(f"{ev.objective:.12g}"), ev.comm_bytes)
 
     def mutate(ind):
         st = State(p, ind, ind.devs)
@@ -152,8 +155,9 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
             pop.append(ind)
     hof = tools.HallOfFame(1)
     hof.update(pop)
-    best, since, gen = hof[0].fitness.values[0], 0, 0
-    history = [best]
+    since, gen = 0, 0
+    best_fit = hof[0].fitness.values
+    history = [best_fit[0]]
     saved = random.getstate()
     random.seed(rng.random())
     t0 = time.perf_counter()
@@ -174,7 +178,7 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
                 if not ind.fitness.valid:
                     ind.fitness.values = tb.evaluate(ind)
             merged, keys = [], set()
-            for ind in sorted(pop + offspring, key=lambda x: x.fitness.values[0]):
+            for ind in sorted(pop + offspring, key=lambda x: x.fitness.values):
                 k = key(ind)
                 if k not in keys:
                     keys.add(k)
@@ -183,8 +187,8 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
             hof.update(pop)
             cur = hof[0].fitness.values[0]
             history.append(cur)
-            if cur < best - 1e-12 * max(1.0, abs(best)):
-                best, since = cur, 0
+            if hof[0].fitness.values < best_fit:
+                best_fit, since = hof[0].fitness.values, 0
             else:
                 since += 1
             if progress:

@@ -3,7 +3,7 @@
 Example:
     >>> from tf_commopt.core.partition.synthetic import branchy_graph
     >>> g = branchy_graph(300, seed=1)
-    >>> 290 <= len(g) <= 310
+    >>> 300 <= len(g) <= 300 + 4 * 5 + 2        # whole cells: up to one cell more
     True
 
 Each *cell* reads the outputs of the previous two cells (the NASNet-A skip pattern), runs ``branches``
