@@ -33,7 +33,7 @@ from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.core.profiles import load_profile
 from tf_commopt.core.simulate import simulate_pipeline
-from tf_commopt.errors import TfCommoptError
+from tf_commopt.errors import InputError, TfCommoptError
 
 try:  # the public entry point (interfaces); the core module until it lands
     from tf_commopt.partition import partition
@@ -42,12 +42,13 @@ except ImportError:  # pragma: no cover
 
 PROFILES = ["pipedream/vgg16", "pipedream/resnet50", "pipedream/inception_v3", "pipedream/gnmt",
             "h200/vgg16.fp32", "h200/resnet50.fp32", "h200/resnet101.fp32", "h200/inception_v3.fp32",
-            "h200/densenet121.fp32", "h200/mobilenet_v2.fp32"]
+            "h200/densenet121.fp32", "h200/mobilenet_v2.fp32",
+            "keras/MobileNetV2", "keras/ResNet50", "keras/InceptionV3", "keras/DenseNet121"]
 BASELINES = ["layerwise", "balanced", "pipedream"]
 THESIS = {"sync_pct": "-5 to -19 (shorter)", "async_pct": "up to +15", "bytes_pct": "up to -35"}
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("profiles", PROFILES, "bundled profile names or files")
+flags.DEFINE_list("profiles", PROFILES, "bundled profile names, files, or keras/<Application>")
 flags.DEFINE_list("stages", ["4", "8"], "pipeline stage counts")
 flags.DEFINE_list("bandwidths_gbps", ["1", "10", "100"], "link bandwidths (Gbit/s)")
 flags.DEFINE_float("latency_ms", 0.0, "per-message link latency (ms)")
@@ -75,6 +76,30 @@ def speed_check() -> Dict[str, float]:
             best = min(best, time.perf_counter() - t0)
         out[sched] = best
     return out
+
+
+def load_graph(name: str):
+    """A bundled profile / file, or ``keras/<Application>``: a tf-keras application (weights=None)
+    imported with ``tf_commopt.tf.graph_import.from_keras_model`` at batch 32 (roofline-estimated
+    times, not measured; TensorFlow is imported only for these)."""
+    if not name.startswith("keras/"):
+        return load_profile(name)
+    import warnings
+
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tf_keras as keras
+
+    from tf_commopt.tf.graph_import import from_keras_model
+
+    app_name = name.split("/", 1)[1]
+    if not hasattr(keras.applications, app_name):
+        raise InputError(f"unknown Keras application {app_name!r}", where="--profiles")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = from_keras_model(getattr(keras.applications, app_name)(weights=None), batch_size=32)
+    g.name = name
+    return g
 
 
 def run_config(graph, name: str, k: int, bw: float) -> List[dict]:
@@ -241,7 +266,7 @@ def main(argv):
     t0 = time.time()
     try:
         for name in FLAGS.profiles:
-            graph = load_profile(name)
+            graph = load_graph(name)
             for k in ks:
                 for bw in bws:
                     rs = run_config(graph, name, k, bw)
