@@ -205,3 +205,25 @@ def test_optimizer_cost_is_charged_per_step():
     r = simulate_job(Job(Schedule("one", 1, ((Forward(0), OptimizerStep()),)), [RankCost(0, 1, 1, 2)],
                          Cluster.homogeneous(1)))
     assert r.iteration_ms == 3.0
+
+
+def test_grouped_hybrid_composition_closed_form():
+    # two groups of a 2-stage GPipe pipeline (group 1 on half-speed devices), then each stage's
+    # gradients all-reduced between the two groups that hold it (disjoint rings: no contention)
+    from tf_commopt.core.schedule import AllReduce, combine
+
+    m, tf, tb = 4, 1.0, 2.0
+    part = gpipe(2, m, optimizer_step=False)
+    tails = [[AllReduce("s0", (0, 2)), OptimizerStep()], [AllReduce("s1", (1, 3)), OptimizerStep()]] * 2
+    sched = combine("hybrid", [part, part], tails)
+    caps = [1.0, 1.0, 0.5, 0.5]
+    ranks = [RankCost(r, tf / caps[r], tb / caps[r]) for r in range(4)]
+    cl = Cluster.from_capacities(caps, bandwidth_gbps=8.0)          # 1e6 bytes per ms
+    nbytes = {"s0": 3e6, "s1": 5e6}
+    r = simulate_job(Job(sched, ranks, cl, {}, nbytes, split=m))
+    slow = 2.0                                                          # group 1 is 2x slower
+    end0 = (m + 1) * (tf + tb) * slow                                   # stage 0 drains last
+    end1 = ((m + 1) * (tf + tb) - tb) * slow
+    want = max(end0 + 2 * (2 - 1) / 2 * 3e6 / 1e6, end1 + 2 * (2 - 1) / 2 * 5e6 / 1e6)
+    assert r.iteration_ms == pytest.approx(want)
+    assert r.bytes_injected == pytest.approx(2 * (3e6 + 5e6))

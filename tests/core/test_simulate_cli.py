@@ -75,3 +75,18 @@ def test_cli_subprocess_exit_code(vgg_plan, tmp_path):
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and str(bad) in p.stderr, p.stderr
+
+
+def test_plan_from_the_partition_cli(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    p = subprocess.run([sys.executable, "-m", "tf_commopt.partition", "--profile", "h200/resnet50", "--stages", "4",
+                        "--method", "balanced", "--kinds", "bf16", "--out", str(plan), "--quiet"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert main(["--profile", "h200/resnet50", "--plan", str(plan), "--schedule", "1f1b", "--microbatches", "16",
+                 "--kinds", "bf16"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schedule"] == "1f1b" and out["bytes_injected"] > 0
+    assert main(["--profile", "h200/resnet50", "--plan", str(plan), "--schedule", "gpipe", "--microbatches", "4",
+                 "--kinds", "int4"]) == 2
+    assert "int4" in capsys.readouterr().err

@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bandwidth-gbps", type=_non_negative, default=10.0)
     p.add_argument("--latency-ms", type=_non_negative, default=0.0)
     p.add_argument("--capacities", default=None, help="comma-separated relative device speeds, e.g. 1,1,0.5,0.5")
-    p.add_argument("--kinds", default=None, help="comma-separated device kinds (per-kind costs of the profile)")
+    p.add_argument("--kinds", default=None, help="device kind per device (or one for all), naming per-kind costs of the profile")
     p.add_argument("--optimizer-ms", type=_non_negative, default=0.0, help="cost of each optimizer step")
     p.add_argument("--micro-profile", default=None, help="profile measured at the micro-batch size (not divided)")
     p.add_argument("--events", action="store_true", help="include the full timeline in the JSON")
@@ -83,6 +83,8 @@ def _run(argv: Optional[List[str]]) -> dict:
     kinds = None
     if a.kinds:
         kinds = [k.strip() or None for k in a.kinds.split(",")]
+        if len(kinds) == 1:
+            kinds = kinds * len(caps)
         if len(kinds) != len(caps):
             raise InputError(f"{len(kinds)} kinds for {len(caps)} devices", where="--kinds")
         for k in kinds:
