@@ -181,9 +181,11 @@ class _SkipCorrectMixin:
                 self._sc_states[key] = state
                 optimizer._track_trackable(state, name="skip_correct_state", overwrite=True)
         elif [id(v) for v in state.variables] != [id(v) for v in var_list]:
-            raise InputError("apply_gradients was called with a different variable list than the first "
-                             "call; SkipCorrectStrategy keeps one correction per variable of the first list",
+            err = InputError("apply_gradients was called with a different variable list than the first call; "
+                             "SkipCorrectStrategy keeps one correction per variable of the first list",
                              where="SkipCorrectStrategy")
+            err.ag_pass_through = True  # type: ignore[attr-defined]
+            raise err
         return state
 
     def correction_state(self, optimizer: Any) -> Optional[SkipCorrectState]:

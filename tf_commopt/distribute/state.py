@@ -27,6 +27,12 @@ from tf_commopt.errors import InputError
 __all__ = ["SkipCorrectState"]
 
 
+def _pass_through(error: Exception) -> Exception:
+    """Let the one-line error surface unchanged through tf.function tracing (autograph)."""
+    error.ag_pass_through = True  # type: ignore[attr-defined]
+    return error
+
+
 class SkipCorrectState(_trackable.Trackable):
     """Δ_i per trainable variable (one component per replica) and the local-step counter k."""
 
@@ -94,9 +100,9 @@ class SkipCorrectState(_trackable.Trackable):
         saved_r = int(restored_tensors["num_replicas"])
         here = self._strategy.num_replicas_in_sync
         if saved_r != here:
-            raise InputError(f"the checkpoint was written with {saved_r} replicas but this SkipCorrectStrategy "
-                             f"has {here}; the per-replica corrections cannot be mapped",
-                             where="SkipCorrectStrategy restore")
+            raise _pass_through(InputError(
+                f"the checkpoint was written with {saved_r} replicas but this SkipCorrectStrategy has {here}; "
+                "the per-replica corrections cannot be mapped", where="SkipCorrectStrategy restore"))
         ops = [self.local_steps.assign(restored_tensors["local_steps"])]
         if ext._sc_auto:
             ops.append(ext._sc_interval.assign(restored_tensors["interval"]))
@@ -105,8 +111,8 @@ class SkipCorrectState(_trackable.Trackable):
             for j, d in enumerate(self.deltas):
                 key = "delta_%d" % j
                 if key not in restored_tensors:
-                    raise InputError(f"checkpoint has no {key} (written with correction 'none'?)",
-                                     where="SkipCorrectStrategy restore")
+                    raise _pass_through(InputError(f"checkpoint has no {key} (written with correction 'none'?)",
+                                                   where="SkipCorrectStrategy restore"))
                 rows = restored_tensors[key]
                 for i, c in enumerate(d.values):
                     with tf.device(c.device):
