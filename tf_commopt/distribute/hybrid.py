@@ -1,0 +1,385 @@
+"""GroupedHybridStrategy: pipelines inside device groups, synchronous data parallelism between groups.
+
+Example:
+    >>> import tf_keras as keras                                                   # doctest: +SKIP
+    >>> from tf_commopt.distribute.hybrid import GroupedHybridStrategy
+    >>> strategy = GroupedHybridStrategy(devices=["/GPU:0", "/GPU:1", "/GPU:2", "/GPU:3"],
+    ...                                  capacities=[1, 1, 0.5, 0.5], num_groups=2, microbatches=4)  # doctest: +SKIP
+    >>> with strategy.scope():                                                     # doctest: +SKIP
+    ...     model = build_model()
+    ...     strategy.compile(model, optimizer=keras.optimizers.SGD(0.1),
+    ...                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    >>> strategy.fit(dataset, epochs=2)          # or: strategy.train_step(x, y); or model.fit(dataset)  # doctest: +SKIP
+
+The device-aware grouped hybrid strategy of thesis 000 (after HetPipe: Park et al., "HetPipe: Enabling
+Large DNN Training on (Whimpy) Heterogeneous GPU Clusters through Integration of Pipelined Model
+Parallelism and Data Parallelism", USENIX ATC 2020; pipelines: GPipe, Huang et al., NeurIPS 2019).
+The exact rules:
+
+* **Groups.** Given ``groups`` (lists of device indices) they are used as is; with TF_CONFIG, one group
+  per worker host. Otherwise :func:`form_groups`: devices sorted by capacity (descending, ties by
+  index) are dealt to ``num_groups`` groups in snake order (0, 1, .., G-1, G-1, .., 0, 0, ..), so group
+  sizes differ by at most one and their total capacities are close; each group keeps its devices in
+  index order.
+* **Partition per group.** Each group's pipeline is the capacity-aware partition of the model's layer
+  graph (:func:`tf_commopt.tf.graph_import.from_keras_model` then :func:`tf_commopt.partition.partition`
+  with the group's capacities): a device of capacity c gets a stage whose time / c is balanced with
+  the others, i.e. slower devices get smaller segments. Or pass ``plans`` (one PartitionPlan per group).
+* **Batch split.** Group g's share of a global batch of B samples is proportional to its throughput
+  ``w_g``: by default ``w_g = M / ((M + P_g - 1) * max_stage_ms_g)`` (GPipe: a mini-batch of M
+  micro-batches takes (M + P_g - 1) slowest-stage micro-batch times), or the sum of the group's
+  capacities when the plans carry no costs, or ``group_weights`` if given. ``B_g`` = largest-remainder
+  rounding of ``B * w_g / sum(w)``, each group at least one sample (:func:`split_batch`).
+* **Gradient weighting.** Group g splits B_g into M micro-batches of b_{g,m} samples and weights each
+  micro-batch loss by ``b_{g,m} / B``; the all-reduce SUMS the groups' gradients. So the update uses
+  ``sum_g sum_m (b_{g,m} / B) * grad(mean loss of micro-batch (g, m))`` = the gradient of the global
+  batch's mean loss, exactly what one device training on the whole batch computes, whatever the
+  (uneven) B_g.
+* **All-reduce and step.** Each variable's gradient is summed among the groups (each group holds every
+  layer once, in whichever of its stages its plan put it): in one process every holder adds all groups'
+  gradients in group order (so every copy gets bit-identical sums), then each group's own optimizer
+  (a clone of the one given) applies it. The instruction streams are
+  ``combine(gpipe(P_g, M, optimizer_step=False) for each group) + [AllReduce("grads", all ranks),
+  OptimizerStep()]`` (:attr:`GroupedHybridStrategy.schedule`), the same data the simulator reads.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+import tensorflow as tf  # noqa: E402
+
+from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
+from tf_commopt.core.schedule import AllReduce, OptimizerStep, Schedule, combine, gpipe  # noqa: E402
+from tf_commopt.distribute.pipeline import (  # noqa: E402
+    Pipeline, default_devices, execution_order, place_model,
+)
+from tf_commopt.errors import ClusterError, InputError  # noqa: E402
+from tf_commopt.tf.slowdown import canonical_device  # noqa: E402
+
+__all__ = ["GroupedHybridStrategy", "form_groups", "split_batch", "groups_from_tf_config"]
+
+
+# ----------------------------------------------------------------------------- pure rules
+def form_groups(capacities: Sequence[float], num_groups: int) -> List[List[int]]:
+    """Deal devices, fastest first, to ``num_groups`` groups in snake order (see module docstring).
+
+    >>> form_groups([1, 1, 1, 0.5], 2)
+    [[0, 3], [1, 2]]
+    >>> form_groups([1, 0.5, 0.25, 1, 1, 0.5], 3)
+    [[0, 2], [3, 5], [1, 4]]
+    """
+    n = len(capacities)
+    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or not 1 <= num_groups <= n:
+        raise InputError(f"num_groups must be an integer in 1..{n} (the number of devices), got {num_groups!r}",
+                         where="num_groups")
+    order = sorted(range(n), key=lambda i: (-float(capacities[i]), i))
+    groups: List[List[int]] = [[] for _ in range(num_groups)]
+    for k, dev in enumerate(order):
+        lap, pos = divmod(k, num_groups)
+        groups[pos if lap % 2 == 0 else num_groups - 1 - pos].append(dev)
+    return [sorted(g) for g in groups]
+
+
+def split_batch(batch: int, weights: Sequence[float]) -> List[int]:
+    """``batch`` samples split in proportion to ``weights`` (largest remainder, each part >= 1).
+
+    >>> split_batch(10, [1.5, 2.0])
+    [4, 6]
+    >>> split_batch(7, [1, 1, 1])
+    [3, 2, 2]
+    """
+    G = len(weights)
+    if G < 1 or any(not (w > 0) for w in weights):
+        raise InputError(f"group weights must be positive, got {list(weights)}", where="group_weights")
+    if batch < G:
+        raise InputError(f"a global batch of {batch} samples cannot feed {G} groups", where="batch size")
+    total = float(sum(weights))
+    exact = [batch * w / total for w in weights]
+    sizes = [max(1, int(e)) for e in exact]
+    while sum(sizes) > batch:  # only possible through the max(1, .) floor
+        i = max((j for j in range(G) if sizes[j] > 1), key=lambda j: (sizes[j] - exact[j], -j))
+        sizes[i] -= 1
+    rest = batch - sum(sizes)
+    for i in sorted(range(G), key=lambda j: (-(exact[j] - sizes[j]), j))[:rest]:
+        sizes[i] += 1
+    return sizes
+
+
+def groups_from_tf_config(tf_config: Optional[str] = None) -> Tuple[List[str], int]:
+    """(worker host addresses, this task's index) from TF_CONFIG: one group per worker host.
+
+    >>> groups_from_tf_config('{"cluster": {"worker": ["h0:1", "h1:1"]}, "task": {"type": "worker", "index": 1}}')
+    (['h0:1', 'h1:1'], 1)
+    """
+    text = tf_config if tf_config is not None else os.environ.get("TF_CONFIG", "")
+    try:
+        cfg = json.loads(text)
+        workers = list(cfg["cluster"]["worker"])
+        task = cfg.get("task", {})
+        index = int(task.get("index", 0)) if task.get("type", "worker") == "worker" else -1
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"cannot read the worker list: {e}", where="TF_CONFIG") from None
+    if not workers:
+        raise InputError("cluster.worker is empty", where="TF_CONFIG")
+    return workers, index
+
+
+# ----------------------------------------------------------------------------- strategy
+class GroupedHybridStrategy:
+    """Grouped hybrid parallelism: a capacity-aware GPipe pipeline per group, gradients all-reduced.
+
+    Args:
+        devices: device names (default: all logical GPUs, else all logical CPUs).
+        capacities: relative speed per device (default all 1), or ``"measure"`` to run
+            :func:`tf_commopt.tf.profiler.relative_capacities` on the devices.
+        num_groups: G, groups formed by :func:`form_groups` (default 1). Ignored if ``groups`` is given.
+        groups: explicit groups, lists of indices into ``devices``.
+        microbatches: M per group per mini-batch.
+        plans: one PartitionPlan per group (layer name -> stage, device_of_stage indexing the group's
+            devices in order); default: partitioned with ``method`` (see module docstring).
+        method, bandwidth_gbps, seed: passed to :func:`tf_commopt.partition.partition`.
+        profile_batch_size: batch size of the cost graph the partitioner reads.
+        group_weights: throughput of each group for the batch split (default: from the plans).
+        emulate: if True, a device of capacity c runs ``max(capacities) / c`` times slower
+            (:mod:`tf_commopt.tf.slowdown`), so one CPU machine shows the capacity effect.
+        slowdown: explicit {device: factor} instead of ``emulate``.
+        tf_config: read groups from TF_CONFIG (one group per worker host): multi-host execution is not
+            implemented yet; see docs/hybrid.md.
+    """
+
+    def __init__(self, devices: Optional[Sequence[str]] = None, capacities: Any = None,
+                 num_groups: Optional[int] = None, groups: Optional[Sequence[Sequence[int]]] = None,
+                 microbatches: int = 2, plans: Optional[Sequence[PartitionPlan]] = None, method: str = "ga",
+                 bandwidth_gbps: float = 10.0, seed: int = 0, profile_batch_size: int = 32,
+                 group_weights: Optional[Sequence[float]] = None, emulate: bool = False,
+                 slowdown: Optional[Mapping[str, float]] = None, tf_config: bool = False):
+        if tf_config:
+            workers, _ = groups_from_tf_config()
+            if len(workers) > 1:
+                raise ClusterError(f"TF_CONFIG lists {len(workers)} worker hosts: multi-host grouped hybrid "
+                                   "training (one group per host) is not implemented yet; run one process "
+                                   "with all devices, see docs/hybrid.md")
+        self.devices = [str(d) for d in (devices if devices is not None else default_devices())]
+        if not self.devices:
+            raise InputError("no devices", where="GroupedHybridStrategy(devices=...)")
+        if isinstance(capacities, str):
+            if capacities != "measure":
+                raise InputError(f"capacities must be a list of numbers or 'measure', got {capacities!r}",
+                                 where="capacities")
+            from tf_commopt.tf.profiler import relative_capacities
+            capacities = relative_capacities(self.devices)
+        caps = [1.0] * len(self.devices) if capacities is None else [float(c) for c in capacities]
+        if len(caps) != len(self.devices) or any(not (c > 0) for c in caps):
+            raise InputError(f"need one positive capacity per device ({len(self.devices)}), got {capacities!r}",
+                             where="capacities")
+        self.capacities = caps
+        if groups is not None:
+            gs = [list(map(int, g)) for g in groups]
+            flat = [i for g in gs for i in g]
+            if not gs or any(not g for g in gs) or sorted(flat) != sorted(set(flat)) or \
+                    any(not 0 <= i < len(self.devices) for i in flat):
+                raise InputError(f"groups must be non-empty, disjoint lists of device indices in "
+                                 f"0..{len(self.devices) - 1}, got {groups!r}", where="groups")
+            self.groups = gs
+        else:
+            self.groups = form_groups(caps, 1 if num_groups is None else num_groups)
+        if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
+            raise InputError(f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches")
+        self.microbatches = microbatches
+        if plans is not None and len(plans) != len(self.groups):
+            raise InputError(f"{len(plans)} plans for {len(self.groups)} groups", where="plans")
+        self.plans: Optional[List[PartitionPlan]] = list(plans) if plans is not None else None
+        self.method, self.bandwidth_gbps, self.seed = method, float(bandwidth_gbps), int(seed)
+        self.profile_batch_size = int(profile_batch_size)
+        if group_weights is not None and len(group_weights) != len(self.groups):
+            raise InputError(f"{len(group_weights)} group weights for {len(self.groups)} groups",
+                             where="group_weights")
+        self._group_weights = None if group_weights is None else [float(w) for w in group_weights]
+        if slowdown is not None:
+            self.slowdown = {canonical_device(k): float(v) for k, v in slowdown.items()}
+        elif emulate:
+            top = max(caps)
+            self.slowdown = {canonical_device(d): top / c for d, c in zip(self.devices, caps) if c < top}
+        else:
+            self.slowdown = {}
+        self.pipelines: List[Pipeline] = []
+        self.model: Any = None
+        self._step_fn: Optional[Callable] = None
+        self._stats = {"steps": 0, "compute_s": 0.0}
+
+    # -- set-up
+    @contextlib.contextmanager
+    def scope(self) -> Iterator["GroupedHybridStrategy"]:
+        """Variables created inside (the user's model and optimizer) live on the first device."""
+        with tf.device(self.devices[self.groups[0][0]]):
+            yield self
+
+    def group_devices(self, g: int) -> List[str]:
+        return [self.devices[i] for i in self.groups[g]]
+
+    def compile(self, model: Any, optimizer: Any, loss: Callable, metrics: Any = None) -> None:
+        """Partition ``model`` per group, place a copy of it on each group's devices, clone ``optimizer``
+        per group, and make ``model.fit`` run the hybrid step (see :meth:`keras_train_step`).
+        """
+        if self.plans is None:
+            self.plans = self._partition(model)
+        import tf_keras as keras
+
+        self.model, self.loss = model, loss
+        self.pipelines = []
+        for g, plan in enumerate(self.plans):
+            devs = self.group_devices(g)
+            pipe = Pipeline(model, plan, devices=devs, microbatches=self.microbatches, loss=loss,
+                            optimizer=optimizer.__class__.from_config(optimizer.get_config()),
+                            slowdown=self.slowdown, place=True)
+            self.pipelines.append(pipe)
+        # variable k of every group copy <-> model.trainable_weights[k]
+        self._index: List[List[int]] = []
+        for pipe in self.pipelines:
+            pos = {v.ref(): k for k, v in enumerate(pipe.model.trainable_weights)}
+            self._index.append([pos[v.ref()] for v in pipe.trainable_variables])
+        sched_parts = [gpipe(p.layout.num_stages, self.microbatches, optimizer_step=False) for p in self.pipelines]
+        R = sum(p.layout.num_stages for p in self.pipelines)
+        self.schedule: Schedule = combine("grouped_hybrid", sched_parts,
+                                          extra=[[AllReduce("grads", tuple(range(R))), OptimizerStep()]] * R)
+        self._rank: List[Tuple[int, int]] = [(g, s) for g, p in enumerate(self.pipelines)
+                                             for s in range(p.layout.num_stages)]
+        model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
+        model.train_step = self.keras_train_step
+        self._step_fn = None
+
+    def _partition(self, model: Any) -> List[PartitionPlan]:
+        from tf_commopt.partition import partition
+        from tf_commopt.tf.graph_import import from_keras_model
+
+        graph = from_keras_model(model, batch_size=self.profile_batch_size)
+        return [partition(graph, len(g), method=self.method, capacities=[self.capacities[i] for i in g],
+                          bandwidth_gbps=self.bandwidth_gbps, seed=self.seed) for g in self.groups]
+
+    # -- batch split
+    @property
+    def group_weights(self) -> List[float]:
+        """Throughput of each group used to split the global batch (see module docstring)."""
+        if self._group_weights is not None:
+            return list(self._group_weights)
+        if self.plans is not None and all(p.max_stage_ms > 0 for p in self.plans):
+            M = self.microbatches
+            return [M / ((M + p.num_stages - 1) * p.max_stage_ms) for p in self.plans]
+        return [sum(self.capacities[i] for i in g) for g in self.groups]
+
+    def group_batch_sizes(self, batch: int) -> List[int]:
+        """Samples of a global batch of ``batch`` that each group trains on."""
+        return split_batch(batch, self.group_weights)
+
+    # -- training
+    def compute_gradients(self, x: Any, y: Any) -> Tuple[tf.Tensor, List[List[tf.Tensor]]]:
+        """Run the combined schedule up to the all-reduce: (global mean loss, reduced grads per group)."""
+        if not self.pipelines:
+            raise InputError("call strategy.compile(model, optimizer, loss) first", where="GroupedHybridStrategy")
+        B = self.pipelines[0]._batch_of(x)
+        sizes = self.group_batch_sizes(B)
+        xs, ys = Pipeline._split(x, sizes), Pipeline._split(y, sizes)
+        runs = [p.begin(xs[g], ys[g], total_batch=B) for g, p in enumerate(self.pipelines)]
+        for p, run in zip(self.pipelines, runs):
+            if run.num_microbatches != self.microbatches:
+                raise InputError(f"a group got {sizes} samples, fewer than its {self.microbatches} micro-batches; "
+                                 "use a larger batch or fewer micro-batches", where="GroupedHybridStrategy")
+        reduced: Optional[List[List[tf.Tensor]]] = None
+        for r, ins in self._order():
+            g, s = self._rank[r]
+            if isinstance(ins, AllReduce):
+                if reduced is None:
+                    reduced = self._all_reduce([run.result()[1] for run in runs])
+            elif not isinstance(ins, OptimizerStep):
+                runs[g].execute(s, ins)
+        loss = tf.add_n([tf.identity(run.result()[0]) for run in runs])
+        assert reduced is not None
+        return loss, reduced
+
+    def _order(self) -> List[Tuple[int, Any]]:
+        if not hasattr(self, "_order_cache"):
+            self._order_cache = execution_order(self.schedule)
+        return self._order_cache
+
+    def _all_reduce(self, grads: List[List[tf.Tensor]]) -> List[List[tf.Tensor]]:
+        """Sum each variable's gradient over the groups; every holder sums in group order on its device."""
+        K = len(self.model.trainable_weights)
+        by_var: List[List[tf.Tensor]] = [[None] * len(grads) for _ in range(K)]  # type: ignore
+        for g, gl in enumerate(grads):
+            for j, k in enumerate(self._index[g]):
+                by_var[k][g] = gl[j]
+        out: List[List[tf.Tensor]] = []
+        for g, pipe in enumerate(self.pipelines):
+            red = []
+            for j, (k, v) in enumerate(zip(self._index[g], pipe.trainable_variables)):
+                with tf.device(v.device):
+                    parts = [tf.identity(t) for t in by_var[k]]
+                    red.append(tf.add_n(parts) if len(parts) > 1 else parts[0])
+            out.append(red)
+        return out
+
+    def _step(self, x: Any, y: Any) -> tf.Tensor:
+        loss, reduced = self.compute_gradients(x, y)
+        for pipe, grads in zip(self.pipelines, reduced):
+            pipe.apply_gradients(grads)
+        return loss
+
+    def train_step(self, x: Any, y: Any) -> tf.Tensor:
+        """One global mini-batch (all groups, all-reduce, one step per group) inside one ``tf.function``."""
+        if self._step_fn is None:
+            self._step_fn = tf.function(self._step)
+        t0 = time.perf_counter()
+        loss = self._step_fn(x, y)
+        loss = float(loss)  # waits for the step
+        self._stats["compute_s"] += time.perf_counter() - t0
+        self._stats["steps"] += 1
+        return loss
+
+    def fit(self, dataset: Any, epochs: int = 1, steps_per_epoch: Optional[int] = None) -> Dict[str, List[float]]:
+        """Train on ``(x, y)`` batches (a tf.data.Dataset or any iterable) for ``epochs``; copies the trained
+        weights into the user's model at the end. Returns ``{"loss": [mean loss per epoch]}``."""
+        hist: Dict[str, List[float]] = {"loss": []}
+        for _ in range(epochs):
+            losses = []
+            for i, (x, y) in enumerate(dataset):
+                if steps_per_epoch is not None and i >= steps_per_epoch:
+                    break
+                losses.append(self.train_step(x, y))
+            hist["loss"].append(float(sum(losses) / max(1, len(losses))))
+        self.sync_model()
+        return hist
+
+    def keras_train_step(self, data: Any) -> Dict[str, tf.Tensor]:
+        """``model.train_step`` replacement used by ``model.fit``: the hybrid step, then the user's model
+        gets group 0's weights (so evaluate/predict/save see the trained model). Batches need a static
+        size (``dataset.batch(B, drop_remainder=True)``)."""
+        import tf_keras as keras
+
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        loss = self._step(x, y)
+        self._assign_model(tf.identity)
+        return {"loss": loss}
+
+    def sync_model(self) -> None:
+        """Copy group 0's weights into the user's model (all groups hold identical weights)."""
+        self._assign_model(lambda t: t)
+
+    def _assign_model(self, wrap: Callable) -> None:
+        src = self.pipelines[0].model.weights
+        for v, w in zip(self.model.weights, src):
+            v.assign(wrap(w))
+
+    def stats(self) -> Dict[str, Any]:
+        """Groups, their devices, batch weights, stage layer counts, steps and wall time of train_step."""
+        return {
+            "groups": [self.group_devices(g) for g in range(len(self.groups))],
+            "group_weights": self.group_weights,
+            "stage_layers": [[len(p.layout.layers_of_stage(s)) for s in range(p.layout.num_stages)]
+                             for p in self.pipelines],
+            "steps": self._stats["steps"], "compute_s": self._stats["compute_s"],
+        }
