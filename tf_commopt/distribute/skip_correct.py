@@ -249,6 +249,11 @@ class _SkipCorrectMixin:
         """Cross-replica: count the step; at k == H average (and correct)."""
         state = self._sc_states[id(optimizer)]
         t = tf.cast(optimizer.iterations, tf.int64)  # read after the optimizer's increment
+        with tf.control_dependencies([t]):  # the clock starts once this step's local update is done
+            self._sc_step_bookkeeping(optimizer, var_list, state, t)
+
+    def _sc_step_bookkeeping(self, optimizer: Any, var_list: Sequence[Any], state: SkipCorrectState,
+                             t: tf.Tensor) -> None:
         now = tf.timestamp()
         last = self._sc_last_end.read_value()
         self._sc_compute.assign_add(tf.where(last > 0.0, now - last, tf.constant(0.0, tf.float64)))
@@ -451,6 +456,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
     """
 
     _collective_key_base = 0
+    _made = 0
 
     def __init__(self, interval: Union[int, str] = 4, correction: str = "vrl", warmup_steps: int = 0,
                  average_optimizer_state: bool = False, devices: Optional[Sequence[str]] = None,
@@ -463,6 +469,10 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         _check_keras()
         sc = dict(interval=interval, correction=correction, warmup_steps=warmup_steps,
                   average_optimizer_state=average_optimizer_state)
+        # distinct collective group keys per instance (as TensorFlow's tests do), the same sequence on
+        # every worker when they build their strategies in the same order
+        SkipCorrectStrategy._made += 1
+        self._collective_key_base = 3_000_000 + 100_000 * SkipCorrectStrategy._made
         if cluster_resolver is not None or (devices is None and _tf_config_has_cluster()):
             if devices is not None:
                 raise InputError("give devices or cluster_resolver, not both", where="SkipCorrectStrategy")
