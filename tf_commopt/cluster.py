@@ -246,6 +246,26 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+def _group_has_live_process(pgid: int) -> bool:
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:  # pragma: no cover - no /proc: ask the kernel (zombies count as alive then)
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":  # fields: state, ppid, pgrp, ...
+            return True
+    return False
+
+
 class _Task:
     def __init__(self, name: str, argv: List[str], env: Dict[str, str], cwd: Optional[str],
                  echo: Optional[TextIO], lock: threading.Lock):
@@ -276,13 +296,8 @@ class _Task:
             pass
 
     def group_alive(self) -> bool:
-        try:
-            os.killpg(self.pgid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # pragma: no cover
-            return True
+        """True while a live (non-zombie) process is in the task's process group."""
+        return _group_has_live_process(self.pgid)
 
     def join_output(self, timeout: float = 5.0) -> None:
         self._reader.join(timeout)
