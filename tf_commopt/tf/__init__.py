@@ -1,0 +1,36 @@
+"""TensorFlow glue: cost graphs from Keras models and exported graphs, measured costs, slow devices.
+
+The submodules import TensorFlow; names here load on first use.
+
+Example:
+    >>> from tf_commopt.tf import from_keras_model, profile_keras_model    # doctest: +SKIP
+    >>> g = from_keras_model(model, batch_size=32)                         # estimated (roofline)
+    >>> m = profile_keras_model(model, batch_size=32, device="/CPU:0")     # measured
+
+Modules: :mod:`~tf_commopt.tf.graph_import` (the importers), :mod:`~tf_commopt.tf.keras_walk`
+(Keras layer graph), :mod:`~tf_commopt.tf.op_graph` (GraphDef to op/scope DAG),
+:mod:`~tf_commopt.tf.op_costs` (FLOPs, bytes, roofline), :mod:`~tf_commopt.tf.profiler`
+(timing, capacities), :mod:`~tf_commopt.tf.slowdown` (emulated slow devices).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "from_keras_model": "graph_import", "from_concrete_function": "graph_import",
+    "from_graph_def": "graph_import", "from_graphdef_file": "graph_import", "read_graphdef": "graph_import",
+    "Roofline": "op_costs", "PRESETS": "op_costs", "CostEstimateWarning": "op_costs",
+    "profile_keras_model": "profiler", "device_capacity": "profiler", "relative_capacities": "profiler",
+    "measure_roofline": "profiler",
+    "slowed": "slowdown", "set_slowdown": "slowdown", "get_slowdown": "slowdown",
+    "clear_slowdowns": "slowdown", "slowdowns": "slowdown",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"tf_commopt.tf.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'tf_commopt.tf' has no attribute {name!r}")

@@ -56,8 +56,9 @@ def _cache_key(call: LayerCall) -> Optional[str]:
 
 
 def layer_flops(call: LayerCall, unknown_flops: str = "elements",
-                cache: Optional[Dict[str, Tuple[float, List[str]]]] = None) -> Tuple[float, List[str]]:
-    """FLOPs of one layer call traced alone at its static shapes, and the op types lacking statistics.
+                cache: Optional[Dict[str, Tuple[float, List[str], bool]]] = None) -> Tuple[float, List[str], bool]:
+    """FLOPs of one layer call traced alone at its static shapes, the op types lacking statistics,
+    and whether the layer moves data (False for pure reshapes such as Flatten).
 
     The layer is called as recorded inside a ``tf.function`` whose inputs have the call's shapes;
     FLOPs are summed over the traced graph's ops (see :mod:`tf_commopt.tf.op_costs`). Identical
@@ -97,7 +98,7 @@ def from_keras_model(model: Any, batch_size: int = 32, roofline: Optional[Roofli
 
     Returns:
         A CostGraph: node forward/backward ms from the roofline over the layer's FLOPs and bytes
-        moved (inputs + outputs + all its weights), ``param_bytes`` = trainable weights,
+        moved (inputs + outputs + all its weights; 0 for pure reshapes), ``param_bytes`` = trainable weights,
         ``activation_bytes`` = output tensors at ``batch_size``, ``label`` = layer class. The
         model's inputs are zero-cost nodes (``InputLayer``) carrying the input bytes.
 
@@ -107,16 +108,16 @@ def from_keras_model(model: Any, batch_size: int = 32, roofline: Optional[Roofli
     check_unknown_flops(unknown_flops)
     roofline = roofline or Roofline()
     calls = layer_calls(model, batch_size)
-    cache: Dict[str, Tuple[float, List[str]]] = {}
+    cache: Dict[str, Tuple[float, List[str], bool]] = {}
     nodes, edges, unknown = [], [], []
     for c in calls:
         if c.is_input:
             nodes.append(Node(c.name, 0.0, 0.0, 0.0, c.activation_bytes(), c.label))
             continue
-        flops, unk = layer_flops(c, unknown_flops, cache)
+        flops, unk, moves_data = layer_flops(c, unknown_flops, cache)
         unknown.extend(unk)
         weights = sum(float(tf.TensorShape(w.shape).num_elements()) * dtype_size(w.dtype) for w in c.layer.weights)
-        moved = c.input_bytes() + c.activation_bytes() + weights
+        moved = c.input_bytes() + c.activation_bytes() + weights if moves_data else 0.0
         fwd = roofline.forward_ms(flops, moved)
         nodes.append(Node(c.name, fwd, roofline.backward_ms(fwd), c.param_bytes(), c.activation_bytes(), c.label))
         edges.extend((p, c.name) for p in c.preds)

@@ -148,17 +148,19 @@ def op_flops(graph: Any, op: Any, unknown_flops: str = "elements") -> Tuple[floa
     return float(n), False
 
 
-def graph_flops(graph: Any, unknown_flops: str = "elements") -> Tuple[float, List[str]]:
-    """Total FLOPs of every non-plumbing op of ``graph`` and the types of ops lacking statistics."""
-    total, unknown = 0.0, []
+def graph_flops(graph: Any, unknown_flops: str = "elements") -> Tuple[float, List[str], bool]:
+    """Total FLOPs of the non-plumbing ops of ``graph``, the types of ops lacking statistics, and
+    whether any op moves data (False when every op is plumbing or metadata-only, e.g. Flatten)."""
+    total, unknown, moves = 0.0, [], False
     for op in graph.get_operations():
         if op.type in PLUMBING_OPS or op.type == "Placeholder":
             continue
+        moves = moves or op.type not in FREE_OPS
         f, known = op_flops(graph, op, unknown_flops)
         total += f
         if not known:
             unknown.append(op.type)
-    return total, unknown
+    return total, unknown, moves
 
 
 def warn_unknown(op_types: Iterable[str], unknown_flops: str, where: str = "", stacklevel: int = 3) -> None:
