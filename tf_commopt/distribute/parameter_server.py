@@ -1,0 +1,474 @@
+"""Skip-and-correct training on a parameter-server cluster (TF_CONFIG with ``chief``, ``worker``, ``ps``).
+
+Example (the same script runs on every task; see docs/parameter_server.md)::
+
+    from tf_commopt.distribute import parameter_server as psc
+    psc.serve_unless_chief()                       # worker / ps tasks serve here and exit with the chief
+    trainer = psc.ParameterServerSkipCorrect(interval=4, correction="vrl", learning_rate=0.05)
+    with trainer.scope():                          # variables live on the ps tasks
+        model = tf_keras.Sequential([...])
+    trainer.compile(model, loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                    batch_fn=psc.array_batch_fn(x, y, num_shards=2, batch_size=64))
+    for r in range(100):
+        info = trainer.run_round()                 # H local steps per shard, then one averaging
+    print(trainer.stats())
+
+The rule (thesis 001, skip-and-correct; the correction is VRL-SGD, Liang et al. 2019, "Variance
+Reduced Local SGD with Lower Communication Complexity"). K data shards, interval H, learning rate lr,
+momentum mu (0 = plain SGD); the global model x lives on the ps tasks, with, per shard i, the
+correction D_i (starts at 0) and, if mu > 0, the momentum buffer v_i (kept per shard, "local" slots).
+Round r (steps t = rH+1 .. rH+H) is one closure per shard i, scheduled with
+``ClusterCoordinator.schedule`` on whichever worker is free:
+
+* x_i <- x (read from the ps); H times: g = grad of the loss of x_i on batch (i, t) of shard i;
+  v_i <- mu v_i - lr (g - D_i); x_i <- x_i + v_i;
+* the closure writes its delta s_i = x_i - x into slot i on the ps (an assignment: a rescheduled
+  closure rewrites the same slot, so the result does not depend on which worker ran it).
+
+After all K closures: x <- x + mean_i s_i (= mean_i x_i) and, for ``correction="vrl"``,
+D_i <- D_i + (x_new - x_i) / (H lr) = D_i + (mean_j s_j - s_i) / (H lr), so sum_i D_i stays 0. Both run
+on the ps (the chief only issues the call). With H = 1 and ``correction="none"`` this is synchronous
+SGD with global batch K x batch_size (momentum included: the mean of the per-shard buffers follows the
+global momentum recursion exactly).
+
+Workers are stateless between rounds (every closure starts from the ps), so a worker lost mid-round
+costs only its closure: TensorFlow's coordinator re-runs it on another worker and the round result is
+unchanged. Every wait is bounded by ``round_timeout_s``; a round that cannot finish (all workers gone,
+a ps gone) raises ClusterError with one line saying which.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf-keras: Keras 3 fails under ParameterServerStrategy
+import tensorflow as tf  # noqa: E402
+
+from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env
+from tf_commopt.errors import ClusterError, InputError
+
+__all__ = ["serve", "serve_unless_chief", "array_batch_fn", "ParameterServerSkipCorrect", "CORRECTIONS",
+           "run_training"]
+
+CORRECTIONS = ("vrl", "none")
+_CHIEF_GONE_POLLS = 4
+
+
+# ----------------------------------------------------------------------------------------------- serving
+def _reachable(address: str, timeout: float = 1.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def serve(tf_config: Optional[TFConfig] = None, exit_with_chief: bool = True, poll_s: float = 0.5,
+          chief_start_timeout_s: float = 600.0) -> None:
+    """Start this task's ``tf.distribute.Server`` and serve (worker and ps tasks). Does not return.
+
+    Example:
+        >>> serve()   # doctest: +SKIP  (on a worker or ps task: blocks until the chief is gone)
+
+    With ``exit_with_chief`` the process watches the chief's port: once the chief has been seen and then
+    stops answering, the task exits 0 (so a launcher that waits for every worker sees a clean end);
+    if the chief never shows up within ``chief_start_timeout_s`` it exits 1 with one line on stderr.
+    Without it, it blocks in ``server.join()`` as TensorFlow's own parameter-server tasks do.
+    """
+    tfc = tf_config or tf_config_from_env()
+    if tfc is None:
+        raise InputError("TF_CONFIG is not set: serve() runs a worker or ps task of a cluster", where="TF_CONFIG")
+    if tfc.task_type not in ("worker", "ps"):
+        raise InputError(f"serve() is for worker and ps tasks, this task is {tfc.task_type}", where="TF_CONFIG")
+    spec = tf.train.ClusterSpec(tfc.cluster)
+    server = tf.distribute.Server(spec, job_name=tfc.task_type, task_index=tfc.task_index,
+                                  protocol=tfc.rpc_layer or "grpc", start=True)
+    print(f"tf_commopt: {tfc.task_type}:{tfc.task_index} serving at {tfc.address}", flush=True)
+    chief = (tfc.cluster.get("chief") or [None])[0]
+    if not exit_with_chief or chief is None:
+        server.join()
+        return
+    seen, gone, start = False, 0, time.monotonic()
+    while True:
+        time.sleep(poll_s)
+        up = _reachable(chief)
+        if up:
+            seen, gone = True, 0
+        elif seen:
+            gone += 1
+            if gone >= _CHIEF_GONE_POLLS:
+                print(f"tf_commopt: {tfc.task_type}:{tfc.task_index}: chief {chief} is gone; exiting", flush=True)
+                sys.stdout.flush()
+                os._exit(0)  # the gRPC server cannot be stopped cleanly in-process
+        elif time.monotonic() - start > chief_start_timeout_s:
+            sys.stderr.write(f"tf_commopt: {tfc.task_type}:{tfc.task_index}: chief {chief} did not start within "
+                             f"{chief_start_timeout_s:g} s\n")
+            sys.stderr.flush()
+            os._exit(1)
+
+
+def serve_unless_chief(tf_config: Optional[TFConfig] = None) -> Optional[TFConfig]:
+    """On a worker or ps task: ``serve()`` (never returns). On the chief: return its TFConfig.
+
+    Example:
+        >>> tfc = serve_unless_chief()   # doctest: +SKIP
+    """
+    tfc = tf_config or tf_config_from_env()
+    if tfc is None:
+        raise InputError("TF_CONFIG is not set: a parameter-server cluster needs one", where="TF_CONFIG")
+    if not tfc.num_ps or not tfc.has_chief:
+        raise InputError("a parameter-server cluster needs 'ps' tasks and a 'chief' task", where="TF_CONFIG")
+    if tfc.task_type in ("worker", "ps"):
+        serve(tfc)
+    if tfc.task_type != "chief":
+        raise InputError(f"task type {tfc.task_type!r} has no role in parameter-server training", where="TF_CONFIG")
+    return tfc
+
+
+# --------------------------------------------------------------------------------------------------- data
+def array_batch_fn(x: np.ndarray, y: np.ndarray, num_shards: int, batch_size: int) -> Callable:
+    """A ``batch_fn(shard, step) -> (x, y)`` over in-memory arrays, evaluated on the worker.
+
+    Example:
+        >>> fn = array_batch_fn(np.arange(8.0)[:, None], np.arange(8), num_shards=2, batch_size=2)  # doctest: +SKIP
+
+    Shard i holds rows i, i + K, i + 2K, ... (K = ``num_shards``); step t (0-based, counted over
+    rounds) of shard i takes its rows (t B .. t B + B - 1) mod n_i. The arrays become constants of
+    the round function (shipped to each worker once, with the function), so this is for data sets
+    of up to a few hundred MB; pass your own ``batch_fn`` (e.g. reading files) for larger ones.
+    """
+    x, y = np.asarray(x), np.asarray(y)
+    if len(x) != len(y):
+        raise InputError(f"x has {len(x)} rows but y has {len(y)}", where="array_batch_fn")
+    if not isinstance(num_shards, int) or num_shards < 1 or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"num_shards and batch_size must be positive integers, got {num_shards!r}, {batch_size!r}",
+                         where="array_batch_fn")
+    n = len(x) // num_shards
+    if n < 1:
+        raise InputError(f"{len(x)} rows cannot fill {num_shards} shards", where="array_batch_fn")
+    xs = np.stack([x[i::num_shards][:n] for i in range(num_shards)])
+    ys = np.stack([y[i::num_shards][:n] for i in range(num_shards)])
+
+    def batch_fn(shard, step):
+        cx, cy = tf.constant(xs), tf.constant(ys)  # traced into the function: lives on the worker
+        rows = tf.math.floormod(tf.cast(step, tf.int64) * batch_size + tf.range(batch_size, dtype=tf.int64), n)
+        return tf.gather(cx[shard], rows), tf.gather(cy[shard], rows)
+
+    batch_fn.num_shards = num_shards  # type: ignore[attr-defined]
+    return batch_fn
+
+
+# ------------------------------------------------------------------------------------- keras model call
+def _weight_slots(model) -> List[Tuple[Any, str]]:
+    """(layer, attribute) holding each trainable variable, so the model can run on plain tensors."""
+    where = {id(v): k for k, v in enumerate(model.trainable_variables)}
+    slots: List[Optional[Tuple[Any, str]]] = [None] * len(where)
+    for layer in model._flatten_layers(include_self=True):  # pylint: disable=protected-access
+        for attr, val in vars(layer).items():
+            k = where.get(id(val))
+            if k is not None and slots[k] is None:
+                slots[k] = (layer, attr)
+    missing = [model.trainable_variables[k].name for k, s in enumerate(slots) if s is None]
+    if missing:
+        raise InputError(f"variable {missing[0]} is not a plain layer attribute; pass variables= and loss_fn= "
+                         "(a function of the weight tensors) instead of a Keras model", where="compile")
+    return slots  # type: ignore[return-value]
+
+
+def _keras_forward(model, loss) -> Callable:
+    slots = _weight_slots(model)
+
+    def forward(params, x, y):
+        saved = [getattr(layer, attr) for layer, attr in slots]
+        try:
+            for (layer, attr), p in zip(slots, params):
+                object.__setattr__(layer, attr, p)  # bypass tracking: only for this trace
+            pred = model(x, training=True)
+        finally:
+            for (layer, attr), v in zip(slots, saved):
+                object.__setattr__(layer, attr, v)
+        # a Keras Loss object refuses AUTO reduction under a strategy: take its per-example values
+        per_example = loss.call(y, pred) if hasattr(loss, "call") and hasattr(loss, "reduction") else loss(y, pred)
+        return tf.reduce_mean(per_example)
+
+    return forward
+
+
+# -------------------------------------------------------------------------------------------- strategy
+def _unblock_coordinator_exit(coordinator) -> None:
+    """Let the chief exit after a worker was lost (TF 2.21 would hang at exit otherwise).
+
+    After a worker failure, TensorFlow's WorkerPreemptionHandler thread holds ``_cluster_update_lock``
+    while it waits (for good) for the worker to come back, and ``ClusterCoordinator.__del__`` ->
+    ``handler.stop()`` waits for that lock: the process never ends. We make ``stop()`` give up on
+    the lock after a second; the handler thread is a daemon thread.
+    """
+    handler = getattr(getattr(coordinator, "_cluster", None), "failure_handler", None)
+    lock = getattr(handler, "_cluster_update_lock", None)
+    event = getattr(handler, "_cluster_due_for_update_or_finish", None)
+    if handler is None or lock is None or event is None or getattr(handler, "_tf_commopt_patched", False):
+        return
+
+    def stop() -> None:
+        handler._should_preemption_thread_run = False  # pylint: disable=protected-access
+        if lock.acquire(timeout=1.0):
+            try:
+                event.set()
+            finally:
+                lock.release()
+
+    handler.stop = stop
+    handler._tf_commopt_patched = True  # pylint: disable=protected-access
+
+
+class ParameterServerSkipCorrect:
+    """Skip-and-correct (or SSGD: interval 1, correction none) on a TF parameter-server cluster.
+
+    Example:
+        >>> t = ParameterServerSkipCorrect(interval=1, correction="none")   # doctest: +SKIP (chief only)
+
+    Args:
+        interval: H, local steps per round (int >= 1).
+        correction: "vrl" or "none".
+        learning_rate: lr of the local SGD steps (constant).
+        momentum: SGD momentum (Keras form v <- mu v - lr g; x <- x + v), buffer kept per shard on the ps.
+        strategy: an existing ``tf.distribute.ParameterServerStrategy``; default: one from TF_CONFIG.
+        round_timeout_s: the longest a round may take before ClusterError (never a hang).
+    """
+
+    def __init__(self, interval: int = 4, correction: str = "vrl", learning_rate: float = 0.05,
+                 momentum: float = 0.0, strategy=None, round_timeout_s: float = 120.0):
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise InputError(f"must be an integer >= 1, got {interval!r}", where="interval")
+        if correction not in CORRECTIONS:
+            raise InputError(f"unknown correction {correction!r}; choose one of {', '.join(CORRECTIONS)}",
+                             where="correction")
+        if not (isinstance(learning_rate, (int, float)) and learning_rate > 0):
+            raise InputError(f"must be a number > 0, got {learning_rate!r}", where="learning_rate")
+        if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
+            raise InputError(f"must be in [0, 1), got {momentum!r}", where="momentum")
+        if strategy is None:
+            tfc = tf_config_from_env()
+            if tfc is None or not tfc.num_ps or tfc.task_type != "chief":
+                raise InputError("ParameterServerSkipCorrect runs on the chief of a TF_CONFIG cluster with ps tasks",
+                                 where="TF_CONFIG")
+            resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+            strategy = tf.distribute.ParameterServerStrategy(resolver)
+        self.strategy = strategy
+        self.coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        _unblock_coordinator_exit(self.coordinator)
+        self.interval, self.correction = interval, correction
+        self.learning_rate, self.momentum = float(learning_rate), float(momentum)
+        self.round_timeout_s = float(round_timeout_s)
+        self.num_workers = int(strategy.extended._num_workers)  # pylint: disable=protected-access
+        self.num_ps = int(strategy.extended._num_ps)  # pylint: disable=protected-access
+        self._compiled = False
+        self.rounds = 0
+        self._stats = {"comm_s": 0.0, "compute_s": 0.0, "bytes_communicated": 0}
+        self.history: List[Dict[str, Any]] = []
+        self.lost_workers: set = set()
+
+    def scope(self):
+        """``strategy.scope()``: variables created here live on the ps tasks."""
+        return self.strategy.scope()
+
+    # ------------------------------------------------------------------------------------------ build
+    def compile(self, model=None, loss: Optional[Callable] = None, batch_fn: Optional[Callable] = None,
+                num_shards: Optional[int] = None, variables: Optional[Sequence] = None,
+                loss_fn: Optional[Callable] = None) -> None:
+        """Set up the round function. Either a tf-keras ``model`` (built in ``scope()``) and
+        ``loss(y_true, y_pred)``, or ``variables`` (made in ``scope()``) and ``loss_fn(params, x, y)``.
+        ``batch_fn(shard, step) -> (x, y)`` runs on the worker; ``num_shards`` defaults to the
+        batch_fn's ``num_shards`` or the number of workers."""
+        if model is not None:
+            if loss is None:
+                raise InputError("a Keras model needs loss=", where="compile")
+            if model.non_trainable_weights:
+                raise InputError(f"non-trainable weights ({model.non_trainable_weights[0].name}) are not supported "
+                                 "by the parameter-server variant", where="compile")
+            variables = list(model.trainable_variables)
+            forward = _keras_forward(model, loss)
+        elif variables is not None and loss_fn is not None:
+            variables, forward = list(variables), loss_fn
+        else:
+            raise InputError("pass model= and loss=, or variables= and loss_fn=", where="compile")
+        if batch_fn is None:
+            raise InputError("batch_fn= is required (e.g. array_batch_fn(x, y, num_shards, batch_size))",
+                             where="compile")
+        k = num_shards or getattr(batch_fn, "num_shards", None) or self.num_workers
+        if not isinstance(k, int) or k < 1:
+            raise InputError(f"num_shards must be a positive integer, got {k!r}", where="compile")
+        self.num_shards, self.variables, self.model = k, variables, model
+        h, lr, mu, vrl = self.interval, self.learning_rate, self.momentum, self.correction == "vrl"
+
+        def per_shard(v, name):
+            with tf.device(v.device):
+                return tf.Variable(tf.zeros([k] + v.shape.as_list(), v.dtype), trainable=False,
+                                   name=f"{name}_{v.name.split(':')[0].replace('/', '_')}")
+
+        with self.strategy.scope():
+            self._slots = [per_shard(v, "delta_slot") for v in variables]
+            self._corr = [per_shard(v, "correction") for v in variables] if vrl else []
+            self._mom = [per_shard(v, "momentum") for v in variables] if mu > 0 else []
+        self.param_bytes = int(sum(v.shape.num_elements() * v.dtype.size for v in variables))
+        per_closure = 2 + int(vrl) + 2 * int(mu > 0)  # pull x, push s_i, pull D_i, pull+push v_i
+        self.bytes_per_round = k * per_closure * self.param_bytes
+
+        @tf.function
+        def closure(shard, rnd):
+            x0 = [tf.identity(v) for v in variables]  # pull x from the ps
+            corr = [tf.gather(c, shard) for c in self._corr] if vrl else [tf.zeros_like(p) for p in x0]
+            mom = [tf.gather(m, shard) for m in self._mom] if mu > 0 else []
+            with tf.control_dependencies(x0 + corr + mom):
+                t0 = tf.timestamp()
+            xs = [tf.identity(p) for p in x0]
+            loss_sum = tf.constant(0.0, tf.float64)
+            for j in range(h):  # H is small: unrolled, one trace
+                bx, by = batch_fn(shard, rnd * h + j)
+                with tf.GradientTape() as tape:
+                    tape.watch(xs)
+                    loss_v = forward(xs, bx, by)
+                grads = tape.gradient(loss_v, xs)
+                if mu > 0:
+                    mom = [mu * m - lr * (g - c) for m, g, c in zip(mom, grads, corr)]
+                    xs = [p + m for p, m in zip(xs, mom)]
+                else:
+                    xs = [p - lr * (g - c) for p, g, c in zip(xs, grads, corr)]
+                loss_sum += tf.cast(loss_v, tf.float64)
+            deltas = [p - q for p, q in zip(xs, x0)]
+            with tf.control_dependencies(deltas + mom):
+                t1 = tf.timestamp()
+            writes = [s.scatter_update(tf.IndexedSlices(d[None], shard[None])) for s, d in zip(self._slots, deltas)]
+            writes += [m.scatter_update(tf.IndexedSlices(b[None], shard[None])) for m, b in zip(self._mom, mom)]
+            with tf.control_dependencies(writes):
+                worker = tf.identity(tf.distribute.coordinator.experimental_get_current_worker_index())
+            return worker, t1 - t0, loss_sum / h
+
+        @tf.function
+        def apply():
+            for v, s, c in zip(variables, self._slots, self._corr or [None] * len(variables)):
+                with tf.device(v.device):  # on the ps that holds v
+                    sv = s.read_value()
+                    mean = tf.reduce_mean(sv, axis=0)
+                    v.assign_add(mean)
+                    if c is not None:
+                        c.assign_add((mean[None] - sv) / (h * lr))
+            return tf.constant(0)
+
+        self._closure, self._apply = closure, apply
+        self._compiled = True
+
+    # ---------------------------------------------------------------------------------------- rounds
+    def _join(self, what: str) -> None:
+        errs: List[BaseException] = []
+
+        def join():
+            try:
+                self.coordinator.join()
+            except BaseException as e:  # pylint: disable=broad-except
+                errs.append(e)
+
+        th = threading.Thread(target=join, daemon=True)
+        th.start()
+        th.join(self.round_timeout_s)
+        if th.is_alive():
+            addrs = self._worker_addresses()
+            down = [f"worker {i} ({a})" for i, a in enumerate(addrs) if not _reachable(a)]
+            why = f"unreachable: {', '.join(down)}" if down else "no live worker could run it, or a ps task is gone"
+            raise ClusterError(f"{what} did not finish within {self.round_timeout_s:g} s (round_timeout_s); {why}")
+        if errs:
+            e = errs[0]
+            first = " ".join(str(e).split())[:300]
+            raise ClusterError(f"{what} failed: {type(e).__name__}: {first}") from None
+
+    def run_round(self) -> Dict[str, Any]:
+        """One round: K closures (H local steps each), then the averaging on the ps. Returns its record:
+        ``round, loss, workers`` (the worker index each shard ran on), ``compute_s, comm_s, bytes``."""
+        if not self._compiled:
+            raise InputError("call compile() before run_round()", where="ParameterServerSkipCorrect")
+        t0 = time.perf_counter()
+        rnd = tf.constant(self.rounds, tf.int64)
+        rvs = [self.coordinator.schedule(self._closure, args=(tf.constant(i, tf.int32), rnd))
+               for i in range(self.num_shards)]
+        self._join(f"round {self.rounds}")
+        outs = [rv.fetch() for rv in rvs]
+        t1 = time.perf_counter()
+        self._apply()
+        t2 = time.perf_counter()
+        compute = max(float(o[1]) for o in outs)
+        rec = {"round": self.rounds, "loss": float(np.mean([o[2] for o in outs])),
+               "workers": [int(o[0]) for o in outs], "compute_s": compute,
+               "comm_s": max(0.0, (t1 - t0) - compute) + (t2 - t1), "bytes": self.bytes_per_round}
+        idle = sorted(set(range(self.num_workers)) - set(rec["workers"]))
+        if idle and self.num_shards >= self.num_workers:
+            self._report_idle(idle, rec)
+        self._stats["compute_s"] += rec["compute_s"]
+        self._stats["comm_s"] += rec["comm_s"]
+        self._stats["bytes_communicated"] += rec["bytes"]
+        self.rounds += 1
+        self.history.append(rec)
+        return rec
+
+    def _worker_addresses(self) -> List[str]:
+        resolver = getattr(self.strategy, "_cluster_resolver", None)  # PSS.cluster_resolver is None in TF 2.21
+        try:
+            return list(resolver.cluster_spec().job_tasks("worker"))
+        except Exception:  # pylint: disable=broad-except
+            tfc = tf_config_from_env()
+            return list(tfc.cluster.get("worker", [])) if tfc else []
+
+    def _report_idle(self, idle: List[int], rec: Dict[str, Any]) -> None:
+        """A worker that ran no shard this round: say once, in one line, if it is unreachable."""
+        rec["idle_workers"] = idle
+        addrs = self._worker_addresses()
+        for w in idle:
+            if w in self.lost_workers or w >= len(addrs) or _reachable(addrs[w]):
+                continue
+            self.lost_workers.add(w)
+            sys.stderr.write(f"tf_commopt: round {rec['round']}: worker {w} ({addrs[w]}) is unreachable; its "
+                             f"shards ran on worker(s) {sorted(set(rec['workers']))} (TensorFlow's coordinator "
+                             "re-ran them; the round result is unchanged)\n")
+            sys.stderr.flush()
+        rec["lost_workers"] = sorted(self.lost_workers)
+
+    def train(self, rounds: int, log: Optional[Callable[[Dict[str, Any]], None]] = None) -> List[Dict[str, Any]]:
+        """``rounds`` x ``run_round()``; ``log(record)`` after each."""
+        out = []
+        for _ in range(rounds):
+            rec = self.run_round()
+            if log:
+                log(rec)
+            out.append(rec)
+        return out
+
+    def corrections(self) -> List[np.ndarray]:
+        """The D_i (one [K, ...] array per variable); zeros for correction "none"."""
+        if self._corr:
+            return [c.numpy() for c in self._corr]
+        return [np.zeros([self.num_shards] + v.shape.as_list(), v.dtype.as_numpy_dtype) for v in self.variables]
+
+    def stats(self) -> Dict[str, Any]:
+        """``interval, steps, syncs, comm_s, compute_s, bytes_communicated`` (SkipCorrectStrategy's keys).
+
+        compute_s: per round, the slowest closure's local-step time (measured on the worker);
+        comm_s: the rest of the round (pull of x / D_i, push of s_i, scheduling, averaging on the ps);
+        bytes_communicated: worker<->ps payload (K x (2 + [vrl] + 2 [momentum]) x model bytes per round).
+        """
+        return {"interval": self.interval, "steps": self.rounds * self.interval, "syncs": self.rounds,
+                "comm_s": self._stats["comm_s"], "compute_s": self._stats["compute_s"],
+                "bytes_communicated": self._stats["bytes_communicated"]}
+
+
+def run_training(cfg: Any, out=None):
+    """Entry point of ``experiments.train`` on a TF_CONFIG cluster with ps tasks (see that module)."""
+    from tf_commopt.distribute._ps_runner import run_training as _run
+
+    return _run(cfg, out)
