@@ -362,8 +362,11 @@ def _parse_flags(argv: List[str]) -> List[str]:
 
 
 def main(argv: List[str]) -> None:
-    if FLAGS["verbosity"].using_default_value:
-        logging.set_verbosity(logging.WARNING)  # TF's per-step INFO lines drown the progress bar
+    if not FLAGS["verbosity"].present:  # TF's per-step INFO lines drown the progress bar
+        logging.set_verbosity(logging.WARNING)
+        import logging as pylogging
+
+        pylogging.getLogger("tensorflow").setLevel(pylogging.WARNING)
     if len(argv) > 1:
         _error(f"unexpected argument(s): {' '.join(argv[1:])}")
     try:
