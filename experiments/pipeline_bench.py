@@ -58,6 +58,7 @@ flags.DEFINE_integer("seed", 0, "GA / local-search seed")
 flags.DEFINE_string("out_json", "", "write one JSON object per (profile, stages, bandwidth, method) here")
 flags.DEFINE_string("out_md", "", "write the markdown tables here")
 flags.DEFINE_string("figure", "", "write the summary figure (PNG) here")
+flags.DEFINE_string("from_json", "", "re-make the tables and figure from a previous --out_json (no runs)")
 
 
 def speed_check() -> Dict[str, float]:
@@ -239,7 +240,7 @@ def figure(comps: List[dict], path: str) -> None:
                     xs.append(max(-100, min(100, c[key])))
             ax.scatter(xs, ys, marker=markers[j % len(markers)], s=22, label=f"{bw:g} Gbit/s", zorder=3)
         ax.set_title(title, fontsize=10)
-        ax.set_xlim(-100, 100)
+        ax.set_xlim(-106, 106)
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(ys)
     axes[0].set_yticklabels(labels, fontsize=7)
@@ -264,8 +265,11 @@ def main(argv):
           f"1f1b {speed['1f1b']:.3f} s", flush=True)
     rows: List[dict] = []
     t0 = time.time()
+    if FLAGS.from_json:
+        with open(FLAGS.from_json) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
     try:
-        for name in FLAGS.profiles:
+        for name in ([] if FLAGS.from_json else FLAGS.profiles):
             graph = load_graph(name)
             for k in ks:
                 for bw in bws:
@@ -285,7 +289,7 @@ def main(argv):
     md = tables(rows, comps, speed)
     print(md)
     print(f"total {time.time() - t0:.1f} s")
-    if FLAGS.out_json:
+    if FLAGS.out_json and not FLAGS.from_json:
         with open(FLAGS.out_json, "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")
