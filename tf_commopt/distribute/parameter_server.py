@@ -364,6 +364,11 @@ class ParameterServerSkipCorrect:
             return tf.constant(0)
 
         self._closure, self._apply = closure, apply
+        t0 = time.perf_counter()  # trace now, so the first round's time is shipping + running, not tracing
+        with self.strategy.scope():
+            closure.get_concrete_function(tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int64))
+        apply.get_concrete_function()
+        self.trace_s = time.perf_counter() - t0
         self._compiled = True
 
     # ---------------------------------------------------------------------------------------- rounds
@@ -467,8 +472,8 @@ class ParameterServerSkipCorrect:
                 "bytes_communicated": self._stats["bytes_communicated"]}
 
 
-def run_training(cfg: Any, out=None):
-    """Entry point of ``experiments.train`` on a TF_CONFIG cluster with ps tasks (see that module)."""
-    from tf_commopt.distribute._ps_runner import run_training as _run
+def run_training(cfg: Any, model_fn: Callable, out=None):
+    """``experiments.train`` on a cluster with ps tasks; see tf_commopt.distribute.ps_runner.run_training."""
+    from tf_commopt.distribute.ps_runner import run_training as _run
 
-    return _run(cfg, out)
+    return _run(cfg, model_fn, out)

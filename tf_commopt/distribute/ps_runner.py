@@ -1,0 +1,122 @@
+"""``experiments.train`` on a TF_CONFIG cluster with ``ps`` tasks: ssgd / skip_correct / local_sgd rounds.
+
+Example::
+
+    python -m tf_commopt.cluster --workers 2 --ps 1 --chief -- \\
+        python -m experiments.train --strategy=skip_correct --interval=4 --model=mlp --steps=40
+
+Worker and ps tasks serve (``serve_unless_chief``) and exit when the chief is gone; the chief trains
+with ParameterServerSkipCorrect: ``ssgd`` = interval 1 and no correction (exactly synchronous SGD
+with momentum), ``local_sgd`` = correction none, ``skip_correct`` = ``--interval`` and ``--correction``.
+One data shard per worker; ``--batch_size`` is the global batch (batch_size / workers per shard and
+local step). The record is the collective runner's plus ``interval, syncs, comm_s, compute_s,
+bytes_communicated`` and ``ps``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, Optional, TextIO, Tuple
+
+from tf_commopt.core.tfconfig import tf_config_from_env
+from tf_commopt.errors import InputError
+
+__all__ = ["run_training", "PS_STRATEGIES"]
+
+PS_STRATEGIES = ("ssgd", "skip_correct", "local_sgd")
+
+
+def run_training(cfg: Any, model_fn: Callable, out: Optional[TextIO] = None) -> Tuple[Dict[str, Any], Any]:
+    """Train as ``cfg`` (an ``experiments.train.Config``) says on this parameter-server cluster.
+
+    Example:
+        >>> record, model = run_training(cfg, build_model)   # doctest: +SKIP  (chief; other tasks serve)
+
+    ``model_fn(name, input_shape, num_classes)`` builds an uncompiled tf-keras model (logits).
+    Returns (record, plain model with the trained weights) on the chief; never returns on workers/ps.
+    """
+    from tf_commopt.distribute import parameter_server as psc
+
+    out = out or sys.stdout
+    tfc = psc.serve_unless_chief(tf_config_from_env())
+    if cfg.strategy not in PS_STRATEGIES:
+        raise InputError(f"--strategy={cfg.strategy} cannot run on a cluster with ps tasks; use one of "
+                         f"{', '.join(PS_STRATEGIES)}", where="--strategy")
+    if cfg.strategy == "ssgd":
+        interval, correction = 1, "none"
+    else:
+        interval = cfg.interval
+        correction = "none" if cfg.strategy == "local_sgd" else cfg.correction
+        if interval == "auto":
+            raise InputError("'auto' is not supported on a parameter-server cluster; give an integer",
+                             where="--interval")
+    if not cfg.learning_rate > 0:
+        raise InputError(f"must be > 0 on a parameter-server cluster, got {cfg.learning_rate!r}",
+                         where="--learning_rate")
+    if cfg.warmup_steps:
+        raise InputError("warm-up steps are not supported on a parameter-server cluster", where="--warmup_steps")
+
+    import tf_keras
+
+    from tf_commopt.datasets import load_dataset
+
+    workers = tfc.num_workers
+    if cfg.batch_size % workers:
+        raise InputError(f"{cfg.batch_size} is not divisible by the {workers} workers", where="--batch_size")
+    data = load_dataset(cfg.dataset, seed=cfg.seed)
+    steps_per_epoch = max(1, len(data.x_train) // cfg.batch_size)
+    steps = cfg.steps or cfg.epochs * steps_per_epoch
+    rounds = math.ceil(steps / interval)
+
+    tf_keras.utils.set_random_seed(cfg.seed)
+    trainer = psc.ParameterServerSkipCorrect(interval=interval, correction=correction,
+                                             learning_rate=cfg.learning_rate, momentum=cfg.momentum)
+    with trainer.scope():
+        model = model_fn(cfg.model, data.input_shape, data.num_classes)
+    loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    trainer.compile(model, loss=loss, batch_fn=psc.array_batch_fn(data.x_train, data.y_train, num_shards=workers,
+                                                                   batch_size=cfg.batch_size // workers))
+    print(f"{cfg.strategy} (parameter server): {cfg.model} on {cfg.dataset} ({len(data.x_train)} train / "
+          f"{len(data.x_test)} test), {workers} workers + {tfc.num_ps} ps, global batch {cfg.batch_size}, "
+          f"interval {interval}, correction {correction}, {rounds} rounds", file=out, flush=True)
+    t0 = time.perf_counter()
+    every = max(1, rounds // 10)
+    for r in range(rounds):
+        rec = trainer.run_round()
+        if r % every == 0 or r == rounds - 1:
+            print(f"round {r + 1}/{rounds}: loss {rec['loss']:.4f}, compute {rec['compute_s'] * 1e3:.1f} ms, "
+                  f"comm {rec['comm_s'] * 1e3:.1f} ms, {rec['bytes'] / 1e6:.3f} MB", file=out, flush=True)
+    wall = time.perf_counter() - t0
+
+    plain = model_fn(cfg.model, data.input_shape, data.num_classes)
+    plain.set_weights(model.get_weights())
+    plain.compile(loss=loss, metrics=["accuracy"])
+    train_loss, train_acc = plain.evaluate(data.x_train, data.y_train, batch_size=500, verbose=0)
+    test_loss, test_acc = plain.evaluate(data.x_test, data.y_test, batch_size=500, verbose=0)
+    stats = trainer.stats()
+    pbytes = int(sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables))
+    record: Dict[str, Any] = {
+        "strategy": cfg.strategy, "model": cfg.model, "dataset": cfg.dataset, "replicas": workers,
+        "workers": workers + 1, "ps": tfc.num_ps, "global_batch_size": cfg.batch_size, "steps": stats["steps"],
+        "epochs": (cfg.epochs if not cfg.steps else 1), "wall_s": round(wall, 3),
+        "steps_per_s": round(stats["steps"] / wall, 3) if wall > 0 else None,
+        "train_loss": float(train_loss), "train_accuracy": float(train_acc),
+        "test_loss": float(test_loss), "test_accuracy": float(test_acc), "seed": cfg.seed,
+        "learning_rate": cfg.learning_rate, "params": int(model.count_params()), "param_bytes": pbytes,
+        "interval": interval, "correction": correction, "syncs": stats["syncs"], "comm_s": round(stats["comm_s"], 4),
+        "compute_s": round(stats["compute_s"], 4), "bytes_communicated": stats["bytes_communicated"],
+        "lost_workers": sorted(trainer.lost_workers),
+    }
+    if cfg.model_dir:
+        os.makedirs(cfg.model_dir, exist_ok=True)
+        plain.save_weights(os.path.join(cfg.model_dir, "model.weights.h5"))
+        with open(os.path.join(cfg.model_dir, "result.json"), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+    print(f"\n{cfg.strategy} on {workers} workers + {tfc.num_ps} ps: {stats['steps']} steps in {wall:.1f} s; "
+          f"final train loss {train_loss:.4f}, test accuracy {100 * test_acc:.1f}% on {len(data.x_test)} "
+          "held-out images", file=out)
+    print(json.dumps(record), file=out, flush=True)
+    return record, plain
