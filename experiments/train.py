@@ -269,6 +269,11 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
     out = out or sys.stdout
     validate(cfg)
     tfc = tf_config_from_env()
+    if tfc is not None and tfc.num_ps:  # parameter-server cluster (issue 8): its own loop, workers/ps serve
+        from experiments.models import build_model
+        from tf_commopt.distribute.parameter_server import run_training
+
+        return RunResult(*run_training(cfg, build_model, out))
     strategy = make_strategy(cfg, tfc)  # before any op: logical devices / collective set-up
 
     import tensorflow as tf
