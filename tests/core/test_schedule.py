@@ -51,6 +51,16 @@ def test_1f1b_weight_stashing_staleness():
         assert versions[s] == {i: max(0, i - (p - s) + 1) for i in range(n)}
 
 
+def test_1f1b_flush_literal():
+    s = onef1b(3, 4, flush=True)
+    assert s.compact() == [
+        "F0 F1 F2 B0 F3 B1 B2 B3 U",
+        "F0 F1 B0 F2 B1 F3 B2 B3 U",
+        "F0 B0 F1 B1 F2 B2 F3 B3 U",
+    ]
+    assert s.synchronous and s.microbatches_per_minibatch == 4
+
+
 def test_1f1b_fewer_microbatches_than_stages():
     assert onef1b(3, 1).compact() == ["F0 B0 U", "F0 B0 U", "F0 B0 U"]
 

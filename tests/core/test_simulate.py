@@ -87,6 +87,14 @@ def test_1f1b_steady_throughput_is_one_over_slowest_stage(seed):
     assert r.bubble_fraction == pytest.approx(1 - np.mean(f + b) / slowest)
 
 
+@pytest.mark.parametrize("p,m", [(2, 3), (4, 8)])
+def test_1f1b_flush_balanced_equals_gpipe(p, m):
+    # with balanced stages and free communication 1F1B-Flush has GPipe's bubble: (M + P - 1)(t_f + t_b)
+    g, plan = chain([1.0 * m] * p, [2.0 * m] * p)
+    r = simulate_pipeline(g, plan, "1f1b_flush", microbatches=m)
+    assert r.iteration_ms == pytest.approx((m + p - 1) * 3.0)
+
+
 def test_hand_computed_gpipe_timeline_with_communication():
     # per micro-batch: t_f = 1, t_b = 2; 625 kB per message = 0.5 ms at 10 Gbit/s, + 0.1 ms latency
     g, plan = chain([2.0, 2.0], [4.0, 4.0], act=[1.25e6, 0.0])

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", required=True,
                    help="PipeDream graph.txt or tf_commopt JSON, or a bundled name (pipedream/vgg16, h200/resnet50.fp32)")
     p.add_argument("--plan", required=True, help="PartitionPlan JSON (python -m tf_commopt.partition ... --out)")
-    p.add_argument("--schedule", required=True, choices=["gpipe", "1f1b"])
+    p.add_argument("--schedule", required=True, choices=["gpipe", "1f1b", "1f1b_flush"])
     p.add_argument("--microbatches", required=True, type=_positive_int,
                    help="GPipe: micro-batches per mini-batch; 1f1b: micro-batches streamed through")
     p.add_argument("--split", type=_positive_int, default=None,

@@ -16,7 +16,8 @@ from tf_commopt.core.schedule.instructions import (
 )
 from tf_commopt.core.schedule.onef1b import onef1b, weight_versions
 
-SCHEDULES = {"gpipe": gpipe, "1f1b": onef1b}
+SCHEDULES = {"gpipe": gpipe, "1f1b": onef1b,
+             "1f1b_flush": lambda p, m: onef1b(p, m, flush=True)}
 
 __all__ = [
     "Schedule", "combine", "gpipe", "onef1b", "weight_versions", "data_parallel", "local_sgd", "SCHEDULES",

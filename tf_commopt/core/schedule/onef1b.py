@@ -36,8 +36,17 @@ from tf_commopt.core.schedule.instructions import (
 __all__ = ["onef1b", "weight_versions"]
 
 
-def onef1b(num_stages: int, num_microbatches: int) -> Schedule:
-    """PipeDream's asynchronous 1F1B schedule with weight stashing (see module docstring)."""
+def onef1b(num_stages: int, num_microbatches: int, flush: bool = False) -> Schedule:
+    """PipeDream's asynchronous 1F1B schedule with weight stashing (see module docstring).
+
+    With ``flush=True``: PipeDream-Flush (Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN
+    Training", ICML 2021; Megatron-LM's schedule): the same order without the per-backward updates,
+    one ``OptimizerStep`` after the last backward; synchronous, ``num_microbatches`` per mini-batch,
+    no stashing needed.
+
+    >>> onef1b(2, 3, flush=True).compact()
+    ['F0 F1 B0 F2 B1 B2 U', 'F0 B0 F1 B1 F2 B2 U']
+    """
     _check(num_stages, num_microbatches)
     p, n = num_stages, num_microbatches
     streams = []
@@ -60,10 +69,16 @@ def onef1b(num_stages: int, num_microbatches: int) -> Schedule:
             st.append(Backward(j))
             if s > 0:
                 st.append(SendGrad(j, s - 1))
-            st.append(OptimizerStep())
+            if not flush:
+                st.append(OptimizerStep())
             if j + w < n:
                 fwd(j + w)
+        if flush:
+            st.append(OptimizerStep())
         streams.append(tuple(st))
+    if flush:
+        return Schedule("1f1b_flush", n, tuple(streams), synchronous=True, microbatches_per_minibatch=n,
+                        meta={"weight_stashing": False})
     return Schedule("1f1b", n, tuple(streams), synchronous=False, microbatches_per_minibatch=1,
                     meta={"weight_stashing": True})
 
