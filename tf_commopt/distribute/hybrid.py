@@ -56,7 +56,7 @@ import tensorflow as tf  # noqa: E402
 from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
 from tf_commopt.core.schedule import AllReduce, OptimizerStep, Schedule, combine, gpipe  # noqa: E402
 from tf_commopt.distribute.pipeline import (  # noqa: E402
-    Pipeline, default_devices, execution_order, place_model,
+    Pipeline, execution_order,
 )
 from tf_commopt.errors import ClusterError, InputError  # noqa: E402
 from tf_commopt.tf.slowdown import canonical_device  # noqa: E402
@@ -129,6 +129,19 @@ def groups_from_tf_config(tf_config: Optional[str] = None) -> Tuple[List[str], i
     return workers, index
 
 
+def _local_devices(task: Optional[int]) -> List[str]:
+    """This process's logical GPUs, else CPUs (with TF_CONFIG the remote devices are listed too)."""
+    out = []
+    for kind in ("GPU", "CPU"):
+        for d in tf.config.list_logical_devices(kind):
+            spec = tf.DeviceSpec.from_string(d.name)
+            if task is None or spec.task is None or spec.task == task:
+                out.append(f"/{kind}:{spec.device_index}")
+        if out:
+            return out
+    return out
+
+
 # ----------------------------------------------------------------------------- strategy
 class GroupedHybridStrategy:
     """Grouped hybrid parallelism: a capacity-aware GPipe pipeline per group, gradients all-reduced.
@@ -148,8 +161,10 @@ class GroupedHybridStrategy:
         emulate: if True, a device of capacity c runs ``max(capacities) / c`` times slower
             (:mod:`tf_commopt.tf.slowdown`), so one CPU machine shows the capacity effect.
         slowdown: explicit {device: factor} instead of ``emulate``.
-        tf_config: read groups from TF_CONFIG (one group per worker host): multi-host execution is not
-            implemented yet; see docs/hybrid.md.
+        tf_config: one group per TF_CONFIG worker host (this process runs its host's group on its local
+            ``devices`` with their ``capacities``; gradients are all-reduced between hosts with collective
+            ops). Default: True when TF_CONFIG lists more than one worker. Create the strategy before
+            any other TensorFlow op, as with MultiWorkerMirroredStrategy.
     """
 
     def __init__(self, devices: Optional[Sequence[str]] = None, capacities: Any = None,
@@ -157,14 +172,23 @@ class GroupedHybridStrategy:
                  microbatches: int = 2, plans: Optional[Sequence[PartitionPlan]] = None, method: str = "ga",
                  bandwidth_gbps: float = 10.0, seed: int = 0, profile_batch_size: int = 32,
                  group_weights: Optional[Sequence[float]] = None, emulate: bool = False,
-                 slowdown: Optional[Mapping[str, float]] = None, tf_config: bool = False):
+                 slowdown: Optional[Mapping[str, float]] = None, tf_config: Optional[bool] = None):
+        if tf_config is None:  # like TensorFlow's own strategies: a multi-worker TF_CONFIG means multi-host
+            tf_config = bool(os.environ.get("TF_CONFIG")) and len(groups_from_tf_config()[0]) > 1
+        self.hosts: List[str] = []
+        self.task = 0
+        self._mw = None
         if tf_config:
-            workers, _ = groups_from_tf_config()
-            if len(workers) > 1:
-                raise ClusterError(f"TF_CONFIG lists {len(workers)} worker hosts: multi-host grouped hybrid "
-                                   "training (one group per host) is not implemented yet; run one process "
-                                   "with all devices, see docs/hybrid.md")
-        self.devices = [str(d) for d in (devices if devices is not None else default_devices())]
+            self.hosts, self.task = groups_from_tf_config()
+            if self.task < 0:
+                raise InputError("this task is not a worker; every worker host runs one group", where="TF_CONFIG")
+            if groups is not None or num_groups not in (None, len(self.hosts)):
+                raise InputError(f"with TF_CONFIG there is one group per worker host ({len(self.hosts)}); "
+                                 "do not pass groups/num_groups", where="GroupedHybridStrategy")
+            # MultiWorkerMirroredStrategy starts this host's server and the collective runtime
+            self._mw = tf.distribute.MultiWorkerMirroredStrategy()
+        self.devices = [str(d) for d in (devices if devices is not None else _local_devices(self.task if
+                                                                                            tf_config else None))]
         if not self.devices:
             raise InputError("no devices", where="GroupedHybridStrategy(devices=...)")
         if isinstance(capacities, str):
@@ -178,7 +202,9 @@ class GroupedHybridStrategy:
             raise InputError(f"need one positive capacity per device ({len(self.devices)}), got {capacities!r}",
                              where="capacities")
         self.capacities = caps
-        if groups is not None:
+        if self._mw is not None:
+            self.groups = [list(range(len(self.devices)))]  # this host's group: all its devices
+        elif groups is not None:
             gs = [list(map(int, g)) for g in groups]
             flat = [i for g in gs for i in g]
             if not gs or any(not g for g in gs) or sorted(flat) != sorted(set(flat)) or \
@@ -191,13 +217,18 @@ class GroupedHybridStrategy:
         if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
             raise InputError(f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches")
         self.microbatches = microbatches
+        self.num_groups = len(self.hosts) if self._mw is not None else len(self.groups)
+        # global index of each group this process runs (all of them in one process; its own with TF_CONFIG)
+        self._global_index = [self.task] if self._mw is not None else list(range(self.num_groups))
+        if plans is not None and self._mw is not None and len(plans) == self.num_groups:
+            plans = [plans[self.task]]
         if plans is not None and len(plans) != len(self.groups):
             raise InputError(f"{len(plans)} plans for {len(self.groups)} groups", where="plans")
         self.plans: Optional[List[PartitionPlan]] = list(plans) if plans is not None else None
         self.method, self.bandwidth_gbps, self.seed = method, float(bandwidth_gbps), int(seed)
         self.profile_batch_size = int(profile_batch_size)
-        if group_weights is not None and len(group_weights) != len(self.groups):
-            raise InputError(f"{len(group_weights)} group weights for {len(self.groups)} groups",
+        if group_weights is not None and len(group_weights) != self.num_groups:
+            raise InputError(f"{len(group_weights)} group weights for {self.num_groups} groups",
                              where="group_weights")
         self._group_weights = None if group_weights is None else [float(w) for w in group_weights]
         if slowdown is not None:
@@ -231,6 +262,8 @@ class GroupedHybridStrategy:
         import tf_keras as keras
 
         self.model, self.loss = model, loss
+        if self._mw is not None:
+            self._broadcast_weights(model)
         self.pipelines = []
         for g, plan in enumerate(self.plans):
             devs = self.group_devices(g)
@@ -249,6 +282,8 @@ class GroupedHybridStrategy:
                                           extra=[[AllReduce("grads", tuple(range(R))), OptimizerStep()]] * R)
         self._rank: List[Tuple[int, int]] = [(g, s) for g, p in enumerate(self.pipelines)
                                              for s in range(p.layout.num_stages)]
+        if self._mw is not None and self._group_weights is None:
+            self._group_weights = self._exchange_weights(self._local_weights())
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
         model.train_step = self.keras_train_step
         self._step_fn = None
@@ -267,6 +302,13 @@ class GroupedHybridStrategy:
         """Throughput of each group used to split the global batch (see module docstring)."""
         if self._group_weights is not None:
             return list(self._group_weights)
+        if self._mw is not None:
+            raise InputError("call strategy.compile(...) first: the hosts exchange their group throughputs "
+                             "there", where="GroupedHybridStrategy")
+        return self._local_weights()
+
+    def _local_weights(self) -> List[float]:
+        """Throughputs of the groups this process runs."""
         if self.plans is not None and all(p.max_stage_ms > 0 for p in self.plans):
             M = self.microbatches
             return [M / ((M + p.num_stages - 1) * p.max_stage_ms) for p in self.plans]
@@ -284,7 +326,7 @@ class GroupedHybridStrategy:
         B = self.pipelines[0]._batch_of(x)
         sizes = self.group_batch_sizes(B)
         xs, ys = Pipeline._split(x, sizes), Pipeline._split(y, sizes)
-        runs = [p.begin(xs[g], ys[g], total_batch=B) for g, p in enumerate(self.pipelines)]
+        runs = [p.begin(xs[gi], ys[gi], total_batch=B) for gi, p in zip(self._global_index, self.pipelines)]
         for p, run in zip(self.pipelines, runs):
             if run.num_microbatches != self.microbatches:
                 raise InputError(f"a group got {sizes} samples, fewer than its {self.microbatches} micro-batches; "
@@ -299,6 +341,8 @@ class GroupedHybridStrategy:
                 runs[g].execute(s, ins)
         loss = tf.add_n([tf.identity(run.result()[0]) for run in runs])
         assert reduced is not None
+        if self._mw is not None:
+            loss, reduced = self._all_reduce_hosts(loss, reduced)
         return loss, reduced
 
     def _order(self) -> List[Tuple[int, Any]]:
@@ -373,6 +417,50 @@ class GroupedHybridStrategy:
         src = self.pipelines[0].model.weights
         for v, w in zip(self.model.weights, src):
             v.assign(wrap(w))
+
+    # -- multi-host (TF_CONFIG): collective ops between the worker hosts
+    _made = 0
+
+    def _collective_sum(self, flat: tf.Tensor, instance: int) -> tf.Tensor:
+        """Sum of ``flat`` over all hosts (one CollectiveReduceV2 on this host's first CPU)."""
+        if not hasattr(self, "_group_key"):
+            GroupedHybridStrategy._made += 1  # the same sequence on every host: same keys
+            self._group_key = 7_000_000 + 1_000 * GroupedHybridStrategy._made
+        with tf.device("/CPU:0"):
+            return tf.raw_ops.CollectiveReduceV2(
+                input=tf.identity(flat), group_size=len(self.hosts), group_key=self._group_key,
+                instance_key=self._group_key + instance, ordering_token=[], merge_op="Add", final_op="Id")
+
+    def _broadcast_weights(self, model: Any) -> None:
+        """Every host starts from host 0's weights (sum of host 0's values and zeros elsewhere: exact)."""
+        ws = model.weights
+        flat = tf.concat([tf.reshape(tf.cast(w, tf.float32), [-1]) for w in ws], 0)
+        got = tf.function(lambda f: self._collective_sum(f, 1))(flat * (1.0 if self.task == 0 else 0.0))
+        off = 0
+        for w in ws:
+            n = int(tf.size(w))
+            w.assign(tf.cast(tf.reshape(got[off:off + n], w.shape), w.dtype))
+            off += n
+
+    def _exchange_weights(self, local: List[float]) -> List[float]:
+        vec = [0.0] * len(self.hosts)
+        vec[self.task] = float(local[0])
+        return [float(v) for v in tf.function(lambda f: self._collective_sum(f, 2))(tf.constant(vec)).numpy()]
+
+    def _all_reduce_hosts(self, loss: tf.Tensor, grads: List[List[tf.Tensor]]
+                          ) -> Tuple[tf.Tensor, List[List[tf.Tensor]]]:
+        """Sum this host's group gradients (and loss) with the other hosts' in one collective."""
+        pipe, g = self.pipelines[0], grads[0]
+        with tf.device("/CPU:0"):
+            flat = tf.concat([tf.reshape(t, [-1]) for t in g] + [tf.reshape(loss, [1])], 0)
+        tot = self._collective_sum(flat, 3)
+        out, off = [], 0
+        for t, v in zip(g, pipe.trainable_variables):
+            n = t.shape.num_elements()
+            with tf.device(v.device):
+                out.append(tf.reshape(tot[off:off + n], t.shape))
+            off += n
+        return tot[off], [out]
 
     def stats(self) -> Dict[str, Any]:
         """Groups, their devices, batch weights, stage layer counts, steps and wall time of train_step."""
