@@ -16,8 +16,10 @@ Large DNN Training on (Whimpy) Heterogeneous GPU Clusters through Integration of
 Parallelism and Data Parallelism", USENIX ATC 2020; pipelines: GPipe, Huang et al., NeurIPS 2019).
 The exact rules:
 
-* **Groups.** Given ``groups`` (lists of device indices) they are used as is; with TF_CONFIG, one group
-  per worker host. Otherwise :func:`form_groups`: devices sorted by capacity (descending, ties by
+* **Groups.** Given ``groups`` (lists of device indices) they are used as is; with a multi-worker
+  TF_CONFIG, one group per worker host (each process runs its host's group on its local devices; the
+  hosts start from host 0's weights, exchange their throughputs once, slice the same global batch and
+  sum their gradients with one collective per step). Otherwise :func:`form_groups`: devices sorted by capacity (descending, ties by
   index) are dealt to ``num_groups`` groups in snake order (0, 1, .., G-1, G-1, .., 0, 0, ..), so group
   sizes differ by at most one and their total capacities are close; each group keeps its devices in
   index order.
