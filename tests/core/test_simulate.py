@@ -235,3 +235,23 @@ def test_grouped_hybrid_composition_closed_form():
     want = max(end0 + 2 * (2 - 1) / 2 * 3e6 / 1e6, end1 + 2 * (2 - 1) / 2 * 5e6 / 1e6)
     assert r.iteration_ms == pytest.approx(want)
     assert r.bytes_injected == pytest.approx(2 * (3e6 + 5e6))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_invariants_on_branchy_graphs(seed):
+    # on skip-heavy DAGs partitioned by the partitioner: the simulator charges exactly the plan's
+    # compute and bytes, and its times respect simple lower and upper bounds
+    from tf_commopt.core.partition.api import partition
+    from tf_commopt.core.partition.synthetic import branchy_graph
+
+    g = branchy_graph(80, seed=seed)
+    k, m, bw = 3 + seed % 2, 6, 10.0
+    plan = partition(g, k, method="balanced", bandwidth_gbps=bw)
+    r = simulate_pipeline(g, plan, "gpipe", microbatches=m, bandwidth_gbps=bw)
+    assert [r.busy_ms[plan.device_of_stage[s]] for s in range(k)] == pytest.approx(plan.stage_compute_ms)
+    assert r.bytes_injected == pytest.approx(plan.comm_bytes)
+    transfers = plan.comm_bytes / (bw * 1e9 / 8 / 1e3)
+    assert max(plan.stage_compute_ms) <= r.iteration_ms <= sum(plan.stage_compute_ms) + transfers + 1e-9
+    assert r.iteration_ms >= sum(plan.stage_compute_ms) / m
+    a = simulate_pipeline(g, plan, "1f1b", microbatches=12 * k, bandwidth_gbps=bw)
+    assert a.throughput <= 1000.0 / max(plan.stage_compute_ms) * (1 + 1e-9)
