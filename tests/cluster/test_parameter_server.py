@@ -169,3 +169,22 @@ def test_worker_killed_mid_training_then_all_workers_lost():
     finally:
         for p in procs.values():
             p.kill()
+
+
+@pytest.mark.parametrize("strategy,extra", [("skip_correct", ["--interval=2", "--correction=vrl"]), ("ssgd", [])])
+def test_runner_on_launcher_ps_cluster(strategy, extra):
+    """``experiments.train`` under ``tf_commopt.cluster --workers 2 --ps 1 --chief`` prints its JSON line."""
+    cmd = [sys.executable, "-m", "experiments.train", f"--strategy={strategy}", "--model=mlp", "--steps=8",
+           "--batch_size=64", *extra]
+    r = run_cluster(cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT,
+                    env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert r.ok, f"{r.message}\n" + "\n".join(r.last_lines(r.failed_task or "chief:0"))
+    rec = json.loads([line for line in r.outputs["chief:0"] if line.startswith("{")][-1])
+    h = 2 if strategy == "skip_correct" else 1
+    assert (rec["strategy"], rec["ps"], rec["interval"], rec["steps"], rec["syncs"]) == (strategy, 1, h, 8, 8 // h)
+    pbytes = rec["param_bytes"]
+    per = (2 + 1 + 2) if strategy == "skip_correct" else (2 + 2)  # pull x, push s_i, [pull D_i], momentum
+    assert rec["bytes_communicated"] == (8 // h) * 2 * per * pbytes
+    assert rec["comm_s"] > 0 and rec["compute_s"] > 0
+    assert rec["train_loss"] < 2.0 and rec["test_accuracy"] > 0.3  # it learned (chance: 2.30, 0.1)
+    assert not any(line.startswith("{") for line in r.outputs["worker:0"])  # only the chief reports
