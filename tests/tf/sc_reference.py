@@ -1,6 +1,7 @@
 """Plain-numpy reference of the skip-and-correct rule for a softmax-regression model (test helper).
 
 Independent of tf_commopt: written from the rule in docs/skip_correct.md, float64.
+(``fresh_mirrored`` is the one TensorFlow helper: the reference strategy for the SSGD tests.)
 """
 from __future__ import annotations
 
@@ -70,3 +71,21 @@ def make_batches(steps: int, replicas: int, per_replica: int, features: int, cla
             row.append((x, y))
         out.append(row)
     return out
+
+
+_made = [0]
+
+
+def fresh_mirrored(devices):
+    """A tf.distribute.MirroredStrategy with collective keys no other strategy in this process uses
+    (two instances over the same devices otherwise share instance keys and abort each other)."""
+    import tensorflow as tf
+
+    _made[0] += 1
+    cls = tf.distribute.MirroredStrategy
+    old = cls._collective_key_base
+    cls._collective_key_base = 7_000_000 + 100_000 * _made[0]
+    try:
+        return cls(devices)
+    finally:
+        cls._collective_key_base = old

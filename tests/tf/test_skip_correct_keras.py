@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.tf.sc_reference import make_batches, run_rule
+from tests.tf.sc_reference import fresh_mirrored, make_batches, run_rule
 from tf_commopt.distribute import SkipCorrectStrategy
 from tf_commopt.keras import SkipCorrectTelemetry
 
@@ -90,7 +90,7 @@ def test_interval_one_none_equals_mirrored_ssgd_in_fit(momentum):
             strategy = SkipCorrectStrategy(interval=1, correction="none", average_optimizer_state=True,
                                            devices=DEVICES)
         else:
-            strategy = tf.distribute.MirroredStrategy(DEVICES)
+            strategy = fresh_mirrored(DEVICES)
         with strategy.scope():
             model = _mlp(3)
             model.compile(tf.keras.optimizers.SGD(LR, momentum=momentum),

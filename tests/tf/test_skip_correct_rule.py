@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.tf.sc_reference import make_batches, run_rule
+from tests.tf.sc_reference import fresh_mirrored, make_batches, run_rule
 from tf_commopt.distribute import SkipCorrectStrategy
 
 R, B, F, C, LR, STEPS = 4, 5, 3, 4, 0.2, 10
@@ -96,7 +96,7 @@ def test_interval_one_none_is_ssgd_and_cross_replica_read_is_mean():
     batches = make_batches(4, R, B, F, C, seed=3)
     finals = {}
     for name, strategy in (("sc", SkipCorrectStrategy(interval=1, correction="none", devices=DEVICES)),
-                           ("mirrored", tf.distribute.MirroredStrategy(DEVICES))):
+                           ("mirrored", fresh_mirrored(DEVICES))):
         w, b, _ = _custom_loop(strategy, batches, w0, b0, lambda *a: None)
         finals[name] = (w.numpy(), b.numpy())
     np.testing.assert_allclose(finals["sc"][0], finals["mirrored"][0], rtol=1e-5, atol=1e-5)
