@@ -18,7 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 SHARDS, BATCH, N, LR = 2, 4, 24, 0.1
-SETTINGS = [(1, "none", 0.0), (1, "vrl", 0.0), (3, "none", 0.0), (3, "vrl", 0.0), (3, "vrl", 0.5)]
+SETTINGS = [(1, "none", 0.0), (1, "vrl", 0.5), (3, "none", 0.0), (3, "vrl", 0.0), (3, "vrl", 0.5)]
 
 
 def data():

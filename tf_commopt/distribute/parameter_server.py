@@ -52,12 +52,12 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf-keras: Keras 3 fails und
 import tensorflow as tf  # noqa: E402
 
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env
+from tf_commopt.distribute.correction import CORRECTIONS, validate_correction, vrl_delta_update
 from tf_commopt.errors import ClusterError, InputError
 
 __all__ = ["serve", "serve_unless_chief", "array_batch_fn", "ParameterServerSkipCorrect", "CORRECTIONS",
            "run_training"]
 
-CORRECTIONS = ("vrl", "none")
 _CHIEF_GONE_POLLS = 4
 
 
@@ -248,9 +248,7 @@ class ParameterServerSkipCorrect:
                  momentum: float = 0.0, strategy=None, round_timeout_s: float = 120.0):
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise InputError(f"must be an integer >= 1, got {interval!r}", where="interval")
-        if correction not in CORRECTIONS:
-            raise InputError(f"unknown correction {correction!r}; choose one of {', '.join(CORRECTIONS)}",
-                             where="correction")
+        validate_correction(correction)
         if not (isinstance(learning_rate, (int, float)) and learning_rate > 0):
             raise InputError(f"must be a number > 0, got {learning_rate!r}", where="learning_rate")
         if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
@@ -289,6 +287,12 @@ class ParameterServerSkipCorrect:
         ``batch_fn(shard, step) -> (x, y)`` runs on the worker; ``num_shards`` defaults to the
         batch_fn's ``num_shards`` or the number of workers."""
         if model is not None:
+            import tf_keras
+
+            if not isinstance(model, tf_keras.Model):
+                raise InputError(f"model must be a tf-keras model (import tf_keras, or TF_USE_LEGACY_KERAS=1 before "
+                                 f"tensorflow), got {type(model).__module__}.{type(model).__name__}; Keras 3 does "
+                                 "not work under ParameterServerStrategy", where="compile")
             if loss is None:
                 raise InputError("a Keras model needs loss=", where="compile")
             if model.non_trainable_weights:
@@ -319,14 +323,16 @@ class ParameterServerSkipCorrect:
             self._corr = [per_shard(v, "correction") for v in variables] if vrl else []
             self._mom = [per_shard(v, "momentum") for v in variables] if mu > 0 else []
         self.param_bytes = int(sum(v.shape.num_elements() * v.dtype.size for v in variables))
-        per_closure = 2 + int(vrl) + 2 * int(mu > 0)  # pull x, push s_i, pull D_i, pull+push v_i
+        # pull x, push s_i (or g_i when H = 1), and for H > 1 pull D_i, pull + push v_i
+        per_closure = 2 if h == 1 else 2 + int(vrl) + 2 * int(mu > 0)
         self.bytes_per_round = k * per_closure * self.param_bytes
 
         @tf.function
         def closure(shard, rnd):
             x0 = [tf.identity(v) for v in variables]  # pull x from the ps
-            corr = [tf.gather(c, shard) for c in self._corr] if vrl else [tf.zeros_like(p) for p in x0]
-            mom = [tf.gather(m, shard) for m in self._mom] if mu > 0 else []
+            local = h > 1  # H = 1: push the gradient, the ps applies correction and momentum itself
+            corr = [tf.gather(c, shard) for c in self._corr] if vrl and local else [tf.zeros_like(p) for p in x0]
+            mom = [tf.gather(m, shard) for m in self._mom] if mu > 0 and local else []
             with tf.control_dependencies(x0 + corr + mom):
                 t0 = tf.timestamp()
             xs = [tf.identity(p) for p in x0]
@@ -337,16 +343,18 @@ class ParameterServerSkipCorrect:
                     tape.watch(xs)
                     loss_v = forward(xs, bx, by)
                 grads = tape.gradient(loss_v, xs)
-                if mu > 0:
+                if not local:
+                    xs = grads
+                elif mu > 0:
                     mom = [mu * m - lr * (g - c) for m, g, c in zip(mom, grads, corr)]
                     xs = [p + m for p, m in zip(xs, mom)]
                 else:
                     xs = [p - lr * (g - c) for p, g, c in zip(xs, grads, corr)]
                 loss_sum += tf.cast(loss_v, tf.float64)
-            deltas = [p - q for p, q in zip(xs, x0)]
-            with tf.control_dependencies(deltas + mom):
+            pushed = [p - q for p, q in zip(xs, x0)] if local else xs  # s_i (H > 1) or g_i (H = 1)
+            with tf.control_dependencies(pushed + mom):
                 t1 = tf.timestamp()
-            writes = [s.scatter_update(tf.IndexedSlices(d[None], shard[None])) for s, d in zip(self._slots, deltas)]
+            writes = [s.scatter_update(tf.IndexedSlices(d[None], shard[None])) for s, d in zip(self._slots, pushed)]
             writes += [m.scatter_update(tf.IndexedSlices(b[None], shard[None])) for m, b in zip(self._mom, mom)]
             with tf.control_dependencies(writes):
                 worker = tf.identity(tf.distribute.coordinator.experimental_get_current_worker_index())
@@ -354,13 +362,21 @@ class ParameterServerSkipCorrect:
 
         @tf.function
         def apply():
-            for v, s, c in zip(variables, self._slots, self._corr or [None] * len(variables)):
+            none = [None] * len(variables)
+            for v, s, c, m in zip(variables, self._slots, self._corr or none, self._mom or none):
                 with tf.device(v.device):  # on the ps that holds v
                     sv = s.read_value()
+                    if h == 1:  # the slots hold g_i: finish the local step here, s_i = x_i - x
+                        step = sv - c.read_value() if c is not None else sv
+                        if m is not None:
+                            m.assign(mu * m - lr * step)
+                            sv = m.read_value()
+                        else:
+                            sv = -lr * step
                     mean = tf.reduce_mean(sv, axis=0)
                     v.assign_add(mean)
-                    if c is not None:
-                        c.assign_add((mean[None] - sv) / (h * lr))
+                    if c is not None:  # D_i += (x_bar - x_i) / (H lr), with x_bar - x_i = mean - s_i
+                        c.assign(vrl_delta_update(c.read_value(), mean[None], sv, h, lr))
             return tf.constant(0)
 
         self._closure, self._apply = closure, apply
