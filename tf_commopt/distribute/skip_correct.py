@@ -180,12 +180,14 @@ class _SkipCorrectMixin:
                     self._sc_internal = False
                 self._sc_states[key] = state
                 optimizer._track_trackable(state, name="skip_correct_state", overwrite=True)
-        elif [id(v) for v in state.variables] != [id(v) for v in var_list]:
-            err = InputError("apply_gradients was called with a different variable list than the first call; "
-                             "SkipCorrectStrategy keeps one correction per variable of the first list",
-                             where="SkipCorrectStrategy")
-            err.ag_pass_through = True  # type: ignore[attr-defined]
-            raise err
+        else:
+            known = {id(v) for v in state.variables}
+            if any(id(v) not in known for v in var_list):
+                err = InputError("apply_gradients got a variable that was not in its first call; "
+                                 "SkipCorrectStrategy keeps one correction per variable of the first list",
+                                 where="SkipCorrectStrategy")
+                err.ag_pass_through = True  # type: ignore[attr-defined]
+                raise err
         return state
 
     def correction_state(self, optimizer: Any) -> Optional[SkipCorrectState]:
@@ -215,6 +217,9 @@ class _SkipCorrectMixin:
         per_var = [_components(g) for g in grads]
         n_local = len(per_var[0])
         deltas = state.delta_components()
+        if deltas is not None:
+            index = {id(v): j for j, v in enumerate(state.variables)}
+            deltas = [deltas[index[id(v)]] for v in var_list]
 
         def local() -> List[Any]:
             out = []
@@ -262,6 +267,7 @@ class _SkipCorrectMixin:
         k = state.local_steps.read_value() + tf.cast(local_phase, tf.int64)
         h = self._sc_interval.read_value()
         do_sync = tf.logical_and(local_phase, k >= h)
+        var_list = state.variables  # every variable of the state, also those without a gradient this step
         extras = self._sc_extra_vars(var_list, optimizer)
         lr = _current_lr(optimizer)
 
