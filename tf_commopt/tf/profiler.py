@@ -206,8 +206,9 @@ def relative_capacities(devices: Sequence[str], kind: str = "matmul", size: int 
 
     Each repeat runs the benchmark once on every device in turn, so load changes on a shared
     machine hit all devices alike; the fastest run (``stat="min"``, like ``timeit``: the run least
-    disturbed by other processes) or the median (``stat="median"``) is kept. With
-    ``absolute=True`` returns GFLOP/s instead.
+    disturbed by other processes) or the median (``stat="median"``) is kept, minus the same
+    statistic of an empty call on that device (the fixed cost of a ``tf.function`` call, which
+    would otherwise dilute the differences). With ``absolute=True`` returns GFLOP/s instead.
 
     Example:
         >>> with slowdowns({"/CPU:1": 2.0}):                                   # doctest: +SKIP
@@ -225,19 +226,27 @@ def relative_capacities(devices: Sequence[str], kind: str = "matmul", size: int 
         for d in devices:
             _check_device(d)
             fn, args, flops = _bench_ops(k, size, d, dtype)
-            benches.append((d, compiled(fn, get_slowdown(d)), args, flops))
+            factor = get_slowdown(d)
+            with tf.device(d):
+                tiny = tf.zeros([1])
+            benches.append((d, compiled(fn, factor), args, flops, compiled(_sync, factor), [tiny]))
         samples: Dict[str, List[float]] = {d: [] for d in devices}
+        probes: Dict[str, List[float]] = {d: [] for d in devices}
         for r in range(warmup + repeats):
-            for d, fn, args, flops in benches:
+            for d, fn, args, flops, probe, probe_args in benches:
                 with tf.device(d):
                     t0 = time.perf_counter()
                     fn(*args).numpy()
-                    dt = time.perf_counter() - t0
+                    t1 = time.perf_counter()
+                    probe(*probe_args).numpy()
+                    t2 = time.perf_counter()
                 if r >= warmup:
-                    samples[d].append(dt)
+                    samples[d].append(t1 - t0)
+                    probes[d].append(t2 - t1)
         pick = min if stat == "min" else statistics.median
-        for i, (d, _, _, flops) in enumerate(benches):
-            gflops[i] *= flops / pick(samples[d]) / 1e9
+        for i, (d, _, _, flops, _, _) in enumerate(benches):
+            t = max(pick(samples[d]) - pick(probes[d]), 1e-9)
+            gflops[i] *= flops / t / 1e9
     gflops = [g ** (1.0 / len(kinds)) for g in gflops]
     if absolute:
         return gflops

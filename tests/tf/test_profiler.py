@@ -1,0 +1,117 @@
+"""Measured costs: per-layer profile, device capacity, emulated slow devices (logical CPUs of conftest)."""
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+import keras as keras3
+
+from tf_commopt.errors import InputError
+from tf_commopt.tf.graph_import import from_keras_model
+from tf_commopt.tf.profiler import (device_capacity, measure_roofline, profile_keras_model, relative_capacities,
+                                    slowdowns)
+from tf_commopt.tf.slowdown import clear_slowdowns, get_slowdown, set_slowdown, slowed
+
+pytestmark = pytest.mark.filterwarnings("ignore::tf_commopt.tf.op_costs.CostEstimateWarning")
+
+
+def convnet(K):
+    L = K.layers
+    x = L.Input((16, 16, 3), name="img")
+    h = L.Conv2D(16, 3, padding="same", name="conv")(x)
+    r = L.ReLU(name="relu")(L.BatchNormalization(name="bn")(h))
+    y = L.Add(name="skip")([h, r])
+    return K.Model(x, L.Dense(10, name="fc")(L.GlobalAveragePooling2D(name="gap")(y)), name="convnet")
+
+
+@pytest.mark.parametrize("K", [tf_keras, keras3], ids=["tf_keras", "keras3"])
+def test_profile_has_the_layer_graph_and_positive_medians(K):
+    m = convnet(K)
+    g = profile_keras_model(m, batch_size=8, device="/CPU:0", repeats=3)
+    ref = from_keras_model(m, batch_size=8)
+    assert set(g.nodes) == set(ref.nodes) and set(g.edges) == set(ref.edges)
+    for n in g:
+        assert g[n].param_bytes == ref[n].param_bytes and g[n].activation_bytes == ref[n].activation_bytes
+        assert g[n].forward_ms >= 0 and g[n].backward_ms >= 0
+    for n in ("conv", "bn", "fc"):
+        assert g[n].forward_ms > 0, n
+    assert g["conv"].backward_ms > 0  # gradients w.r.t. input and kernel
+    assert g["img"].forward_ms == 0.0
+
+
+def test_profile_bad_arguments():
+    m = convnet(tf_keras)
+    with pytest.raises(InputError, match="GPU:7"):
+        profile_keras_model(m, batch_size=2, device="/GPU:7")
+    with pytest.raises(InputError, match="repeats"):
+        profile_keras_model(m, batch_size=2, repeats=0)
+
+
+def _sleepy(ms):
+    """Work of a known, load-independent duration: ``ms`` of sleeping inside the graph."""
+    def work(x):
+        done = tf.py_function(lambda: time.sleep(ms / 1e3) or 0.0, [], tf.float32)
+        with tf.control_dependencies([done]):
+            return x * 2.0
+    return work
+
+
+@pytest.mark.parametrize("in_graph", [False, True])
+def test_slowed_stretches_wall_time_by_the_factor(in_graph):
+    fn = slowed(_sleepy(60), 3.0)
+    if in_graph:
+        fn = tf.function(fn)
+    fn(tf.ones([3]))  # trace / warm up
+    x = tf.constant([1.0, 2.0, 3.0])
+    t0 = time.perf_counter()
+    y = fn(x).numpy()
+    dt = (time.perf_counter() - t0) * 1e3
+    np.testing.assert_array_equal(y, [2.0, 4.0, 6.0])
+    assert 3 * 60 <= dt < 3 * 60 + 120  # 60 ms of work stretched to 180 ms
+
+
+def test_slowed_keeps_gradients():
+    w = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
+    x = tf.constant([[0.5, -1.0]])
+    f = lambda v: tf.reduce_sum(tf.tanh(tf.matmul(v, w)))  # noqa: E731
+    with tf.GradientTape() as t1:
+        a = f(x)
+    with tf.GradientTape() as t2:
+        b = slowed(f, 2.0)(x)
+    np.testing.assert_allclose(t1.gradient(a, w).numpy(), t2.gradient(b, w).numpy())
+    assert float(a) == float(b)
+
+
+def test_slowdown_registry():
+    clear_slowdowns()
+    set_slowdown("/CPU:2", 2.5)
+    assert get_slowdown("/device:CPU:2") == 2.5 and get_slowdown("cpu:2") == 2.5 and get_slowdown("/CPU:0") == 1.0
+    with slowdowns({"/CPU:0": 4.0}):
+        assert get_slowdown("/CPU:0") == 4.0 and get_slowdown("/CPU:2") == 2.5
+    assert get_slowdown("/CPU:0") == 1.0
+    set_slowdown("/CPU:2", 1.0)
+    assert get_slowdown("/CPU:2") == 1.0
+    for bad in (0.5, float("nan"), "fast"):
+        with pytest.raises(InputError, match="slow-down factor"):
+            set_slowdown("/CPU:1", bad)
+
+
+def test_slowed_device_measures_slower_by_its_factor():
+    with slowdowns({"/CPU:1": 2.0, "/CPU:2": 4.0}):
+        caps = relative_capacities(["/CPU:0", "/CPU:1", "/CPU:2"], size=384, repeats=15)
+    assert caps[0] == 1.0
+    assert 1.4 < 1 / caps[1] < 2.9, caps
+    assert 2.8 < 1 / caps[2] < 5.8, caps
+    assert caps[2] < caps[1]
+
+
+def test_capacity_and_roofline_are_positive():
+    gf = device_capacity("/CPU:3", kind="both", size=256, repeats=3)
+    assert 0.1 < gf < 1e5
+    r = measure_roofline("/CPU:3", size=256, mbytes=8, repeats=3)
+    assert r.peak_gflops > 0.1 and r.mem_gbps > 0.05
+    with pytest.raises(InputError, match="kind"):
+        device_capacity("/CPU:0", kind="fft")
+    with pytest.raises(InputError, match="no such device"):
+        device_capacity("/GPU:0")
