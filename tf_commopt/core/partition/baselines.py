@@ -128,14 +128,18 @@ def _dp(p: Problem, devs: Sequence[int], perm: Sequence[int],
         js = np.arange(jlo, jhi + 1)
         ilo, ihi = m - 1, jhi - 1
         is_ = np.arange(ilo, ihi + 1)
+        if m == 1:
+            is_ = np.array([0])
         for c0 in range(0, js.size, 256):
             jj = js[c0:c0 + 256]
-            cost = stage_cost(m - 1, is_, jj)           # (len(is_), len(jj))
-            tot = np.maximum(A[m - 1, is_][:, None], cost)
-            tot[is_[:, None] >= jj[None, :]] = INF
+            ii = is_[is_ < jj[-1]]
+            ii = ii[np.isfinite(A[m - 1, ii])]
+            cost = stage_cost(m - 1, ii, jj)            # (len(ii), len(jj))
+            tot = np.maximum(A[m - 1, ii][:, None], cost)
+            tot[ii[:, None] >= jj[None, :]] = INF
             k = np.argmin(tot, axis=0)
             A[m, jj] = tot[k, np.arange(jj.size)]
-            arg[m, jj] = is_[k]
+            arg[m, jj] = ii[k]
     bounds = [n]
     for m in range(K, 0, -1):
         bounds.append(int(arg[m, bounds[-1]]))
@@ -153,10 +157,10 @@ def _parts(p: Problem, devs: Sequence[int], perm: Sequence[int]):
         a, b = devs[m], devs[m + 1]
         return np.where(nbytes > 1e-9, 2.0 * (p.lat[a][b] + nbytes / p.bpm[a][b]), 0.0)
 
-    def penalty(m: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    def penalty(m: int, i: np.ndarray, j: np.ndarray):
         cap = p.mem_cap[devs[m]]
         if cap is None:
-            return np.zeros((i.size, j.size))
+            return 0.0
         mem = (par[j][None, :] - par[i][:, None]) + (p.K - m) * (act[j][None, :] - act[i][:, None])
         return p.penalty_factor * np.maximum(mem - cap, 0.0) / cap
 
@@ -183,7 +187,9 @@ def contiguous_optimal(p: Problem, devs: Sequence[int], perm: Optional[Sequence[
     pref, cut, comm, penalty = _parts(p, devs, perm)
 
     def cost(m, i, j):
-        compute = pref[m][j][None, :] - pref[m][i][:, None]
-        return compute + comm(m, cut[j])[None, :] + penalty(m, i, j)
+        cost = pref[m][j][None, :] - pref[m][i][:, None]
+        cost += comm(m, cut[j])[None, :]
+        cost += penalty(m, i, j)
+        return cost
 
     return _dp(p, devs, perm, cost)

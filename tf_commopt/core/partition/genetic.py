@@ -107,7 +107,7 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
                 if unused:
                     st.devs[rng.randrange(K)] = rng.choice(unused)
                     st.times = [st.stage_time(x) for x in range(K)]
-        improve(st, max_steps=ls_steps, rng=rng)
+        improve(st, max_steps=ls_steps, rng=rng, closure_samples=12 if big else 48)
         ind[:] = st.stage
         ind.devs = list(st.devs)
         del ind.fitness.values
@@ -133,6 +133,14 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
     tb.register("mutate", mutate)
     tb.register("select", tools.selTournament, tournsize=3)
 
+    def clone(ind):
+        c = _make(ind, ind.devs)
+        if ind.fitness.valid:
+            c.fitness.values = ind.fitness.values
+        return c
+
+    tb.register("clone", clone)
+
     def key(ind) -> Tuple:
         return tuple(ind) + tuple(ind.devs)
 
@@ -155,7 +163,7 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
             pop.append(ind)
     hof = tools.HallOfFame(1)
     hof.update(pop)
-    since, gen = 0, 0
+    since, gen, last_dp = 0, 0, None
     best_fit = hof[0].fitness.values
     history = [best_fit[0]]
     saved = random.getstate()
@@ -170,8 +178,9 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
             for ind in offspring:
                 if rng.random() < mutpb:
                     tb.mutate(ind)
-            if dp_every and gen % dp_every == 0:
+            if dp_every and gen % dp_every == 0 and key(hof[0]) != last_dp:
                 b = hof[0]
+                last_dp = key(b)
                 order = sorted(range(n), key=lambda v: (b[v], v))
                 offspring.append(_make(contiguous_optimal(p, b.devs, order), b.devs))
             for ind in offspring:

@@ -3,7 +3,9 @@
 Example:
     >>> from tf_commopt.core.costgraph import CostGraph, Node
     >>> from tf_commopt.core.devices import Cluster
-    >>> from tf_commopt.core.partition.objective import Problem
+    >>> import numpy as np
+
+from tf_commopt.core.partition.objective import Problem
     >>> from tf_commopt.core.partition.local_search import local_search
     >>> g = CostGraph([Node(f"n{i}", t, 0) for i, t in enumerate([5, 1, 1, 1])],
     ...               [(f"n{i}", f"n{i+1}") for i in range(3)])
@@ -29,6 +31,8 @@ from __future__ import annotations
 import random
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+import numpy as np
+
 from tf_commopt.core.partition.objective import Problem
 
 __all__ = ["State", "local_search"]
@@ -39,33 +43,41 @@ class State:
 
     def __init__(self, p: Problem, stage: Sequence[int], devs: Sequence[int]):
         self.p = p
-        K = p.K
-        self.stage = [int(s) for s in stage]
+        K, n = p.K, p.n
+        st = np.asarray(stage, dtype=np.int64)
+        self.stage = st.tolist()
         self.devs = list(devs)
-        self.comp_rows = [list(map(float, row)) for row in p.comp]
-        self.act = list(map(float, p.act))
-        self.param = list(map(float, p.param))
-        self.ck = [[0.0] * K for _ in p.kinds]
-        self.acts = [0.0] * K
-        self.pars = [0.0] * K
-        self.members: List[Set[int]] = [set() for _ in range(K)]
-        for v, s in enumerate(self.stage):
-            for k in range(len(p.kinds)):
-                self.ck[k][s] += self.comp_rows[k][v]
-            self.acts[s] += self.act[v]
-            self.pars[s] += self.param[v]
-            self.members[s].add(v)
-        self.last = [max([s] + [self.stage[w] for w in p.succ[v]]) for v, s in enumerate(self.stage)]
-        self.hop = [0.0] * K
-        for v, s in enumerate(self.stage):
-            for h in range(s, self.last[v]):
-                self.hop[h] += self.act[v]
-        self.up = [False] * p.n      # all successors in later stages
-        self.down = [False] * p.n    # all predecessors in earlier stages
+        cache = p.__dict__.setdefault("_ls_cache", {})
+        if not cache:
+            cache["comp_rows"] = [row.tolist() for row in p.comp]
+            cache["act"] = p.act.tolist()
+            cache["param"] = p.param.tolist()
+        self.comp_rows, self.act, self.param = cache["comp_rows"], cache["act"], cache["param"]
+        self.ck = [np.bincount(st, weights=row, minlength=K).tolist() for row in p.comp]
+        self.acts = np.bincount(st, weights=p.act, minlength=K).tolist()
+        self.pars = np.bincount(st, weights=p.param, minlength=K).tolist()
+        order = np.argsort(st, kind="stable")
+        bounds = np.searchsorted(st[order], np.arange(K + 1))
+        self.members: List[Set[int]] = [set(order[bounds[s]:bounds[s + 1]].tolist()) for s in range(K)]
+        last = st.copy()
+        first_succ = np.full(n, K, dtype=np.int64)     # smallest successor stage (K if none)
+        last_pred = np.full(n, -1, dtype=np.int64)     # largest predecessor stage (-1 if none)
+        if p.eu.size:
+            np.maximum.at(last, p.eu, st[p.ev])
+            np.minimum.at(first_succ, p.eu, st[p.ev])
+            np.maximum.at(last_pred, p.ev, st[p.eu])
+        self.last = last.tolist()
+        w = np.where(last > st, p.act, 0.0)
+        diff = np.bincount(st, weights=w, minlength=K + 1) - np.bincount(last, weights=w, minlength=K + 1)
+        self.hop = np.maximum(np.cumsum(diff)[:K], 0.0).tolist()
+        up = first_succ > st
+        down = last_pred < st
         self.up_front: List[Set[int]] = [set() for _ in range(K)]
         self.down_front: List[Set[int]] = [set() for _ in range(K)]
-        for v in range(p.n):
-            self._reflag(v)
+        for v in np.nonzero(up)[0].tolist():
+            self.up_front[self.stage[v]].add(v)
+        for v in np.nonzero(down)[0].tolist():
+            self.down_front[self.stage[v]].add(v)
         self.times = [self.stage_time(s) for s in range(K)]
 
     def _reflag(self, v: int) -> None:
