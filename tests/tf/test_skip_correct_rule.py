@@ -15,11 +15,11 @@ def _init():
     return rng.randn(F, C).astype(np.float32) * 0.3, rng.randn(C).astype(np.float32) * 0.1
 
 
-def _custom_loop(strategy, batches, w0, b0, on_step):
+def _custom_loop(strategy, batches, w0, b0, on_step, make_opt=None):
     with strategy.scope():
         w = tf.Variable(w0)
         b = tf.Variable(b0)
-        opt = tf.keras.optimizers.SGD(LR)
+        opt = (make_opt or tf.keras.optimizers.SGD)(LR)
 
     @tf.function
     def step(xs, ys):
@@ -72,6 +72,20 @@ def test_per_replica_variables_match_numpy_every_step(interval, correction):
     if STEPS % interval:
         last = ref[-1][0]
         assert max(np.abs(last[i] - last[0]).max() for i in range(R)) > 1e-3
+
+
+def test_legacy_optimizer_follows_the_rule_too():
+    w0, b0 = _init()
+    batches = make_batches(5, R, B, F, C, seed=13)
+    ref = run_rule(w0, b0, batches, 2, "vrl", LR)
+    strategy = SkipCorrectStrategy(interval=2, correction="vrl", devices=DEVICES)
+
+    def check(t, w, b, opt):
+        for i in range(R):
+            np.testing.assert_allclose(w.values[i].numpy(), ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t+1}")
+
+    _custom_loop(strategy, batches, w0, b0, check, make_opt=tf.keras.optimizers.legacy.SGD)
+    assert strategy.stats()["syncs"] == 2
 
 
 def test_warmup_is_synchronous_then_local():

@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.distribute import values as _values
 from tensorflow.python.ops import resource_variable_ops
+from tensorflow.python.saved_model import save_context
 from tensorflow.python.trackable import base as _trackable
 
 from tf_commopt.errors import InputError
@@ -84,6 +85,10 @@ class SkipCorrectState(_trackable.Trackable):
             return tf.stack([c.read_value() for c in comps])
 
     def _serialize_to_tensors(self) -> Dict[str, Any]:
+        if save_context.in_save_context():
+            # SavedModel export: the exported model is the global model; resuming training exactly
+            # needs a checkpoint (save_weights / tf.train.Checkpoint), which holds this state
+            return {}
         ext = self._strategy.extended
         out: Dict[str, Any] = {
             "local_steps": self.local_steps.read_value(),
@@ -96,14 +101,20 @@ class SkipCorrectState(_trackable.Trackable):
         return out
 
     def _restore_from_tensors(self, restored_tensors: Dict[str, Any]) -> Any:
+        if "num_replicas" not in restored_tensors:
+            return tf.no_op()
         ext = self._strategy.extended
-        saved_r = int(restored_tensors["num_replicas"])
         here = self._strategy.num_replicas_in_sync
-        if saved_r != here:
+        saved = restored_tensors["num_replicas"]
+        ops = []
+        if isinstance(saved, tf.Tensor) and not hasattr(saved, "numpy"):  # traced (SavedModel restore fn)
+            ops.append(tf.debugging.assert_equal(tf.cast(saved, tf.int64), tf.constant(here, tf.int64), message=(
+                "SkipCorrectStrategy restore: the checkpoint's replica count differs from this strategy's")))
+        elif int(saved) != here:
             raise _pass_through(InputError(
-                f"the checkpoint was written with {saved_r} replicas but this SkipCorrectStrategy has {here}; "
+                f"the checkpoint was written with {int(saved)} replicas but this SkipCorrectStrategy has {here}; "
                 "the per-replica corrections cannot be mapped", where="SkipCorrectStrategy restore"))
-        ops = [self.local_steps.assign(restored_tensors["local_steps"])]
+        ops.append(self.local_steps.assign(restored_tensors["local_steps"]))
         if ext._sc_auto:
             ops.append(ext._sc_interval.assign(restored_tensors["interval"]))
         if self.deltas is not None:
