@@ -1,4 +1,6 @@
 """Pipeline execution of a PartitionPlan: GPipe gradients and updates equal plain training to 1e-5."""
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -48,7 +50,9 @@ def branchy_model():
     o1 = keras.layers.Dense(2, name="o1")(cat)
     o2 = keras.layers.Dense(1, name="o2")(keras.layers.Multiply(name="mul")([b1, b2]))
     model = keras.Model([x, z], [o1, o2], name="branchy")
-    plan = {"stem": 0, "b1": 0, "b2a": 1, "b3a": 1, "shared": 1, "cat": 2, "mul": 2, "o1": 2, "o2": 2}
+    # the shared layer's two calls ("shared", "shared@1" as the Keras importer names them) in two stages
+    plan = {"stem": 0, "b1": 0, "b2a": 1, "b3a": 1, "shared": 1, "shared@1": 2, "cat": 2, "mul": 2, "o1": 2,
+            "o2": 2}
     mse = keras.losses.MeanSquaredError()
 
     def loss(y, preds):
@@ -109,6 +113,24 @@ def test_gpipe_equals_plain_training(builder, m):
     pipe.train_step(x, y)
     for v in pipe.trainable_variables:
         np.testing.assert_allclose(v.numpy(), ref_w[v.name], atol=1e-5, rtol=0)
+
+
+def test_plan_from_the_keras_importer_and_partitioner():
+    """End to end: from_keras_model -> partition(ga) -> Pipeline; gradients equal plain training."""
+    from tf_commopt.partition import partition
+    from tf_commopt.tf.graph_import import from_keras_model
+
+    model, _, loss_fn, kind = branchy_model()
+    with warnings.catch_warnings():  # the importer may warn about estimated FLOPs (tanh)
+        warnings.simplefilter("ignore")
+        graph = from_keras_model(model, batch_size=10)
+    plan = partition(graph, 3, method="ga", capacities=[1.0, 0.5, 1.0], seed=0)
+    x, y = batch(kind)
+    _, ref_g, _ = reference_step(model, loss_fn, x, y, lr=0.1, steps=1)
+    pipe = Pipeline(model, plan, devices=CPUS[:3], microbatches=2, loss=loss_fn)
+    _, grads = tf.function(pipe.compute_gradients)(x, y)
+    for v, g in zip(pipe.trainable_variables, grads):
+        np.testing.assert_allclose(g.numpy(), ref_g[v.name], atol=1e-5, rtol=0)
 
 
 def test_stage_variables_placed_on_their_devices_and_forward_matches():

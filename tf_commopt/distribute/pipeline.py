@@ -152,7 +152,10 @@ class StageLayout:
 
     Args:
         model: a functional or Sequential tf-keras model (a graph network).
-        plan: layer name -> stage (InputLayers may be omitted), device_of_stage indexes ``devices``.
+        plan: layer name (or call name ``name@k`` as the Keras importer writes it; nested models'
+            ``outer/inner`` names) -> stage (InputLayers may be omitted); device_of_stage indexes ``devices``.
+            A shared layer may be called in several stages: its variables live on its first call's stage
+            and the stages' gradients for them are summed.
         devices: device names; stage s runs on ``devices[plan.device_of_stage[s]]``.
 
     Raises:
@@ -182,7 +185,14 @@ class StageLayout:
                     input_layer_names.add(node.layer.name)
                 else:
                     nodes.append(node)
-        layer_names = {n.layer.name for n in nodes}
+        # call names as the Keras importer makes them: a layer's k-th call (k > 0) is "name@k"
+        self.call_name: Dict[int, str] = {}
+        times: Dict[int, int] = {}
+        for n in nodes:
+            k = times.get(id(n.layer), 0)
+            times[id(n.layer)] = k + 1
+            self.call_name[id(n)] = n.layer.name + (f"@{k}" if k else "")
+        known = set(self.call_name.values()) | {n.layer.name for n in nodes} | input_layer_names
         stage_of = dict(plan.stage_of_node)
         # a nested model is one unit here; the Keras importer names its layers "outer/inner"
         for n in nodes:
@@ -198,15 +208,23 @@ class StageLayout:
                     del stage_of[k]
                 stage_of[name] = next(iter(inner.values()))
         for name, s in stage_of.items():
-            if name not in layer_names and name not in input_layer_names:
+            if name not in known:
                 raise PlanError(f"layer {name!r} is not a layer of model {model.name!r}", where=where)
             if not 0 <= s < P:
                 raise PlanError(f"layer {name!r}: stage {s} is outside 0..{P - 1}", where=where)
+        stage_of_call: Dict[int, int] = {}
         for n in nodes:
-            if n.layer.name not in stage_of:
-                raise PlanError(f"layer {n.layer.name!r} of model {model.name!r} has no stage in the plan",
-                                where=where)
-        self.stage_of_layer = stage_of
+            cn = self.call_name[id(n)]
+            if cn in stage_of:
+                stage_of_call[id(n)] = stage_of[cn]
+            elif n.layer.name in stage_of:  # a plan that names layers, not calls
+                stage_of_call[id(n)] = stage_of[n.layer.name]
+            else:
+                raise PlanError(f"layer {cn!r} of model {model.name!r} has no stage in the plan", where=where)
+        # where each layer's variables live: the stage of its first call
+        self.stage_of_layer: Dict[str, int] = {}
+        for n in nodes:
+            self.stage_of_layer.setdefault(n.layer.name, stage_of_call[id(n)])
 
         self.input_ids = [str(id(t)) for t in model.inputs]
         self.output_ids = [str(id(t)) for t in model.outputs]
@@ -215,21 +233,22 @@ class StageLayout:
         self.nodes_of_stage: List[List[Any]] = [[] for _ in range(P)]
         consumers: Dict[str, set] = {}
         for n in nodes:
-            s = stage_of[n.layer.name]
+            s = stage_of_call[id(n)]
+            cn = self.call_name[id(n)]
             for tid in n.flat_input_ids:
                 ps = producer.get(tid)
                 if ps is None:
-                    raise PlanError(f"layer {n.layer.name!r} consumes a tensor the model does not produce "
+                    raise PlanError(f"layer {cn!r} consumes a tensor the model does not produce "
                                     "before it", where=where)
                 if ps > s:
-                    raise PlanError(f"layer {n.layer.name!r} (stage {s}) consumes the output of layer "
+                    raise PlanError(f"layer {cn!r} (stage {s}) consumes the output of layer "
                                     f"{producer_layer[tid]!r} (stage {ps}): stages must follow the data flow "
                                     "(non-convex or out-of-order plan)", where=where)
                 if ps != s:
                     consumers.setdefault(tid, set()).add(s)
             for tid in n.flat_output_ids:
                 producer[tid] = s
-                producer_layer[tid] = n.layer.name
+                producer_layer[tid] = cn
             self.nodes_of_stage[s].append(n)
         for tid in self.output_ids:
             consumers.setdefault(tid, set()).add(P)  # the loss, on the last stage's device
@@ -244,10 +263,12 @@ class StageLayout:
             if producer[tid] == -1:
                 raise PlanError("a model output is a model input; nothing to pipeline", where=where)
 
+        # the variables each stage differentiates: a layer called in several stages (shared weights) has
+        # its variables in each of them, and their gradients are summed across stages
         self.variables_of_stage: List[List[tf.Variable]] = []
-        seen = set()
         for s in range(P):
-            vs = []
+            vs: List[tf.Variable] = []
+            seen = set()
             for n in self.nodes_of_stage[s]:
                 for v in n.layer.trainable_weights:
                     if v.ref() not in seen:
@@ -260,12 +281,8 @@ class StageLayout:
         return len(self.nodes_of_stage)
 
     def layers_of_stage(self, s: int) -> List[str]:
-        """Layer names of stage ``s`` in execution order."""
-        out: List[str] = []
-        for n in self.nodes_of_stage[s]:
-            if n.layer.name not in out:
-                out.append(n.layer.name)
-        return out
+        """Layer call names of stage ``s`` in execution order (``name@k`` for a layer's k-th call)."""
+        return [self.call_name[id(n)] for n in self.nodes_of_stage[s]]
 
     def run_stage(self, s: int, inputs: Mapping[str, tf.Tensor], training: bool) -> Dict[str, tf.Tensor]:
         """Run stage ``s``'s layer calls on ``inputs`` (tensor id -> value); return its boundary outputs."""
@@ -366,8 +383,14 @@ class Pipeline:
     # -- accessors
     @property
     def trainable_variables(self) -> List[tf.Variable]:
-        """All trained variables, stage by stage (the order of :meth:`compute_gradients`' result)."""
-        return [v for vs in self.layout.variables_of_stage for v in vs]
+        """All trained variables, stage by stage, each once (the order of :meth:`compute_gradients`' result)."""
+        out, seen = [], set()
+        for vs in self.layout.variables_of_stage:
+            for v in vs:
+                if v.ref() not in seen:
+                    seen.add(v.ref())
+                    out.append(v)
+        return out
 
     @property
     def stage_devices(self) -> List[str]:
