@@ -154,3 +154,28 @@ def test_batchnorm_statistics_and_slots_are_averaged_at_sync():
     for s in slots:
         cs = np.stack([c.numpy() for c in s.values])
         np.testing.assert_allclose(cs, np.broadcast_to(cs[0], cs.shape), atol=1e-6)
+
+
+class _RecordingPolicy:
+    """An interval policy with the FirstIterationPolicy interface that records what it was given."""
+
+    def __init__(self, answer):
+        self.answer, self.calls = answer, []
+
+    def choose(self, t_comm_s, t_comp_s):
+        self.calls.append((t_comm_s, t_comp_s))
+        return self.answer
+
+
+def test_auto_interval_policy_hook_sets_h_from_measured_times():
+    batches = make_batches(12, R, B, F, C, seed=6)
+    x, y = _global_batches(batches)
+    strategy = SkipCorrectStrategy(interval="auto", correction="vrl", devices=DEVICES)
+    with strategy.scope():
+        model = _softmax_model(np.zeros((F, C), np.float32), np.zeros(C, np.float32), tf.keras.optimizers.SGD(LR))
+    policy = _RecordingPolicy(3)
+    model.fit(x, y, batch_size=R * B, epochs=1, shuffle=False, verbose=0,
+              callbacks=[SkipCorrectTelemetry(interval_policy=policy, policy_after_steps=3)])
+    assert len(policy.calls) == 1 and policy.calls[0][0] > 0 and policy.calls[0][1] > 0
+    # H = 1 for steps 1-3 (3 syncs), then H = 3 for steps 4-12 (3 syncs)
+    assert strategy.interval == 3 and strategy.stats()["syncs"] == 6
