@@ -60,7 +60,7 @@ from tf_commopt.core.schedule import AllReduce, OptimizerStep, Schedule, combine
 from tf_commopt.distribute.pipeline import (  # noqa: E402
     Pipeline, execution_order,
 )
-from tf_commopt.errors import ClusterError, InputError  # noqa: E402
+from tf_commopt.errors import InputError  # noqa: E402
 from tf_commopt.tf.slowdown import canonical_device  # noqa: E402
 
 __all__ = ["GroupedHybridStrategy", "form_groups", "split_batch", "groups_from_tf_config"]
