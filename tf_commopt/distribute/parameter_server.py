@@ -157,8 +157,13 @@ def array_batch_fn(x: np.ndarray, y: np.ndarray, num_shards: int, batch_size: in
     xs = np.stack([x[i::num_shards][:n] for i in range(num_shards)])
     ys = np.stack([y[i::num_shards][:n] for i in range(num_shards)])
 
+    consts: List[Any] = [None, None, None]  # (graph, x, y) of the function being traced
+
     def batch_fn(shard, step):
-        cx, cy = tf.constant(xs), tf.constant(ys)  # traced into the function: lives on the worker
+        graph = tf.compat.v1.get_default_graph()
+        if consts[0] is not graph:  # one copy per traced function, however many local steps use it
+            consts[:] = [graph, tf.constant(xs), tf.constant(ys)]  # traced in: shipped with the function
+        cx, cy = consts[1], consts[2]
         rows = tf.math.floormod(tf.cast(step, tf.int64) * batch_size + tf.range(batch_size, dtype=tf.int64), n)
         return tf.gather(cx[shard], rows), tf.gather(cy[shard], rows)
 
@@ -481,11 +486,17 @@ class ParameterServerSkipCorrect:
 
         compute_s: per round, the slowest closure's local-step time (measured on the worker);
         comm_s: the rest of the round (pull of x / D_i, push of s_i, scheduling, averaging on the ps);
-        bytes_communicated: worker<->ps payload (K x (2 + [vrl] + 2 [momentum]) x model bytes per round).
+        bytes_communicated: worker<->ps payload per round: K x 2 x model bytes for H = 1, else
+        K x (2 + [vrl] + 2 [momentum]) x model bytes. first_round_s: the first round's wall time (it also
+        ships the round function, with any data constants, to the workers); median_round_s: the median
+        of the later rounds.
         """
+        walls = [r["compute_s"] + r["comm_s"] for r in self.history]
         return {"interval": self.interval, "steps": self.rounds * self.interval, "syncs": self.rounds,
                 "comm_s": self._stats["comm_s"], "compute_s": self._stats["compute_s"],
-                "bytes_communicated": self._stats["bytes_communicated"]}
+                "bytes_communicated": self._stats["bytes_communicated"],
+                "first_round_s": walls[0] if walls else None,
+                "median_round_s": float(np.median(walls[1:])) if len(walls) > 1 else None}
 
 
 def run_training(cfg: Any, model_fn: Callable, out=None):

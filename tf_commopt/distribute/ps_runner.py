@@ -108,6 +108,7 @@ def run_training(cfg: Any, model_fn: Callable, out: Optional[TextIO] = None) -> 
         "learning_rate": cfg.learning_rate, "params": int(model.count_params()), "param_bytes": pbytes,
         "interval": interval, "correction": correction, "syncs": stats["syncs"], "comm_s": round(stats["comm_s"], 4),
         "compute_s": round(stats["compute_s"], 4), "bytes_communicated": stats["bytes_communicated"],
+        "first_round_s": stats["first_round_s"], "median_round_s": stats["median_round_s"],
         "lost_workers": sorted(trainer.lost_workers),
     }
     if cfg.model_dir:
