@@ -156,7 +156,7 @@ def _list_netns() -> List[str]:
 def _reap_stale_namespaces() -> None:
     """Delete namespaces left by launchers that were SIGKILLed (their PID is in the name)."""
     for name in _list_netns():
-        m = re.fullmatch(rf"{_NS_PREFIX}(\d+)-\w+", name)
+        m = re.fullmatch(rf"{_NS_PREFIX}(\d+)-[\w-]+", name)
         if m and not _pid_alive(int(m.group(1))):
             subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
 
@@ -437,13 +437,20 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         message = "terminated"
         raise SystemExit(128 + signal.SIGTERM) from None
     finally:
-        _kill_all(tasks)
-        for t in tasks:
-            t.join_output()
-        if net is not None:
-            net.close()
-        if in_main and old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
+        old_int = None
+        if in_main:  # a second Ctrl-C / SIGTERM must not cut the clean-up short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            _kill_all(tasks)
+            for t in tasks:
+                t.join_output()
+            if net is not None:
+                net.close()
+        finally:
+            if in_main:
+                signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
+                signal.signal(signal.SIGINT, old_int if old_int is not None else signal.default_int_handler)
     wall = time.monotonic() - start
     result = ClusterResult(returncode, {t.name: list(t.lines) for t in tasks}, wall, failed, timed_out,
                            dict(zip(names, configs)), message)

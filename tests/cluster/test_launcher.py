@@ -174,6 +174,20 @@ def test_sigterm_removes_namespaces(topology):
     assert [n for n in _netns() if n.startswith(f"tfco{p.pid}-")] == []
 
 
+@pytest.mark.skipif(not HAVE_NET, reason="needs root, ip and tc")
+def test_namespaces_of_a_killed_launcher_are_reaped_by_the_next():
+    dead = subprocess.Popen(["true"])
+    dead.wait()                                  # its PID now belongs to no process: a SIGKILLed launcher
+    stale = f"tfco{dead.pid}-1-sw"
+    subprocess.run(["ip", "netns", "add", stale], check=True)
+    try:
+        r = run_cluster([PY, "-c", "pass"], workers=1, bandwidth_mbit=100, echo=False, timeout=60)
+        assert r.returncode == 0
+        assert stale not in _netns()
+    finally:
+        subprocess.run(["ip", "netns", "del", stale], stderr=subprocess.DEVNULL)
+
+
 def _netns():
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
