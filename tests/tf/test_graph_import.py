@@ -86,6 +86,18 @@ def test_resnet50_skip_edges_and_layer_graph(kname):
     assert 0.1 < bn / g.total_ms() < 0.9
 
 
+@pytest.mark.parametrize("kname,app", [("tf_keras", "InceptionV3"), ("keras3", "DenseNet121"),
+                                       ("keras3", "MobileNetV2"), ("tf_keras", "NASNetMobile")])
+def test_keras_applications_layer_graph(kname, app):
+    """Branchy applications (NASNetMobile: 771 layers, 926 edges) keep every edge of their config."""
+    m = getattr(KERAS[kname].applications, app)(weights=None)
+    g = from_keras_model(m, batch_size=4)
+    assert len(g) == len(m.layers)
+    assert set(g.edges) == config_edges(m)
+    assert g.total_param_bytes() == 4 * sum(int(tf.size(w)) for w in m.trainable_weights)
+    assert all(g[n].forward_ms > 0 for n in g if g[n].label != "InputLayer")
+
+
 @pytest.mark.parametrize("kname", ["tf_keras", "keras3"])
 def test_sequential(kname):
     K = KERAS[kname]

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::tf_commopt.tf.op_costs.CostEsti
 
 def convnet(K):
     L = K.layers
-    x = L.Input((16, 16, 3), name="img")
-    h = L.Conv2D(16, 3, padding="same", name="conv")(x)
+    x = L.Input((32, 32, 16), name="img")
+    h = L.Conv2D(64, 3, padding="same", name="conv")(x)
     r = L.ReLU(name="relu")(L.BatchNormalization(name="bn")(h))
     y = L.Add(name="skip")([h, r])
     return K.Model(x, L.Dense(10, name="fc")(L.GlobalAveragePooling2D(name="gap")(y)), name="convnet")
@@ -28,16 +28,16 @@ def convnet(K):
 @pytest.mark.parametrize("K", [tf_keras, keras3], ids=["tf_keras", "keras3"])
 def test_profile_has_the_layer_graph_and_positive_medians(K):
     m = convnet(K)
-    g = profile_keras_model(m, batch_size=8, device="/CPU:0", repeats=3)
-    ref = from_keras_model(m, batch_size=8)
-    assert set(g.nodes) == set(ref.nodes) and set(g.edges) == set(ref.edges)
-    for n in g:
-        assert g[n].param_bytes == ref[n].param_bytes and g[n].activation_bytes == ref[n].activation_bytes
-        assert g[n].forward_ms >= 0 and g[n].backward_ms >= 0
-    for n in ("conv", "bn", "fc"):
-        assert g[n].forward_ms > 0, n
-    assert g["conv"].backward_ms > 0  # gradients w.r.t. input and kernel
-    assert g["img"].forward_ms == 0.0
+    raw = profile_keras_model(m, batch_size=16, device="/CPU:0", repeats=5, subtract_overhead=False)
+    ref = from_keras_model(m, batch_size=16)
+    assert set(raw.nodes) == set(ref.nodes) and set(raw.edges) == set(ref.edges)
+    for n in raw:
+        assert raw[n].param_bytes == ref[n].param_bytes and raw[n].activation_bytes == ref[n].activation_bytes
+        assert raw[n].backward_ms >= 0
+        assert (raw[n].forward_ms > 0) == (n != "img"), n  # wall-clock medians
+    assert raw["conv"].backward_ms > 0  # gradients w.r.t. input and kernel: ~2x the forward work
+    net = profile_keras_model(m, batch_size=16, device="/CPU:1", repeats=3)
+    assert all(net[n].forward_ms >= 0 for n in net) and net.total_ms() > 0
 
 
 def test_profile_bad_arguments():
