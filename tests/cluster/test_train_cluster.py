@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 
+import numpy as np
 import pytest
 
 from tf_commopt.cluster import run_cluster
@@ -23,12 +24,15 @@ HAVE_NET = os.geteuid() == 0 and shutil.which("ip") and shutil.which("tc")
 CAP_MBIT = 50.0
 BENCH_MB = 4.0
 WORKERS = 2
-CMD = [sys.executable, "-m", "experiments.train", "--strategy=ssgd", "--model=mlp", "--steps=6",
-       "--batch_size=64", f"--bench_allreduce_mb={BENCH_MB:g}", "--bench_repeats=3"]
+STEPS = 6
+CMD = [sys.executable, "-m", "experiments.train", "--strategy=ssgd", "--model=mlp", f"--steps={STEPS}",
+       "--batch_size=64", "--learning_rate=0.1", "--momentum=0", "--seed=0",
+       f"--bench_allreduce_mb={BENCH_MB:g}", "--bench_repeats=3"]
 
 
-def _train(bandwidth_mbit=None, topology="switch"):
-    r = run_cluster(CMD, workers=WORKERS, bandwidth_mbit=bandwidth_mbit, topology=topology, timeout=240,
+def _train(bandwidth_mbit=None, topology="switch", model_dir=None):
+    cmd = CMD + ([f"--model_dir={model_dir}"] if model_dir else [])
+    r = run_cluster(cmd, workers=WORKERS, bandwidth_mbit=bandwidth_mbit, topology=topology, timeout=240,
                     env={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT, echo=False)
     tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 15))
     assert r.returncode == 0, f"{r.message}\n{tail}"
@@ -36,7 +40,7 @@ def _train(bandwidth_mbit=None, topology="switch"):
     assert len(records["worker:0"]) == 1 and records["worker:1"] == []   # only the chief prints the JSON line
     rec = records["worker:0"][0]
     assert rec["strategy"] == "ssgd" and rec["replicas"] == WORKERS and rec["workers"] == WORKERS
-    assert rec["steps"] == 6 and rec["train_loss"] > 0 and 0 <= rec["test_accuracy"] <= 1
+    assert rec["steps"] == STEPS and rec["train_loss"] > 0 and 0 <= rec["test_accuracy"] <= 1
     assert abs(rec["allreduce_mb"] - BENCH_MB) < 1e-3
     return rec
 
@@ -55,10 +59,47 @@ def _report(capsys, label, rec, cap, topology):
     return segment
 
 
-def test_ssgd_two_workers_unshaped(capsys):
-    rec = _train()
+def _single_device_reference():
+    """The same 6 steps on one device in this process: each step's global batch is the union of both
+    workers' first per-worker batches of their own shards (the runner's input pipeline, rebuilt here)."""
+    import tensorflow as tf
+    import tf_keras
+
+    from experiments import train
+    from experiments.models import build_model
+    from tf_commopt.datasets import load_dataset
+
+    d = load_dataset("mnist", seed=0)
+    tf_keras.utils.set_random_seed(0)
+    model = build_model("mlp", d.input_shape, d.num_classes)
+    fn = train._train_dataset_fn(d.x_train, d.y_train, 64, 0)
+    shards = [iter(fn(tf.distribute.InputContext(WORKERS, k, WORKERS))) for k in range(WORKERS)]
+    opt = tf_keras.optimizers.SGD(0.1)
+    loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    losses = []
+    for _ in range(STEPS):
+        batches = [next(it) for it in shards]
+        x, y = tf.concat([b[0] for b in batches], 0), tf.concat([b[1] for b in batches], 0)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        losses.append(float(loss))
+    return model, losses
+
+
+def test_ssgd_two_workers_unshaped_equals_one_device(capsys, tmp_path):
+    rec = _train(model_dir=str(tmp_path))
     rate = _report(capsys, "loopback, no cap", rec, None, "switch")
     assert rate > 2 * CAP_MBIT          # far above the cap used below: the cap is what slows those runs
+    # MultiWorkerMirroredStrategy over 2 processes = one device on the union of their batches
+    from experiments.models import build_model
+
+    ref, losses = _single_device_reference()
+    got = build_model("mlp", (28, 28, 1), 10)
+    got.load_weights(str(tmp_path / "model.weights.h5"))           # written by the chief only
+    for a, b in zip(ref.get_weights(), got.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert rec["train_loss"] == pytest.approx(np.mean(losses), rel=1e-5)
 
 
 @pytest.mark.skipif(not HAVE_NET, reason="needs root, ip and tc")
