@@ -22,13 +22,22 @@ def softmax_grads(w: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray) ->
 
 
 def run_rule(w0: np.ndarray, b0: np.ndarray, batches: Sequence[Sequence[Tuple[np.ndarray, np.ndarray]]],
-             interval: int, correction: str, lr: float, warmup_steps: int = 0):
-    """batches[t][i] = (x, y) of replica i at step t+1. Returns per-step lists of (w_i, b_i, dw_i, db_i)."""
+             interval: int, correction: str, lr: float, warmup_steps: int = 0, momentum: float = 0.0,
+             correction_lr: str = "optimizer"):
+    """batches[t][i] = (x, y) of replica i at step t+1. Returns per-step lists of (w_i, b_i, dw_i, db_i).
+
+    With ``momentum`` β > 0 the local optimizer is heavy-ball SGD with local slots (m ← β m − lr u;
+    x ← x + m, as tf-keras SGD) and the vrl lr is lr/(1 − β) when correction_lr == "effective".
+    """
+    assert warmup_steps == 0 or momentum == 0.0
+    clr = lr / (1.0 - momentum) if correction_lr == "effective" else lr
     r = len(batches[0])
     ws = [w0.astype(np.float64).copy() for _ in range(r)]
     bs = [b0.astype(np.float64).copy() for _ in range(r)]
     dws = [np.zeros_like(ws[0]) for _ in range(r)]
     dbs = [np.zeros_like(bs[0]) for _ in range(r)]
+    mws = [np.zeros_like(ws[0]) for _ in range(r)]
+    mbs = [np.zeros_like(bs[0]) for _ in range(r)]
     k = 0
     history: List = []
     for t, step in enumerate(batches, start=1):
@@ -41,16 +50,18 @@ def run_rule(w0: np.ndarray, b0: np.ndarray, batches: Sequence[Sequence[Tuple[np
                 bs[i] = bs[i] - lr * gb
         else:
             for i in range(r):
-                ws[i] = ws[i] - lr * (grads[i][0] - dws[i])
-                bs[i] = bs[i] - lr * (grads[i][1] - dbs[i])
+                mws[i] = momentum * mws[i] - lr * (grads[i][0] - dws[i])
+                mbs[i] = momentum * mbs[i] - lr * (grads[i][1] - dbs[i])
+                ws[i] = ws[i] + mws[i]
+                bs[i] = bs[i] + mbs[i]
             k += 1
             if k == interval:
                 wbar = sum(ws) / r
                 bbar = sum(bs) / r
                 if correction == "vrl":
                     for i in range(r):
-                        dws[i] = dws[i] + (wbar - ws[i]) / (interval * lr)
-                        dbs[i] = dbs[i] + (bbar - bs[i]) / (interval * lr)
+                        dws[i] = dws[i] + (wbar - ws[i]) / (interval * clr)
+                        dbs[i] = dbs[i] + (bbar - bs[i]) / (interval * clr)
                 ws = [wbar.copy() for _ in range(r)]
                 bs = [bbar.copy() for _ in range(r)]
                 k = 0

@@ -13,6 +13,7 @@ from tf_commopt.errors import InputError
     (dict(interval=True), "must be a positive integer or 'auto'"),
     (dict(correction="scaffold"), "correction=...): unknown correction 'scaffold'; expected one of vrl, none"),
     (dict(warmup_steps=-1), "warmup_steps=...): must be a non-negative integer"),
+    (dict(correction_lr="adaptive"), "correction_lr=...): must be 'optimizer' or 'effective', got 'adaptive'"),
 ])
 def test_bad_arguments_are_one_line_errors(kwargs, text):
     with pytest.raises(InputError) as info:

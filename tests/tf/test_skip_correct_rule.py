@@ -88,6 +88,21 @@ def test_legacy_optimizer_follows_the_rule_too():
     assert strategy.stats()["syncs"] == 2
 
 
+def test_momentum_with_local_slots_and_effective_correction_lr():
+    w0, b0 = _init()
+    batches = make_batches(7, R, B, F, C, seed=19)
+    ref = run_rule(w0, b0, batches, 3, "vrl", LR, momentum=0.5, correction_lr="effective")
+    strategy = SkipCorrectStrategy(interval=3, correction="vrl", correction_lr="effective", devices=DEVICES)
+
+    def check(t, w, b, opt):
+        for i in range(R):
+            np.testing.assert_allclose(w.values[i].numpy(), ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t+1}")
+        dw, _ = strategy.extended.correction_state(opt).delta_numpy()
+        np.testing.assert_allclose(dw, np.stack(ref[t][2]), rtol=1e-4, atol=1e-4)
+
+    _custom_loop(strategy, batches, w0, b0, check, make_opt=lambda lr: tf.keras.optimizers.SGD(lr, momentum=0.5))
+
+
 def test_warmup_is_synchronous_then_local():
     w0, b0 = _init()
     batches = make_batches(8, R, B, F, C, seed=11)

@@ -112,7 +112,8 @@ class _SkipCorrectMixin:
     _sc_interval: tf.Variable
 
     def _sc_init(self, interval: Union[int, str], correction: str, warmup_steps: int,
-                 average_optimizer_state: bool) -> None:
+                 average_optimizer_state: bool, correction_lr: str = "optimizer") -> None:
+        self._sc_correction_lr = correction_lr
         self._sc_auto = interval == "auto"
         self._sc_correction = correction
         self._sc_warmup = int(warmup_steps)
@@ -270,6 +271,8 @@ class _SkipCorrectMixin:
         var_list = state.variables  # every variable of the state, also those without a gradient this step
         extras = self._sc_extra_vars(var_list, optimizer)
         lr = _current_lr(optimizer)
+        if self._sc_correction_lr == "effective":
+            lr = lr / (1.0 - _momentum(optimizer))
 
         def sync() -> tf.Tensor:
             self._sc_average(list(var_list) + extras, state=state, n_trainable=len(var_list),
@@ -337,8 +340,6 @@ class _SkipCorrectMixin:
         self._sc_syncs.assign_add(1)
 
     def _sc_regroup(self, comps: List[Any]) -> Any:
-        if len(comps) == 1 and len(self.worker_devices) == 1:
-            return _values.PerReplica(tuple(comps))
         return _values.PerReplica(tuple(comps))
 
     # ---- out-of-rhythm sync -----------------------------------------------------------------------
@@ -388,6 +389,16 @@ def _current_lr(optimizer: Any) -> tf.Tensor:
     if hasattr(optimizer, "_decayed_lr"):  # legacy OptimizerV2
         return optimizer._decayed_lr(tf.float32)
     return tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)
+
+
+def _momentum(optimizer: Any) -> tf.Tensor:
+    """Heavy-ball momentum β of a tf-keras SGD optimizer (0 for other optimizers or Nesterov)."""
+    if getattr(optimizer, "nesterov", False) or type(optimizer).__name__ != "SGD":
+        return tf.constant(0.0, tf.float32)
+    beta = getattr(optimizer, "momentum", None)
+    if beta is None and hasattr(optimizer, "_get_hyper"):  # legacy OptimizerV2
+        beta = optimizer._get_hyper("momentum")
+    return tf.cast(tf.convert_to_tensor(beta if beta is not None else 0.0), tf.float32)
 
 
 def _optimizer_slots(optimizer: Any) -> List[Any]:
@@ -459,6 +470,9 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             sync; by default they stay local.
         devices: local devices, as for MirroredStrategy (ignored with a TF_CONFIG cluster).
         cluster_resolver: a ClusterResolver for multi-worker training (default: TF_CONFIG).
+        correction_lr: the lr in the vrl update: ``"optimizer"`` (the rule as stated: the optimizer's
+            current learning rate) or ``"effective"`` (lr / (1 − β) for tf-keras SGD with heavy-ball
+            momentum β — the steady-state step per unit gradient; lr otherwise).
     """
 
     _collective_key_base = 0
@@ -466,15 +480,18 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
 
     def __init__(self, interval: Union[int, str] = 4, correction: str = "vrl", warmup_steps: int = 0,
                  average_optimizer_state: bool = False, devices: Optional[Sequence[str]] = None,
-                 cluster_resolver: Any = None):
+                 cluster_resolver: Any = None, correction_lr: str = "optimizer"):
         interval = validate_interval(interval, where="SkipCorrectStrategy(interval=...)")
         correction = _corr.validate_correction(correction, where="SkipCorrectStrategy(correction=...)")
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise InputError(f"must be a non-negative integer, got {warmup_steps!r}",
                              where="SkipCorrectStrategy(warmup_steps=...)")
+        if correction_lr not in ("optimizer", "effective"):
+            raise InputError(f"must be 'optimizer' or 'effective', got {correction_lr!r}",
+                             where="SkipCorrectStrategy(correction_lr=...)")
         _check_keras()
         sc = dict(interval=interval, correction=correction, warmup_steps=warmup_steps,
-                  average_optimizer_state=average_optimizer_state)
+                  average_optimizer_state=average_optimizer_state, correction_lr=correction_lr)
         # distinct collective group keys per instance (as TensorFlow's tests do), the same sequence on
         # every worker when they build their strategies in the same order
         SkipCorrectStrategy._made += 1
