@@ -26,12 +26,14 @@ The memetic GA (thesis 000's "genetic algorithm finds the partition"; DEAP: Fort
 * **Crossover** (prob. ``cxpb``): either the element-wise min and max of the two parents (monotone
   labellings stay monotone) or a one-point crossover in topological order; children are *repaired*
   (:func:`convexity.repair`) to convex K-stage assignments; each child keeps one parent's devices.
-* **Mutation** (prob. ``mutpb``): 1-3 random block moves (a node and its in-stage descendants or
+* **Mutation** (prob. ``mutpb``): on graphs up to 1,000 nodes, with probability 0.15 the individual's
+  stage order is re-split by the exact contiguous DP (see re-balancing) and locally improved; otherwise 1-3 random block moves (a node and its in-stage descendants or
   ancestors across a boundary), a random swap of two stages' devices (heterogeneous clusters), then
   ``ls_steps`` steps of :func:`local_search.improve`.
-* **Re-balancing**: every ``dp_every`` generations the best individual's stage order defines a
-  topological order (by stage, then index) whose exact contiguous optimum (:func:`baselines.contiguous_optimal`)
-  joins the population: it moves every boundary at once, which single moves cannot.
+* **Re-balancing**: every ``dp_every`` generations (1, or 8 above 1,000 nodes), if the best individual
+  changed, its stage order defines a topological order (by stage, then index) whose exact contiguous
+  optimum (:func:`baselines.contiguous_optimal`), locally improved, joins the population: it moves
+  every boundary at once, which single moves cannot.
 * Stops after ``generations`` or ``stall`` generations without a better fitness. Deterministic for a seed:
   all randomness comes from ``random.Random(seed)`` (DEAP's tournament draws from the global ``random``
   module, which is seeded from it and restored afterwards).
@@ -67,7 +69,7 @@ def _make(stage: Sequence[int], devs: Sequence[int]):
 
 def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional[int] = None,
             generations: Optional[int] = None, cxpb: float = 0.5, mutpb: float = 0.5,
-            ls_steps: Optional[int] = None, stall: int = 12, dp_every: int = 8,
+            ls_steps: Optional[int] = None, stall: int = 12, dp_every: Optional[int] = None,
             progress: Optional[Callable[[int, int, float], None]] = None) -> Tuple[List[int], List[int], Dict]:
     """Run the GA from ``seeds`` (convex ``(stage, devs)`` pairs); returns ``(stage, devs, info)``."""
     if not seeds:
@@ -78,6 +80,8 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
     pop_size = pop_size or (16 if big else 24)
     generations = generations or (25 if big else 40)
     ls_steps = ls_steps if ls_steps is not None else (20 if big else 40)
+    dp_every = dp_every if dp_every is not None else (8 if big else 1)
+    dp_mut = 0.0 if big else 0.15
     hetero = len(set((p.cap[d], p.kind_of_dev[d]) for d in range(p.D))) > 1 or p.D > K
     spare = [d for d in range(p.D)]
 
@@ -86,6 +90,13 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
         return (float(f"{ev.objective:.12g}"), ev.comm_bytes)
 
     def mutate(ind):
+        if dp_mut and rng.random() < dp_mut:        # re-split this individual's stage order optimally
+            order = sorted(range(n), key=lambda v: (ind[v], v))
+            st = State(p, contiguous_optimal(p, ind.devs, order), ind.devs)
+            improve(st, max_steps=ls_steps, rng=rng, closure_samples=12)
+            ind[:] = st.stage
+            del ind.fitness.values
+            return (ind,)
         st = State(p, ind, ind.devs)
         for _ in range(rng.randint(1, 3)):
             if K < 2:
@@ -107,7 +118,7 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
                 if unused:
                     st.devs[rng.randrange(K)] = rng.choice(unused)
                     st.times = [st.stage_time(x) for x in range(K)]
-        improve(st, max_steps=ls_steps, rng=rng, closure_samples=12 if big else 48)
+        improve(st, max_steps=ls_steps, rng=rng, closure_samples=12)
         ind[:] = st.stage
         ind.devs = list(st.devs)
         del ind.fitness.values
@@ -182,7 +193,9 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
                 b = hof[0]
                 last_dp = key(b)
                 order = sorted(range(n), key=lambda v: (b[v], v))
-                offspring.append(_make(contiguous_optimal(p, b.devs, order), b.devs))
+                st = State(p, contiguous_optimal(p, b.devs, order), b.devs)
+                improve(st, max_steps=4 * ls_steps, rng=rng)
+                offspring.append(_make(st.stage, st.devs))
             for ind in offspring:
                 if not ind.fitness.valid:
                     ind.fitness.values = tb.evaluate(ind)

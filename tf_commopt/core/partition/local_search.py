@@ -223,7 +223,7 @@ def _candidates(st: State, b: int) -> List[Tuple[int, int, int]]:
 
 
 def improve(st: State, max_steps: int = 10_000, closure_limit: int = 64,
-            rng: Optional[random.Random] = None, closure_samples: int = 48) -> int:
+            rng: Optional[random.Random] = None, closure_samples: int = 24) -> int:
     """Run the descent on ``st`` in place; returns the number of moves applied."""
     K, steps = st.p.K, 0
     rng = rng or random.Random(0)
@@ -247,9 +247,12 @@ def improve(st: State, max_steps: int = 10_000, closure_limit: int = 64,
                     if k < best_key:
                         best, best_key = ("swap", a, c), k
         if best is None:
+            top = max(st.times)
             for s, t in ((b, b - 1), (b, b + 1), (b - 1, b), (b + 1, b)):
                 if not (0 <= s < K and 0 <= t < K):
                     continue
+                kt, dt = st.p.kind_of_dev[st.devs[t]], st.devs[t]
+                row, cap_t = st.comp_rows[kt], st.p.cap[dt]
                 pool = sorted(st.members[s])
                 if len(pool) > closure_samples:
                     pool = rng.sample(pool, closure_samples)
@@ -257,6 +260,8 @@ def improve(st: State, max_steps: int = 10_000, closure_limit: int = 64,
                     M = st.closure(v, t, closure_limit)
                     if M is None or len(M) == 1:
                         continue
+                    if (st.ck[kt][t] + sum(row[x] for x in M)) / cap_t >= top:
+                        continue                     # the receiving stage alone would be the new maximum
                     ts, tt = st.try_move(M, s, t)
                     times = list(st.times)
                     times[s], times[t] = ts, tt
