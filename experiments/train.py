@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -59,6 +60,8 @@ flags.DEFINE_string("correction", "vrl", "skip_correct: vrl or none (local_sgd f
 flags.DEFINE_integer("warmup_steps", 0, "skip_correct/local_sgd: synchronous steps before skipping")
 flags.DEFINE_float("bench_allreduce_mb", 0.0, "after training, time an all-reduce of this many MB (0 = off)")
 flags.DEFINE_integer("bench_repeats", 3, "timed repetitions of the all-reduce benchmark")
+flags.DEFINE_string("backup_dir", "", "resume: every task checkpoints here at each epoch end and a restarted run "
+                    "continues from the last epoch every task completed (per-epoch seeded data order)")
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Config:
     warmup_steps: int = 0
     bench_allreduce_mb: float = 0.0
     bench_repeats: int = 3
+    backup_dir: str = ""
 
 
 @dataclass
@@ -219,6 +223,72 @@ def _train_dataset_fn(x, y, global_batch: int, seed: int):
     return fn
 
 
+def _epoch_dataset_fn(x, y, global_batch: int, seed: int, steps_per_epoch: int, first_epoch: int, epochs: int):
+    """Like ``_train_dataset_fn`` but epoch e's batches depend only on (seed, e, shard): a run resumed at
+    epoch e reads exactly what the uninterrupted run read there (element i goes to shard i mod N)."""
+    import tensorflow as tf
+
+    def fn(ctx: tf.distribute.InputContext):
+        per_replica = ctx.get_per_replica_batch_size(global_batch)
+        batches = steps_per_epoch * (ctx.num_replicas_in_sync // ctx.num_input_pipelines)  # per pipeline
+        xs = tf.constant(x[ctx.input_pipeline_id::ctx.num_input_pipelines])
+        ys = tf.constant(y[ctx.input_pipeline_id::ctx.num_input_pipelines])
+
+        def epoch(e):
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(tf.shape(xs, out_type=tf.int64)[0]), seed=tf.stack([tf.constant(seed, tf.int64), e]))
+            ds = tf.data.Dataset.from_tensor_slices(order).repeat().batch(per_replica, drop_remainder=True)
+            return ds.take(batches).map(lambda i: (tf.gather(xs, i), tf.gather(ys, i)))
+
+        return tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch).prefetch(2)
+
+    return fn
+
+
+def _backup_epochs(task_dir: str) -> List[int]:
+    """Epochs with a complete backup in ``task_dir`` (an ``epoch-N`` directory appears by atomic rename)."""
+    try:
+        names = os.listdir(task_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(int(n[6:]) for n in names if n.startswith("epoch-") and n[6:].isdigit())
+
+
+def resume_epoch(backup_dir: str, tasks: List[str]) -> int:
+    """The last epoch every task has a complete backup of (0: start afresh)."""
+    return min(max(_backup_epochs(os.path.join(backup_dir, t)), default=0) for t in tasks)
+
+
+def restore_backup(model: Any, path: str) -> None:
+    """Load a backup into ``model`` (optimizer and strategy state too); one-line InputError if it is
+    missing, truncated, corrupt or written by another model."""
+    import tensorflow as tf
+
+    try:
+        model.load_weights(path).assert_existing_objects_matched()
+    except (tf.errors.OpError, ValueError, AssertionError, OSError, IndexError, KeyError) as e:
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise InputError(f"cannot restore this backup (truncated, corrupt or from another model?): "
+                         f"{type(e).__name__}: {first}", where=path) from None
+
+
+def _backup_callback(tf_keras: Any, model: Any, task_dir: str):
+    """Keras callback: at each epoch end save weights + optimizer + strategy state (a SkipCorrectStrategy
+    averages first) to a temporary directory, then rename it to ``epoch-N``; keep the last two."""
+
+    def save(epoch: int, logs: Any = None) -> None:
+        n = epoch + 1
+        tmp, final = os.path.join(task_dir, f".tmp-epoch-{n}"), os.path.join(task_dir, f"epoch-{n}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_weights(os.path.join(tmp, "ckpt"))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for old in _backup_epochs(task_dir)[:-2]:
+            shutil.rmtree(os.path.join(task_dir, f"epoch-{old}"), ignore_errors=True)
+
+    return tf_keras.callbacks.LambdaCallback(on_epoch_end=save)
+
+
 def time_allreduce(strategy, megabytes: float, repeats: int = 3) -> Dict[str, float]:
     """Median seconds of an all-reduce (sum) of ``megabytes`` MB of float32 per replica.
 
@@ -299,15 +369,29 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
         model.compile(optimizer=tf_keras.optimizers.SGD(cfg.learning_rate, momentum=cfg.momentum),
                       loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
-    train = strategy.distribute_datasets_from_function(
-        _train_dataset_fn(data.x_train, data.y_train, cfg.batch_size, cfg.seed))
+    callbacks, first_epoch = [], 0
+    if cfg.backup_dir:
+        tasks = ([f"{t}-{i}" for t in ("chief", "worker") for i in range(len(tfc.cluster.get(t, [])))]
+                 if multi else ["local"])
+        task_dir = os.path.join(cfg.backup_dir, f"{tfc.task_type}-{tfc.task_index}" if multi else "local")
+        first_epoch = min(resume_epoch(cfg.backup_dir, tasks), epochs)
+        if first_epoch:
+            restore_backup(model, os.path.join(task_dir, f"epoch-{first_epoch}", "ckpt"))
+            print(f"resuming after epoch {first_epoch} from {task_dir}", file=out, flush=True)
+        callbacks.append(_backup_callback(tf_keras, model, task_dir))
+        train = strategy.distribute_datasets_from_function(_epoch_dataset_fn(
+            data.x_train, data.y_train, cfg.batch_size, cfg.seed, steps_per_epoch, first_epoch, epochs))
+    else:
+        train = strategy.distribute_datasets_from_function(
+            _train_dataset_fn(data.x_train, data.y_train, cfg.batch_size, cfg.seed))
     where = (f"{tfc.task_type}:{tfc.task_index} of {replicas} workers" if multi
              else f"{replicas} local replica(s)")
     if chief:
         print(f"{cfg.strategy}: {cfg.model} on {cfg.dataset} ({len(data.x_train)} train / {len(data.x_test)} test), "
               f"{where}, global batch {cfg.batch_size}, {epochs} x {steps_per_epoch} steps", file=out, flush=True)
     t0 = time.perf_counter()
-    history = model.fit(train, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=1 if chief else 0)
+    history = model.fit(train, epochs=epochs, initial_epoch=first_epoch, steps_per_epoch=steps_per_epoch,
+                        callbacks=callbacks, verbose=1 if chief else 0)
     wall = time.perf_counter() - t0
     if hasattr(strategy, "sync"):
         strategy.sync()  # average the local models before evaluating / saving
@@ -325,7 +409,8 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
         "workers": (tfc.num_workers + int(tfc.has_chief)) if multi else 1,
         "global_batch_size": cfg.batch_size, "steps": steps, "epochs": epochs, "wall_s": round(wall, 3),
         "steps_per_s": round(steps / wall, 3) if wall > 0 else None,
-        "train_loss": float(history.history["loss"][-1]), "train_accuracy": float(history.history["accuracy"][-1]),
+        "train_loss": float((history.history.get("loss") or [math.nan])[-1]),
+        "train_accuracy": float((history.history.get("accuracy") or [math.nan])[-1]),
         "test_loss": float(test_loss), "test_accuracy": float(test_acc), "seed": cfg.seed,
         "learning_rate": cfg.learning_rate, "params": int(model.count_params()), "param_bytes": param_bytes(model),
     }
@@ -334,6 +419,8 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
         record["interval"] = getattr(strategy, "interval", stats.get("interval"))
         for k in ("syncs", "comm_s", "compute_s", "bytes_communicated"):
             record[k] = stats.get(k)
+    if cfg.backup_dir:
+        record["resumed_after_epoch"] = first_epoch
     record.update({k: round(v, 4) for k, v in bench.items()})
     if chief:
         if cfg.model_dir:
