@@ -132,6 +132,22 @@ def test_nested_models_are_flattened(kname):
     assert g.total_param_bytes() == 4 * m.count_params()
 
 
+def test_functional_ops_become_nodes():
+    """tf-keras TFOpLambda layers and Keras 3 operations (keras.ops) are nodes like layers."""
+    x = tf_keras.Input((8,), name="x")
+    m = tf_keras.Model(x, tf.nn.relu(tf_keras.layers.Dense(6, name="d")(x))[:, :3] * 2.0)
+    g = from_keras_model(m, batch_size=2)
+    assert [g[n].label for n in g.topological_order()] == ["InputLayer", "Dense", "TFOpLambda", "SlicingOpLambda",
+                                                         "TFOpLambda"]
+    assert set(g.edges) == config_edges(m)
+    x = keras3.Input((8,), name="x")
+    m = keras3.Model(x, keras3.ops.relu(keras3.layers.Dense(6, name="d")(x))[:, :3] * 2.0)
+    g = from_keras_model(m, batch_size=2, roofline=FLOPS_ONLY)
+    assert [g[n].label for n in g.topological_order()] == ["InputLayer", "Dense", "Relu", "GetItem", "Multiply"]
+    assert len(g.edges) == 4 and g.total_param_bytes() == 4 * (8 * 6 + 6)
+    assert g["multiply"].forward_ms * 1e6 == pytest.approx(2 * 3)  # Mul: one FLOP per element
+
+
 def test_subclassed_and_unbuilt_models_are_input_errors():
     class Sub(tf_keras.Model):
         def __init__(self):

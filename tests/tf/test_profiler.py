@@ -84,6 +84,11 @@ def test_slowed_keeps_gradients():
 
 
 def test_slowdown_registry():
+    with slowdowns({}):  # restores the process-wide registry afterwards
+        _registry_checks()
+
+
+def _registry_checks():
     clear_slowdowns()
     set_slowdown("/CPU:2", 2.5)
     assert get_slowdown("/device:CPU:2") == 2.5 and get_slowdown("cpu:2") == 2.5 and get_slowdown("/CPU:0") == 1.0

@@ -116,7 +116,7 @@ def from_keras_model(model: Any, batch_size: int = 32, roofline: Optional[Roofli
             continue
         flops, unk, moves_data = layer_flops(c, unknown_flops, cache)
         unknown.extend(unk)
-        weights = sum(float(tf.TensorShape(w.shape).num_elements()) * dtype_size(w.dtype) for w in c.layer.weights)
+        weights = sum(float(tf.TensorShape(w.shape).num_elements()) * dtype_size(w.dtype) for w in getattr(c.layer, "weights", []))
         moved = c.input_bytes() + c.activation_bytes() + weights if moves_data else 0.0
         fwd = roofline.forward_ms(flops, moved)
         nodes.append(Node(c.name, fwd, roofline.backward_ms(fwd), c.param_bytes(), c.activation_bytes(), c.label))

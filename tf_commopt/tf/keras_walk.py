@@ -117,6 +117,11 @@ class LayerCall:
     def label(self) -> str:
         return type(self.layer).__name__
 
+    @property
+    def trainable_variables(self) -> List[Any]:
+        """The layer's trainable variables ([] for Keras 3 operations such as ``keras.ops.relu``)."""
+        return list(getattr(self.layer, "trainable_variables", []))
+
     def activation_bytes(self) -> float:
         return float(sum(_numel(s) * dtype_size(d) for s, d in self.outputs))
 
@@ -126,7 +131,7 @@ class LayerCall:
     def param_bytes(self, trainable_only: bool = True) -> float:
         if not self.first_call:
             return 0.0
-        ws = self.layer.trainable_weights if trainable_only else self.layer.weights
+        ws = getattr(self.layer, "trainable_weights" if trainable_only else "weights", [])
         return float(sum(_numel(tuple(w.shape)) * dtype_size(w.dtype) for w in ws))
 
     def call(self, *flat_inputs: Any) -> Any:

@@ -33,6 +33,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from tf_commopt.errors import InputError
+
 __all__ = ["Roofline", "PRESETS", "CostEstimateWarning", "PLUMBING_OPS", "FREE_OPS", "op_flops", "tensor_bytes",
            "warn_unknown", "graph_flops"]
 
@@ -81,8 +83,6 @@ class Roofline:
         for what in ("peak_gflops", "mem_gbps"):
             v = getattr(self, what)
             if not (isinstance(v, (int, float)) and v > 0 and v < float("inf")):
-                from tf_commopt.errors import InputError
-
                 raise InputError(f"{what} must be a positive finite number, got {v!r}", where="Roofline")
 
     def forward_ms(self, flops: float, bytes_moved: float) -> float:
@@ -177,7 +177,5 @@ def warn_unknown(op_types: Iterable[str], unknown_flops: str, where: str = "", s
 
 def check_unknown_flops(unknown_flops: str) -> None:
     if unknown_flops not in ("elements", "zero"):
-        from tf_commopt.errors import InputError
-
         raise InputError(f"unknown_flops must be 'elements' or 'zero', got {unknown_flops!r}",
                          where="unknown_flops")

@@ -100,7 +100,7 @@ def _layer_fns(call: LayerCall) -> Tuple[Callable, Callable]:
                     tape.watch(x)
             outs = call.call_training(*xs)
         flat_out = [o for o in tf.nest.flatten(outs) if tf.is_tensor(o) and o.dtype.is_floating]
-        sources = [x for x in xs if x.dtype.is_floating] + list(call.layer.trainable_variables)
+        sources = [x for x in xs if x.dtype.is_floating] + call.trainable_variables
         if not flat_out or not sources:
             return _sync(outs)
         grads = tape.gradient(flat_out, sources, output_gradients=[tf.cast(d, o.dtype) for d, o in zip(dys, flat_out)])
