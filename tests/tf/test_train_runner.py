@@ -44,8 +44,9 @@ def test_ssgd_on_4_replicas_equals_single_device_training():
     assert single.record["test_accuracy"] == pytest.approx(ssgd.record["test_accuracy"], abs=1e-3)
 
 
-def test_record_fields_and_test_accuracy_recomputed_in_numpy():
-    res = _run(strategy="ssgd", replicas=2, model="cnn", steps=30, batch_size=64, learning_rate=0.02)
+def test_record_fields_test_accuracy_recomputed_in_numpy_and_allreduce_bench():
+    res = _run(strategy="ssgd", replicas=2, model="cnn", steps=30, batch_size=64, learning_rate=0.02,
+               bench_allreduce_mb=1.0, bench_repeats=1)
     rec = res.record
     assert REQUIRED <= set(rec)
     assert rec["strategy"] == "ssgd" and rec["replicas"] == 2 and rec["steps"] == 30 and rec["wall_s"] > 0
@@ -56,12 +57,8 @@ def test_record_fields_and_test_accuracy_recomputed_in_numpy():
     logits = res.model.predict(d.x_test, batch_size=500, verbose=0)
     assert rec["test_accuracy"] == pytest.approx(float(np.mean(logits.argmax(1) == d.y_test)), abs=1e-6)
     assert rec["test_accuracy"] > 0.3                               # 30 steps of a CNN beat chance (0.1)
-
-
-def test_allreduce_benchmark_on_local_replicas():
-    res = _run(strategy="ssgd", replicas=4, model="mlp", steps=1, bench_allreduce_mb=1.0, bench_repeats=1)
-    assert res.record["allreduce_mb"] == pytest.approx(1.0) and res.record["allreduce_s"] > 0
-    assert res.record["allreduce_busbw_mbit"] > 0
+    # the benchmark checks the reduced value itself (1 + 2 = 3 on every element it reads)
+    assert rec["allreduce_mb"] == pytest.approx(1.0) and rec["allreduce_s"] > 0 and rec["allreduce_busbw_mbit"] > 0
 
 
 def test_models():
