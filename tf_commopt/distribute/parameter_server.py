@@ -3,7 +3,7 @@
 Example (the same script runs on every task; see docs/parameter_server.md)::
 
     from tf_commopt.distribute import parameter_server as psc
-    psc.serve_unless_chief()                       # worker / ps tasks serve here and exit with the chief
+    psc.serve_unless_chief()                       # worker / ps tasks serve here (ps_serve.py), exit with the chief
     trainer = psc.ParameterServerSkipCorrect(interval=4, correction="vrl", learning_rate=0.05)
     with trainer.scope():                          # variables live on the ps tasks
         model = tf_keras.Sequential([...])
@@ -23,7 +23,8 @@ Round r (steps t = rH+1 .. rH+H) is one closure per shard i, scheduled with
 * x_i <- x (read from the ps); H times: g = grad of the loss of x_i on batch (i, t) of shard i;
   v_i <- mu v_i - lr (g - D_i); x_i <- x_i + v_i;
 * the closure writes its delta s_i = x_i - x into slot i on the ps (an assignment: a rescheduled
-  closure rewrites the same slot, so the result does not depend on which worker ran it).
+  closure rewrites the same slot, so the result does not depend on which worker ran it). For H = 1
+  it writes its gradient g instead, and the ps finishes the step (same numbers, fewer bytes).
 
 After all K closures: x <- x + mean_i s_i (= mean_i x_i) and, for ``correction="vrl"``,
 D_i <- D_i + (x_new - x_i) / (H lr) = D_i + (mean_j s_j - s_i) / (H lr), so sum_i D_i stays 0. Both run
@@ -38,9 +39,7 @@ a ps gone) raises ClusterError with one line saying which.
 """
 from __future__ import annotations
 
-import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -53,84 +52,11 @@ import tensorflow as tf  # noqa: E402
 
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env
 from tf_commopt.distribute.correction import CORRECTIONS, validate_correction, vrl_delta_update
+from tf_commopt.distribute.ps_serve import _reachable, serve, serve_unless_chief
 from tf_commopt.errors import ClusterError, InputError
 
 __all__ = ["serve", "serve_unless_chief", "array_batch_fn", "ParameterServerSkipCorrect", "CORRECTIONS",
            "run_training"]
-
-_CHIEF_GONE_POLLS = 4
-
-
-# ----------------------------------------------------------------------------------------------- serving
-def _reachable(address: str, timeout: float = 1.0) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def serve(tf_config: Optional[TFConfig] = None, exit_with_chief: bool = True, poll_s: float = 0.5,
-          chief_start_timeout_s: float = 600.0) -> None:
-    """Start this task's ``tf.distribute.Server`` and serve (worker and ps tasks). Does not return.
-
-    Example:
-        >>> serve()   # doctest: +SKIP  (on a worker or ps task: blocks until the chief is gone)
-
-    With ``exit_with_chief`` the process watches the chief's port: once the chief has been seen and then
-    stops answering, the task exits 0 (so a launcher that waits for every worker sees a clean end);
-    if the chief never shows up within ``chief_start_timeout_s`` it exits 1 with one line on stderr.
-    Without it, it blocks in ``server.join()`` as TensorFlow's own parameter-server tasks do.
-    """
-    tfc = tf_config or tf_config_from_env()
-    if tfc is None:
-        raise InputError("TF_CONFIG is not set: serve() runs a worker or ps task of a cluster", where="TF_CONFIG")
-    if tfc.task_type not in ("worker", "ps"):
-        raise InputError(f"serve() is for worker and ps tasks, this task is {tfc.task_type}", where="TF_CONFIG")
-    spec = tf.train.ClusterSpec(tfc.cluster)
-    server = tf.distribute.Server(spec, job_name=tfc.task_type, task_index=tfc.task_index,
-                                  protocol=tfc.rpc_layer or "grpc", start=True)
-    print(f"tf_commopt: {tfc.task_type}:{tfc.task_index} serving at {tfc.address}", flush=True)
-    chief = (tfc.cluster.get("chief") or [None])[0]
-    if not exit_with_chief or chief is None:
-        server.join()
-        return
-    seen, gone, start = False, 0, time.monotonic()
-    while True:
-        time.sleep(poll_s)
-        up = _reachable(chief)
-        if up:
-            seen, gone = True, 0
-        elif seen:
-            gone += 1
-            if gone >= _CHIEF_GONE_POLLS:
-                print(f"tf_commopt: {tfc.task_type}:{tfc.task_index}: chief {chief} is gone; exiting", flush=True)
-                sys.stdout.flush()
-                os._exit(0)  # the gRPC server cannot be stopped cleanly in-process
-        elif time.monotonic() - start > chief_start_timeout_s:
-            sys.stderr.write(f"tf_commopt: {tfc.task_type}:{tfc.task_index}: chief {chief} did not start within "
-                             f"{chief_start_timeout_s:g} s\n")
-            sys.stderr.flush()
-            os._exit(1)
-
-
-def serve_unless_chief(tf_config: Optional[TFConfig] = None) -> Optional[TFConfig]:
-    """On a worker or ps task: ``serve()`` (never returns). On the chief: return its TFConfig.
-
-    Example:
-        >>> tfc = serve_unless_chief()   # doctest: +SKIP
-    """
-    tfc = tf_config or tf_config_from_env()
-    if tfc is None:
-        raise InputError("TF_CONFIG is not set: a parameter-server cluster needs one", where="TF_CONFIG")
-    if not tfc.num_ps or not tfc.has_chief:
-        raise InputError("a parameter-server cluster needs 'ps' tasks and a 'chief' task", where="TF_CONFIG")
-    if tfc.task_type in ("worker", "ps"):
-        serve(tfc)
-    if tfc.task_type != "chief":
-        raise InputError(f"task type {tfc.task_type!r} has no role in parameter-server training", where="TF_CONFIG")
-    return tfc
 
 
 # --------------------------------------------------------------------------------------------------- data
@@ -208,6 +134,20 @@ def _keras_forward(model, loss) -> Callable:
 
 
 # -------------------------------------------------------------------------------------------- strategy
+def _wait_for_tasks(tfc: TFConfig, timeout_s: float) -> None:
+    """Wait until every worker and ps task listens (TensorFlow would block without saying on what)."""
+    end = time.monotonic() + timeout_s
+    while True:
+        down = [f"{job} {i} ({a})" for job in ("ps", "worker") for i, a in enumerate(tfc.cluster.get(job, []))
+                if not _reachable(a)]
+        if not down:
+            return
+        if time.monotonic() > end:
+            raise ClusterError(f"cluster tasks not listening after {timeout_s:g} s (connect_timeout_s): "
+                               f"{', '.join(down)}")
+        time.sleep(0.5)
+
+
 def _unblock_coordinator_exit(coordinator) -> None:
     """Let the chief exit after a worker was lost (TF 2.21 would hang at exit otherwise).
 
@@ -247,10 +187,13 @@ class ParameterServerSkipCorrect:
         momentum: SGD momentum (Keras form v <- mu v - lr g; x <- x + v), buffer kept per shard on the ps.
         strategy: an existing ``tf.distribute.ParameterServerStrategy``; default: one from TF_CONFIG.
         round_timeout_s: the longest a round may take before ClusterError (never a hang).
+        connect_timeout_s: how long to wait for every worker and ps task to listen before building the
+            strategy from TF_CONFIG (ClusterError naming the missing tasks otherwise).
     """
 
     def __init__(self, interval: int = 4, correction: str = "vrl", learning_rate: float = 0.05,
-                 momentum: float = 0.0, strategy=None, round_timeout_s: float = 120.0):
+                 momentum: float = 0.0, strategy=None, round_timeout_s: float = 120.0,
+                 connect_timeout_s: float = 300.0):
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise InputError(f"must be an integer >= 1, got {interval!r}", where="interval")
         validate_correction(correction)
@@ -263,6 +206,7 @@ class ParameterServerSkipCorrect:
             if tfc is None or not tfc.num_ps or tfc.task_type != "chief":
                 raise InputError("ParameterServerSkipCorrect runs on the chief of a TF_CONFIG cluster with ps tasks",
                                  where="TF_CONFIG")
+            _wait_for_tasks(tfc, connect_timeout_s)
             resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
             strategy = tf.distribute.ParameterServerStrategy(resolver)
         self.strategy = strategy
@@ -406,14 +350,20 @@ class ParameterServerSkipCorrect:
         th.start()
         th.join(self.round_timeout_s)
         if th.is_alive():
-            addrs = self._worker_addresses()
-            down = [f"worker {i} ({a})" for i, a in enumerate(addrs) if not _reachable(a)]
+            down = self._unreachable_tasks()
             why = f"unreachable: {', '.join(down)}" if down else "no live worker could run it, or a ps task is gone"
             raise ClusterError(f"{what} did not finish within {self.round_timeout_s:g} s (round_timeout_s); {why}")
         if errs:
             e = errs[0]
-            first = " ".join(str(e).split())[:300]
-            raise ClusterError(f"{what} failed: {type(e).__name__}: {first}") from None
+            down = self._unreachable_tasks()
+            first = " ".join(str(e).split())[:200]
+            why = f"unreachable: {', '.join(down)}; " if down else ""
+            raise ClusterError(f"{what} failed: {why}{type(e).__name__}: {first}") from None
+
+    def _unreachable_tasks(self) -> List[str]:
+        spec = self._cluster_spec()
+        return [f"{job} {i} ({a})" for job in ("ps", "worker") for i, a in enumerate(spec.get(job, []))
+                if not _reachable(a)]
 
     def run_round(self) -> Dict[str, Any]:
         """One round: K closures (H local steps each), then the averaging on the ps. Returns its record:
@@ -443,13 +393,17 @@ class ParameterServerSkipCorrect:
         self.history.append(rec)
         return rec
 
-    def _worker_addresses(self) -> List[str]:
+    def _cluster_spec(self) -> Dict[str, List[str]]:
         resolver = getattr(self.strategy, "_cluster_resolver", None)  # PSS.cluster_resolver is None in TF 2.21
         try:
-            return list(resolver.cluster_spec().job_tasks("worker"))
+            spec = resolver.cluster_spec()
+            return {job: list(spec.job_tasks(job)) for job in spec.jobs}
         except Exception:  # pylint: disable=broad-except
             tfc = tf_config_from_env()
-            return list(tfc.cluster.get("worker", [])) if tfc else []
+            return dict(tfc.cluster) if tfc else {}
+
+    def _worker_addresses(self) -> List[str]:
+        return self._cluster_spec().get("worker", [])
 
     def _report_idle(self, idle: List[int], rec: Dict[str, Any]) -> None:
         """A worker that ran no shard this round: say once, in one line, if it is unreachable."""
