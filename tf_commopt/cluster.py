@@ -418,8 +418,9 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
                 rc = t.proc.poll()
                 if rc is not None and rc != 0 and failed is None:
                     failed, returncode = t.name, _exit_code(rc)
+                    how = f" (killed by signal {-rc})" if rc < 0 else ""
+                    message = f"task {failed} failed with exit code {returncode}{how}"
             if failed is not None:
-                message = f"task {failed} failed with exit code {returncode}"
                 break
             if all(t.proc.poll() == 0 for t in finishers):
                 message = f"all {len(finishers)} task(s) finished"
@@ -464,14 +465,17 @@ class _OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of Mbit/s") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return v
+def _positive_float(unit: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit}") from None
+        if not (math.isfinite(v) and v > 0):
+            raise argparse.ArgumentTypeError(f"{text!r} must be a number of {unit} > 0")
+        return v
+
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -480,10 +484,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="worker tasks (>= 1)")
     p.add_argument("--ps", type=int, default=0, help="parameter-server tasks")
     p.add_argument("--chief", action="store_true", help="add a chief task")
-    p.add_argument("--bandwidth-mbit", type=_positive_float, default=None,
+    p.add_argument("--bandwidth-mbit", type=_positive_float("Mbit/s"), default=None,
                    help="shape the cluster's network to R Mbit/s with tc tbf (root)")
     p.add_argument("--topology", default="switch", help="switch (a shaped link per task) or shared (one shaped loopback)")
-    p.add_argument("--timeout", type=_positive_float, default=None, help="kill every task after S seconds")
+    p.add_argument("--timeout", type=_positive_float("seconds"), default=None, help="kill every task after S seconds")
     p.add_argument("--quiet", action="store_true", help="do not echo the tasks' output")
     return p
 
@@ -526,7 +530,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         show = r.failed_task or next((n for n, lines in r.outputs.items() if lines), None)
         if show:
             sys.stderr.write(f"--- last lines of {show} ---\n")
-            for line in r.last_lines(show):
+            for line in r.last_lines(show) or ["(no output)"]:
                 sys.stderr.write(f"[{show}] {line}\n")
     else:
         sys.stderr.write(f"tf_commopt.cluster: {r.message} in {r.wall_s:.1f} s\n")
