@@ -355,7 +355,13 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
     multi = tfc is not None and cfg.strategy != "single"
     chief = tfc is None or tfc.is_chief or not multi
     tf_keras.utils.set_random_seed(cfg.seed)
-    data = load_dataset(cfg.dataset, seed=cfg.seed)
+    try:
+        data = load_dataset(cfg.dataset, seed=cfg.seed)
+    except TfCommoptError:
+        raise
+    except Exception as e:  # cifar10 / mnist_full download through tf.keras.datasets
+        raise InputError(f"cannot load {cfg.dataset!r} (it downloads: internet needed; 'mnist' is bundled): "
+                         f"{' '.join(str(e).split())[:300]}", where="--dataset") from None
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
         raise InputError(f"{cfg.batch_size} is not divisible by the {replicas} replicas", where="--batch_size")
