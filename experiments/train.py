@@ -123,6 +123,10 @@ def validate(cfg: Config) -> Config:
     if iv != "auto" and (isinstance(iv, bool) or not isinstance(iv, int) or iv < 1):
         raise InputError(f"must be a positive integer or 'auto', got {iv!r}", where="--interval")
     cfg.interval = iv
+    for name in ("model_dir", "backup_dir"):
+        d = getattr(cfg, name)
+        if d and os.path.exists(d) and not os.path.isdir(d):
+            raise InputError(f"{d!r} exists and is not a directory", where=f"--{name}")
     if cfg.correction not in CORRECTIONS:
         raise InputError(f"unknown correction {cfg.correction!r}; choose one of {', '.join(CORRECTIONS)}",
                          where="--correction")

@@ -55,8 +55,12 @@ class Node:
 
 
 def _check_number(value: object, what: str, where: str) -> float:
+    if isinstance(value, bool):  # float(True) == 1.0 would pass silently
+        raise GraphError(f"{what} is not a number: {value!r}", where=where)
     try:
         x = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int beyond float range
+        raise GraphError(f"{what} is not finite: {str(value)[:20]}...", where=where) from None
     except (TypeError, ValueError):
         raise GraphError(f"{what} is not a number: {value!r}", where=where) from None
     if not math.isfinite(x):

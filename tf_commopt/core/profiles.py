@@ -232,6 +232,8 @@ def read_json(path: str) -> CostGraph:
         d = json.loads(text)
     except json.JSONDecodeError as e:
         raise GraphError(f"invalid JSON (column {e.colno}): {e.msg}", where=f"{path}:{e.lineno}") from None
+    except RecursionError:
+        raise GraphError("invalid JSON: nested too deeply", where=path) from None
     if not isinstance(d, dict):
         raise GraphError("expected a JSON object", where=f"{path}:1")
     if d.get("format") != JSON_FORMAT:
@@ -249,6 +251,8 @@ def read_json(path: str) -> CostGraph:
     raw_nodes = d.get("nodes")
     if not isinstance(raw_nodes, list):
         raise GraphError("'nodes' must be a list", where=f"{path}:{line_of(Q_NODES)}")
+    if not raw_nodes:
+        raise GraphError("empty graph: no nodes", where=f"{path}:{line_of(Q_NODES)}")
     for i, rn in enumerate(raw_nodes):
         name = rn.get("name") if isinstance(rn, dict) else None
         where = f"{path}:{line_of(json.dumps({'name': name})[:-1]) if isinstance(name, str) else 1}"

@@ -61,8 +61,8 @@ def parse_tf_config(text: str, where: str = "TF_CONFIG") -> TFConfig:
     """Parse and validate a TF_CONFIG JSON string; InputError (one line, naming what) otherwise."""
     try:
         d = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as e:
-        msg = getattr(e, "msg", str(e))
+    except (json.JSONDecodeError, TypeError, RecursionError) as e:
+        msg = getattr(e, "msg", str(e)) if not isinstance(e, RecursionError) else "nested too deeply"
         raise InputError(f"not valid JSON: {msg}", where=where) from None
     if not isinstance(d, Mapping):
         raise InputError(f"must be a JSON object, got {type(d).__name__}", where=where)
@@ -93,7 +93,7 @@ def parse_tf_config(text: str, where: str = "TF_CONFIG") -> TFConfig:
             if not isinstance(a, str) or ":" not in a:
                 raise InputError(f"cluster.{job}[{i}] = {a!r} is not 'host:port'", where=where)
             host, _, port = a.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
                 raise InputError(f"cluster.{job}[{i}] = {a!r} has no valid port", where=where)
             if a in seen:
                 raise InputError(f"duplicate address {a!r}: cluster.{job}[{i}] and {seen[a]}", where=where)
@@ -110,7 +110,7 @@ def parse_tf_config(text: str, where: str = "TF_CONFIG") -> TFConfig:
     if ttype not in clean:
         raise InputError(f"task.type {ttype!r} has no entry in cluster", where=where)
     idx = task.get("index", 0)
-    if isinstance(idx, str) and idx.isdigit():
+    if isinstance(idx, str) and idx.isascii() and idx.isdigit():
         idx = int(idx)
     if isinstance(idx, bool) or not isinstance(idx, int):
         raise InputError(f"task.index {idx!r} is not an integer", where=where)

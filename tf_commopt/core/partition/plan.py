@@ -138,6 +138,8 @@ class PartitionPlan:
             d = json.loads(text)
         except json.JSONDecodeError as e:
             raise PlanError(f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}", where=where) from None
+        except RecursionError:
+            raise PlanError("invalid JSON: nested too deeply", where=where) from None
         return cls.from_dict(d, where=where)
 
     def save(self, path: str) -> None:
@@ -167,6 +169,6 @@ class PartitionPlan:
 
 
 def _num(x: Any, what: str, where: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-        raise PlanError(f"{what} = {x!r} is not a finite number", where=where)
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(float(x) if abs(x) < 1e308 else math.inf):
+        raise PlanError(f"{what} = {str(x)[:40]} is not a finite number", where=where)
     return float(x)
