@@ -284,9 +284,12 @@ class _Task:
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
             self.lines.append(line)
             if echo is not None:
-                with lock:
-                    echo.write(f"[{self.name}] {line}\n")
-                    echo.flush()
+                try:
+                    with lock:
+                        echo.write(f"[{self.name}] {line}\n")
+                        echo.flush()
+                except (OSError, ValueError):  # e.g. `| head` closed the pipe: keep draining the task
+                    echo = None
         self.proc.stdout.close()
 
     def signal_group(self, sig: int) -> None:
