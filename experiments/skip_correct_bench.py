@@ -42,6 +42,8 @@ flags.DEFINE_integer("batch_size", 128, "global batch")
 flags.DEFINE_float("learning_rate", 0.05, "SGD learning rate")
 flags.DEFINE_float("momentum", 0.9, "SGD momentum")
 flags.DEFINE_integer("seed", 0, "seed")
+flags.DEFINE_integer("non_iid_classes", 0, "0: iid shards; k > 0: each worker mostly sees k labels "
+                     "(tf_commopt.datasets.split_non_iid)")
 flags.DEFINE_string("out", "", "write a markdown table here (and a .jsonl next to it)")
 
 
@@ -56,12 +58,19 @@ def _strategy(variant: str):
                                correction_lr="effective" if variant == "vrl_effective" else "optimizer")
 
 
-def _train_dataset_fn(x, y, global_batch: int, seed: int):
-    """Each worker reads its own shard, shuffled, in per-replica batches (as experiments.train does)."""
+def _train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int = 0):
+    """Each worker reads its own shard, shuffled, in per-replica batches (as experiments.train does);
+    with non_iid_classes > 0 the shards are label-skewed."""
     import tensorflow as tf
 
+    from tf_commopt.datasets import split_non_iid
+
     def fn(ctx: tf.distribute.InputContext):
-        ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        if non_iid_classes:
+            idx = split_non_iid(y, ctx.num_input_pipelines, non_iid_classes, seed=seed)[ctx.input_pipeline_id]
+            ds = tf.data.Dataset.from_tensor_slices((x[idx], y[idx]))
+        else:
+            ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
         ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True).repeat()
         return ds.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True).prefetch(2)
 
@@ -83,7 +92,7 @@ def worker() -> None:
         model.compile(optimizer=tf_keras.optimizers.SGD(FLAGS.learning_rate, momentum=FLAGS.momentum),
                       loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     train = strategy.distribute_datasets_from_function(
-        _train_dataset_fn(data.x_train, data.y_train, FLAGS.batch_size, FLAGS.seed))
+        _train_dataset_fn(data.x_train, data.y_train, FLAGS.batch_size, FLAGS.seed, FLAGS.non_iid_classes))
     marks: Dict[str, Any] = {}
 
     class _Timer(tf_keras.callbacks.Callback):
@@ -99,6 +108,7 @@ def worker() -> None:
     model.fit(train, epochs=1, steps_per_epoch=FLAGS.untimed_steps + FLAGS.steps, verbose=0, callbacks=[_Timer()])
     wall = time.perf_counter() - marks["t0"]
     before = marks["stats"]
+    after = strategy.stats() if before is not None else None  # before the final (out-of-rhythm) sync
     if hasattr(strategy, "sync"):
         strategy.sync()
     plain = build_model(FLAGS.model, data.input_shape, data.num_classes)
@@ -109,8 +119,7 @@ def worker() -> None:
                            "ms_per_step": round(1000 * wall / FLAGS.steps, 2), "test_accuracy": round(float(acc), 4),
                            "test_loss": round(float(loss), 4)}
     if before is not None:
-        after = strategy.stats()
-        rec.update({"interval": after["interval"], "syncs": after["syncs"] - before["syncs"] - 1,  # - final sync
+        rec.update({"interval": after["interval"], "syncs": after["syncs"] - before["syncs"],
                     "comm_s": round(after["comm_s"] - before["comm_s"], 3),
                     "bytes_per_worker": after["bytes_communicated"] - before["bytes_communicated"]})
     if strategy.extended.should_checkpoint:
@@ -129,7 +138,8 @@ def parent() -> None:
         cmd = [sys.executable, "-m", "experiments.skip_correct_bench", "--worker", f"--variant={v}",
                f"--steps={FLAGS.steps}", f"--untimed_steps={FLAGS.untimed_steps}", f"--interval={FLAGS.interval}",
                f"--model={FLAGS.model}", f"--batch_size={FLAGS.batch_size}",
-               f"--learning_rate={FLAGS.learning_rate}", f"--momentum={FLAGS.momentum}", f"--seed={FLAGS.seed}"]
+               f"--learning_rate={FLAGS.learning_rate}", f"--momentum={FLAGS.momentum}", f"--seed={FLAGS.seed}",
+               f"--non_iid_classes={FLAGS.non_iid_classes}"]
         r = run_cluster(cmd, workers=FLAGS.workers, bandwidth_mbit=FLAGS.bandwidth_mbit or None,
                         topology=FLAGS.topology, timeout=900, cwd=root, echo=False)
         lines = [json.loads(line) for line in r.outputs.get("worker:0", []) if line.startswith("{")]
@@ -140,7 +150,9 @@ def parent() -> None:
         print(json.dumps(lines[-1]), flush=True)
     head = (f"{FLAGS.workers} workers, {FLAGS.bandwidth_mbit or 'unshaped'} Mbit/s ({FLAGS.topology}), "
             f"model {FLAGS.model}, global batch {FLAGS.batch_size}, SGD lr {FLAGS.learning_rate} momentum "
-            f"{FLAGS.momentum}, H = {FLAGS.interval}, {FLAGS.steps} timed steps, seed {FLAGS.seed}")
+            f"{FLAGS.momentum}, H = {FLAGS.interval}, {FLAGS.steps} timed steps, seed {FLAGS.seed}, "
+            + (f"label-skewed shards ({FLAGS.non_iid_classes} labels per worker)" if FLAGS.non_iid_classes
+               else "iid shards"))
     table = ["| variant | ms/step | test acc | test loss | syncs | comm s | bytes/worker |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:

@@ -126,7 +126,6 @@ class _SkipCorrectMixin:
         self._sc_comm = _host_variable(0.0, tf.float64, "skip_correct/comm_s")
         self._sc_compute = _host_variable(0.0, tf.float64, "skip_correct/compute_s")
         self._sc_last_end = _host_variable(0.0, tf.float64, "skip_correct/last_end")
-        self._sc_last_sync_bytes = _host_variable(0, tf.int64, "skip_correct/last_sync_bytes")
         self._sc_states: Dict[int, SkipCorrectState] = {}
         self._sc_vars: List[weakref.ref] = []
         self._sc_internal = False
@@ -311,7 +310,6 @@ class _SkipCorrectMixin:
                     for j, piece in zip(idx, pieces):
                         out[j][i] = tf.reshape(piece, tf.shape(per_var[j][i]))
         self._sc_bytes.assign_add(payload)
-        self._sc_last_sync_bytes.assign(payload)
         return out  # type: ignore[return-value]
 
     def _sc_average(self, variables: Sequence[Any], state: Optional[SkipCorrectState] = None,
