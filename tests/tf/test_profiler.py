@@ -10,7 +10,7 @@ import keras as keras3
 from tf_commopt.errors import InputError
 from tf_commopt.tf.graph_import import from_keras_model
 from tf_commopt.tf.profiler import (device_capacity, measure_roofline, profile_keras_model, relative_capacities,
-                                    slowdowns)
+                                    slowdowns, time_keras_model)
 from tf_commopt.tf.slowdown import clear_slowdowns, get_slowdown, set_slowdown, slowed
 
 pytestmark = pytest.mark.filterwarnings("ignore::tf_commopt.tf.op_costs.CostEstimateWarning")
@@ -28,6 +28,7 @@ def convnet(K):
 @pytest.mark.parametrize("K", [tf_keras, keras3], ids=["tf_keras", "keras3"])
 def test_profile_has_the_layer_graph_and_positive_medians(K):
     m = convnet(K)
+    before = [w.numpy().copy() for w in m.weights]
     raw = profile_keras_model(m, batch_size=16, device="/CPU:0", repeats=5, subtract_overhead=False)
     ref = from_keras_model(m, batch_size=16)
     assert set(raw.nodes) == set(ref.nodes) and set(raw.edges) == set(ref.edges)
@@ -38,6 +39,19 @@ def test_profile_has_the_layer_graph_and_positive_medians(K):
     assert raw["conv"].backward_ms > 0  # gradients w.r.t. input and kernel: ~2x the forward work
     net = profile_keras_model(m, batch_size=16, device="/CPU:1", repeats=3)
     assert all(net[n].forward_ms >= 0 for n in net) and net.total_ms() > 0
+    for a, w in zip(before, m.weights):  # BatchNorm moving statistics restored
+        np.testing.assert_array_equal(a, w.numpy())
+
+
+def test_calibrated_profile_adds_up_to_the_whole_model():
+    m = convnet(tf_keras)
+    g = profile_keras_model(m, batch_size=4, repeats=2, calibrate=(10.0, 35.0))
+    assert sum(n.forward_ms for n in g.nodes.values()) == pytest.approx(10.0)
+    assert sum(n.backward_ms for n in g.nodes.values()) == pytest.approx(25.0)
+    f, fb = time_keras_model(m, batch_size=4, repeats=3)
+    assert 0 < f <= fb
+    with pytest.raises(InputError, match="calibrate"):
+        profile_keras_model(m, batch_size=4, calibrate=(5.0, 1.0))
 
 
 def test_profile_bad_arguments():

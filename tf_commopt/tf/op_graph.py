@@ -92,7 +92,7 @@ def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth:
     """See :func:`tf_commopt.tf.graph_import.from_graph_def`."""
     where = source or (f"graph {name!r}" if name else "GraphDef")
     if batch_size is not None:
-        if not isinstance(batch_size, int) or batch_size <= 0:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}", where="batch_size")
     graph_def = _with_batch(graph_def, batch_size) if batch_size is not None else copy.deepcopy(graph_def)
     var_reads = _shape_variable_reads(graph_def)
