@@ -60,14 +60,16 @@ __all__ = ["serve", "serve_unless_chief", "array_batch_fn", "ParameterServerSkip
 
 
 # --------------------------------------------------------------------------------------------------- data
-def array_batch_fn(x: np.ndarray, y: np.ndarray, num_shards: int, batch_size: int) -> Callable:
+def array_batch_fn(x: np.ndarray, y: np.ndarray, num_shards: int, batch_size: int,
+                   shard_indices: Optional[Sequence[Sequence[int]]] = None) -> Callable:
     """A ``batch_fn(shard, step) -> (x, y)`` over in-memory arrays, evaluated on the worker.
 
     Example:
         >>> fn = array_batch_fn(np.arange(8.0)[:, None], np.arange(8), num_shards=2, batch_size=2)  # doctest: +SKIP
 
-    Shard i holds rows i, i + K, i + 2K, ... (K = ``num_shards``); step t (0-based, counted over
-    rounds) of shard i takes its rows (t B .. t B + B - 1) mod n_i. The arrays become constants of
+    Shard i holds rows i, i + K, i + 2K, ... (K = ``num_shards``), or the rows ``shard_indices[i]``
+    in that order (e.g. a label-skewed split; every shard is cut to the shortest one's length n);
+    step t (0-based, counted over rounds) of shard i takes its rows (t B .. t B + B - 1) mod n. The arrays become constants of
     the round function (shipped to each worker once, with the function), so this is for data sets
     of up to a few hundred MB; pass your own ``batch_fn`` (e.g. reading files) for larger ones.
     """
@@ -77,11 +79,16 @@ def array_batch_fn(x: np.ndarray, y: np.ndarray, num_shards: int, batch_size: in
     if not isinstance(num_shards, int) or num_shards < 1 or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"num_shards and batch_size must be positive integers, got {num_shards!r}, {batch_size!r}",
                          where="array_batch_fn")
-    n = len(x) // num_shards
+    if shard_indices is None:
+        shard_indices = [np.arange(i, len(x), num_shards) for i in range(num_shards)]
+    elif len(shard_indices) != num_shards:
+        raise InputError(f"shard_indices has {len(shard_indices)} shards, num_shards is {num_shards}",
+                         where="array_batch_fn")
+    n = min(len(ix) for ix in shard_indices) if num_shards else 0
     if n < 1:
         raise InputError(f"{len(x)} rows cannot fill {num_shards} shards", where="array_batch_fn")
-    xs = np.stack([x[i::num_shards][:n] for i in range(num_shards)])
-    ys = np.stack([y[i::num_shards][:n] for i in range(num_shards)])
+    xs = np.stack([x[np.asarray(ix)[:n]] for ix in shard_indices])
+    ys = np.stack([y[np.asarray(ix)[:n]] for ix in shard_indices])
 
     consts: List[Any] = [None, None, None]  # (graph, x, y) of the function being traced
 
