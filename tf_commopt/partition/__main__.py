@@ -147,7 +147,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except TfCommoptError as e:
         print(str(e).splitlines()[0] if str(e) else type(e).__name__, file=sys.stderr)
         return 2
-    print(plan.to_json())
+    try:
+        print(plan.to_json(), flush=True)
+    except BrokenPipeError:              # e.g. piped into `head`
+        sys.stderr.close()
     return 0
 
 
