@@ -48,6 +48,11 @@ def test_array_batch_fn_checks_and_rows():
     # shard 1 = rows 1, 3, 5, 7, 9; step 2 takes its rows 4, 0 (wrapping)
     bx, by = fn(1, 2)
     assert by.numpy().tolist() == [9, 1] and bx.numpy()[:, 0].tolist() == [9.0, 1.0]
+    # explicit shards, cut to the shortest (3 rows): shard 0 = rows 8, 0, 4
+    fn = psc.array_batch_fn(np.arange(10.0)[:, None], np.arange(10), 2, 2, shard_indices=[[8, 0, 4, 6], [1, 2, 3]])
+    assert fn(0, 1)[1].numpy().tolist() == [4, 8] and fn(1, 0)[1].numpy().tolist() == [1, 2]
+    with pytest.raises(InputError, match="shard_indices has 1 shards, num_shards is 2"):
+        psc.array_batch_fn(np.zeros((4, 1)), np.zeros(4), 2, 1, shard_indices=[[0, 1]])
 
 
 @pytest.mark.parametrize("flags,where", [
