@@ -47,12 +47,7 @@ class State:
         st = np.asarray(stage, dtype=np.int64)
         self.stage = st.tolist()
         self.devs = list(devs)
-        cache = p.__dict__.setdefault("_ls_cache", {})
-        if not cache:
-            cache["comp_rows"] = [row.tolist() for row in p.comp]
-            cache["act"] = p.act.tolist()
-            cache["param"] = p.param.tolist()
-        self.comp_rows, self.act, self.param = cache["comp_rows"], cache["act"], cache["param"]
+        self.comp_rows, self.act, self.param = p.comp_lists, p.act_list, p.param_list
         self.ck = [np.bincount(st, weights=row, minlength=K).tolist() for row in p.comp]
         self.acts = np.bincount(st, weights=p.act, minlength=K).tolist()
         self.pars = np.bincount(st, weights=p.param, minlength=K).tolist()

@@ -25,8 +25,8 @@ The exact rule (stages ``0..K-1`` in pipeline order, stage ``s`` on device ``d(s
   has no outgoing hop).
 * **Memory**: ``mem(s) = params(s) + (K - s) * activations(s)`` (1F1B keeps up to ``K - s`` micro-batches'
   activations stashed on stage ``s``). Over a device's cap, stage ``s`` pays
-  ``penalty(s) = P * (mem(s) - cap) / cap`` with ``P = 1000 * (1 + total compute ms)``, so any plan that
-  fits beats any plan that does not.
+  ``penalty(s) = P * (mem(s) - cap) / cap`` with ``P = 1000 * (1 + total compute ms / smallest
+  capacity)``, so any plan that fits beats any plan that does not.
 * **Objective** (minimised): ``max_s compute(s) + comm(s) + penalty(s)``. ``comm_bytes = 2 * sum_h B(h)``
   (forward activations plus backward gradients per mini-batch).
 """
@@ -111,6 +111,10 @@ class Problem:
         self.kind_of_dev = [kinds.index(d.kind) for d in cluster.devices]
         self.comp = np.array([[graph.compute_ms(v, k) for v in self.order] for k in kinds], dtype=float)
         self.cap = [float(d.capacity) for d in cluster.devices]
+        # plain-list copies for the incremental (pure Python) evaluation of local search
+        self.comp_lists: List[List[float]] = [row.tolist() for row in self.comp]
+        self.act_list: List[float] = self.act.tolist()
+        self.param_list: List[float] = self.param.tolist()
         if memory is None:
             caps = [d.memory_bytes for d in cluster.devices]
         elif isinstance(memory, (int, float)) and not isinstance(memory, bool):
