@@ -1,0 +1,193 @@
+"""Simulated grouped hybrid and data parallelism on heterogeneous devices against closed forms."""
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+from tf_commopt.core.costgraph import CostGraph, Node
+from tf_commopt.core.devices import Cluster
+from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.simulate.hybrid import (
+    contiguous_groups, device_speeds, grouped_hybrid_job, ideal_iteration_ms, search_grouped_hybrid, simulate_dp,
+    simulate_grouped_hybrid, snake_groups,
+)
+from tf_commopt.errors import InputError, PlanError
+
+BW = 10.0
+BPM = BW * 1e9 / 8 / 1e3  # bytes per ms
+
+
+def chain(fwd, bwd, params=None, act=None, kinds=None):
+    n = len(fwd)
+    params = params or [0.0] * n
+    act = act or [0.0] * n
+    g = CostGraph([Node(f"n{i}", fwd[i], bwd[i], params[i], act[i]) for i in range(n)],
+                  [(f"n{i}", f"n{i + 1}") for i in range(n - 1)], name="chain")
+    for k, scale in (kinds or {}).items():
+        g.add_kind(k, {f"n{i}": (fwd[i] * scale, bwd[i] * scale) for i in range(n)})
+    return g
+
+
+def plan_of(stages, devices):
+    k = len(devices)
+    return PartitionPlan("hand", {f"n{i}": s for i, s in enumerate(stages)}, list(devices), [0.0] * k, [0.0] * k,
+                         [0.0] * k, 0.0, 0.0)
+
+
+def ring(nbytes, n):
+    return 0.0 if n < 2 else 2.0 * (n - 1) / n * nbytes / BPM
+
+
+def test_data_parallel_equal_is_straggler_plus_ring():
+    g = chain([1.0, 2.0, 3.0], [2.0, 4.0, 6.0], params=[1e6, 2e6, 3e6], kinds={"bf16": 0.5})
+    caps, kinds = [1.0, 1.0, 0.5, 0.25, 2.0], [None, "bf16", None, "bf16", None]
+    cl = Cluster.from_capacities(caps, BW, kinds=kinds)
+    total = {None: 18.0, "bf16": 9.0}
+    straggler = max(total[k] / len(caps) / c for c, k in zip(caps, kinds))
+    r = simulate_dp(g, cl)
+    assert r.iteration_ms == pytest.approx(straggler + ring(6e6, 5))
+    assert straggler == pytest.approx(18.0 / 5 / 0.5)
+
+
+def test_data_parallel_proportional_and_ideal():
+    g = chain([1.0, 2.0], [3.0, 5.0], params=[4e6, 0.0], kinds={"fast": 0.25})
+    caps, kinds = [1.0, 0.5, 0.25, 1.0], [None, None, "fast", "fast"]
+    cl = Cluster.from_capacities(caps, BW, kinds=kinds)
+    speeds = [c / (11.0 * (0.25 if k else 1.0)) for c, k in zip(caps, kinds)]
+    assert device_speeds(g, cl) == pytest.approx(speeds)
+    ideal = 1.0 / sum(speeds)
+    assert ideal_iteration_ms(g, cl) == pytest.approx(ideal)
+    r = simulate_dp(g, cl, split="proportional")
+    assert r.iteration_ms == pytest.approx(ideal + ring(4e6, 4))
+    assert set(np.round(list(r.busy_ms.values()), 9)) == {round(ideal, 9)}  # every device busy the same time
+    assert r.extra["batch_fractions"] == pytest.approx([s / sum(speeds) for s in speeds])
+
+
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_one_group_of_one_device_is_single_device(m):
+    g = chain([1.0, 2.0, 0.5], [2.0, 3.0, 1.0], params=[1e6, 1e6, 1e6], act=[1e6, 1e6, 0], kinds={"bf16": 0.4})
+    for cap, kind in [(1.0, None), (0.25, None), (2.0, "bf16")]:
+        cl = Cluster.from_capacities([cap], BW, kinds=[kind])
+        r = simulate_grouped_hybrid(g, cl, [[0]], microbatches=m, method="balanced")
+        assert r.iteration_ms == pytest.approx(g.total_ms(kind) / cap)
+        assert r.bytes_injected == 0.0 and r.extra["allreduce_chunks"] == 0
+
+
+def test_singleton_groups_equal_proportional_data_parallel():
+    rng = random.Random(1)
+    for _ in range(5):
+        n = rng.randint(2, 6)
+        g = chain([rng.uniform(0.5, 3) for _ in range(4)], [rng.uniform(1, 5) for _ in range(4)],
+                  params=[rng.uniform(0, 5e6) for _ in range(4)])
+        cl = Cluster.from_capacities([rng.choice([1, 0.5, 0.25, 2]) for _ in range(n)], BW)
+        h = simulate_grouped_hybrid(g, cl, [[i] for i in range(n)], microbatches=1, method="balanced")
+        assert h.iteration_ms == pytest.approx(simulate_dp(g, cl, "proportional").iteration_ms)
+        assert h.extra["allreduce_chunks"] == 1
+
+
+def _gpipe_stage_ends(f, b, m):
+    """Independent reference: when each stage's last backward ends (GPipe, free communication)."""
+    p = len(f)
+    fe = np.zeros((p, m))
+    for s in range(p):
+        for i in range(m):
+            fe[s, i] = max(fe[s - 1, i] if s else 0.0, fe[s, i - 1] if i else 0.0) + f[s]
+    be = np.zeros((p, m))
+    for s in reversed(range(p)):
+        prev = fe[s, m - 1]
+        for i in reversed(range(m)):
+            be[s, i] = max(be[s + 1, i] if s < p - 1 else 0.0, prev) + b[s]
+            prev = be[s, i]
+    return be[:, 0]
+
+
+@pytest.mark.parametrize("m", [1, 2, 5])
+def test_two_identical_groups_per_stage_allreduce(m):
+    # 2 groups x 2 stages; stage s all-reduces its parameters with the other group's stage s once its
+    # last backward is done (the rings of the two stages use different links, so they overlap)
+    g = chain([2.0, 1.0], [4.0, 2.0], params=[8e6, 2e6])
+    cl = Cluster.from_capacities([1.0, 0.5, 1.0, 0.5], BW)
+    plans = [plan_of([0, 1], [0, 1])] * 2
+    r = simulate_grouped_hybrid(g, cl, [[0, 1], [2, 3]], microbatches=m, plans=plans)
+    assert r.extra["batch_fractions"] == pytest.approx([0.5, 0.5])
+    f = [2.0 * 0.5 / m, 1.0 * 0.5 / m / 0.5]
+    b = [4.0 * 0.5 / m, 2.0 * 0.5 / m / 0.5]
+    ends = _gpipe_stage_ends(f, b, m)
+    expect = max(ends[0] + ring(8e6, 2), ends[1] + ring(2e6, 2))
+    assert r.iteration_ms == pytest.approx(expect)
+    assert r.bytes_injected == pytest.approx(2 * (8e6 + 2e6))
+
+
+def test_throughput_split_equalises_groups():
+    # group 0: one device of capacity 1; group 1: a 2-stage pipeline of capacities 1 and 1 (M = 4)
+    g = chain([1.0, 1.0], [2.0, 2.0])
+    cl = Cluster.from_capacities([1.0, 1.0, 1.0], BW)
+    plans = [plan_of([0, 0], [0]), plan_of([0, 1], [0, 1])]
+    r = simulate_grouped_hybrid(g, cl, [[0], [1, 2]], microbatches=4, plans=plans)
+    t0, t1 = 6.0, (4 + 1) * 3.0 / 4  # alone, whole mini-batch
+    fr = [1 / t0 / (1 / t0 + 1 / t1), 1 / t1 / (1 / t0 + 1 / t1)]
+    assert r.extra["batch_fractions"] == pytest.approx(fr)
+    assert r.iteration_ms == pytest.approx(fr[0] * t0) == pytest.approx(fr[1] * t1)
+
+
+def test_different_plans_make_chunks():
+    # 4 nodes with parameters; group 0 cuts after n0, group 1 after n2: chunks (0,0), (1,0), (1,1)
+    g = chain([1, 1, 1, 1], [1, 1, 1, 1], params=[1e6, 2e6, 3e6, 4e6])
+    cl = Cluster.from_capacities([1, 1, 1, 1], BW)
+    plans = [plan_of([0, 1, 1, 1], [0, 1]), plan_of([0, 0, 0, 1], [1, 0])]
+    job, fr, chunks = grouped_hybrid_job(g, cl, [[0, 1], [2, 3]], plans, microbatches=2)
+    assert chunks == [((0, 0), 1e6), ((1, 0), 5e6), ((1, 1), 4e6)]
+    assert job.ranks[2].device == 3 and job.ranks[3].device == 2  # the plan's device order is kept
+    r = simulate_grouped_hybrid(g, cl, [[0, 1], [2, 3]], microbatches=2, plans=plans)
+    assert r.bytes_injected == pytest.approx(2 * 10e6)
+    assert r.extra["allreduce_chunks"] == 3
+
+
+def test_bounds_and_search_on_random_clusters():
+    rng = random.Random(7)
+    for trial in range(4):
+        n = rng.randint(2, 5)
+        g = chain([rng.uniform(0.5, 3) for _ in range(6)], [rng.uniform(1, 5) for _ in range(6)],
+                  params=[rng.uniform(0, 3e6) for _ in range(6)], act=[rng.uniform(0, 2e6) for _ in range(6)])
+        cl = Cluster.from_capacities([rng.choice([1, 0.5, 0.25]) for _ in range(n)], BW)
+        ideal = ideal_iteration_ms(g, cl)
+        best = search_grouped_hybrid(g, cl, microbatches=4, method=("balanced", "pipedream"))
+        cands = best.extra["candidates"]
+        assert best.iteration_ms == pytest.approx(min(c["iteration_ms"] for c in cands))
+        assert {c["num_groups"] for c in cands} == set(range(1, n + 1))
+        assert best.iteration_ms >= ideal * (1 - 1e-9)
+        assert simulate_dp(g, cl).iteration_ms >= ideal * (1 - 1e-9)
+        # G = N singletons is proportional data parallel, so the search never loses to it
+        assert best.iteration_ms <= simulate_dp(g, cl, "proportional").iteration_ms * (1 + 1e-9)
+
+
+def test_groupings():
+    speeds = [1, 1, 1, 1, 0.5, 0.5, 0.25, 0.25]
+    assert snake_groups(speeds, 2) == [[0, 3, 4, 7], [1, 2, 5, 6]]
+    assert contiguous_groups(speeds, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert contiguous_groups(speeds, 3) == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    for G in range(1, 9):
+        for fn in (snake_groups, contiguous_groups):
+            gs = fn(speeds, G)
+            assert sorted(itertools.chain(*gs)) == list(range(8)) and len(gs) == G
+            assert max(map(len, gs)) - min(map(len, gs)) <= 1
+
+
+def test_bad_input():
+    g = chain([1, 1], [1, 1])
+    cl = Cluster.from_capacities([1, 1, 1])
+    with pytest.raises(InputError, match="groups must be non-empty, disjoint"):
+        simulate_grouped_hybrid(g, cl, [[0, 1], [1, 2]])
+    with pytest.raises(InputError, match="0..2"):
+        simulate_grouped_hybrid(g, cl, [[0, 3]])
+    with pytest.raises(InputError, match="num_groups must be an integer in 1..3"):
+        snake_groups([1, 1, 1], 4)
+    with pytest.raises(InputError, match="split must be"):
+        simulate_dp(g, cl, split="weird")
+    with pytest.raises(InputError, match="batch_fractions must be 1 positive"):
+        simulate_grouped_hybrid(g, cl, [[0, 1, 2]], plans=[plan_of([0, 1], [0, 1])], batch_fractions=[0.0])
+    with pytest.raises(PlanError, match="a group of 3 devices needs a plan"):
+        simulate_grouped_hybrid(g, cl, [[0, 1, 2]], plans=[plan_of([0, 1], [0, 1])])
+    with pytest.raises(InputError, match="unknown grouping"):
+        search_grouped_hybrid(g, cl, groupings=("random",))
