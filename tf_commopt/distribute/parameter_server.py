@@ -69,9 +69,10 @@ def array_batch_fn(x: np.ndarray, y: np.ndarray, num_shards: int, batch_size: in
 
     Shard i holds rows i, i + K, i + 2K, ... (K = ``num_shards``), or the rows ``shard_indices[i]``
     in that order (e.g. a label-skewed split; every shard is cut to the shortest one's length n);
-    step t (0-based, counted over rounds) of shard i takes its rows (t B .. t B + B - 1) mod n. The arrays become constants of
-    the round function (shipped to each worker once, with the function), so this is for data sets
-    of up to a few hundred MB; pass your own ``batch_fn`` (e.g. reading files) for larger ones.
+    step t (0-based, counted over rounds) of shard i takes its rows (t B .. t B + B - 1) mod n.
+    The arrays become constants of the round function (shipped to each worker once, with the
+    function), so this is for data sets of up to a few hundred MB; pass your own ``batch_fn``
+    (e.g. reading files on the worker) for larger ones.
     """
     x, y = np.asarray(x), np.asarray(y)
     if len(x) != len(y):
@@ -293,7 +294,7 @@ class ParameterServerSkipCorrect:
                 t0 = tf.timestamp()
             xs = [tf.identity(p) for p in x0]
             loss_sum = tf.constant(0.0, tf.float64)
-            for j in range(h):  # H is small: unrolled, one trace
+            for j in range(h):  # unrolled (one trace; tracing time grows with H)
                 bx, by = batch_fn(shard, rnd * h + j)
                 with tf.GradientTape() as tape:
                     tape.watch(xs)
