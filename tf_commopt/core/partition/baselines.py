@@ -77,6 +77,10 @@ def layerwise(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = N
 def balanced(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = None) -> List[int]:
     """Contiguous chunks minimising the slowest stage's compute (exact up to float precision)."""
     perm = list(range(p.n)) if perm is None else perm
+    return labels_from_bounds(p, perm, _balanced_bounds(p, devs, perm))
+
+
+def _balanced_bounds(p: Problem, devs: Sequence[int], perm: Sequence[int]) -> List[int]:
     K, n = p.K, p.n
     pref = [_prefix(p, perm, p.comp[p.kind_of_dev[d]]) for d in devs]
     caps = [p.cap[d] for d in devs]
@@ -112,28 +116,36 @@ def balanced(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = No
             lo = mid
         else:
             hi, best = mid, b
-    return labels_from_bounds(p, perm, best)
+    return best
 
 
 def _dp(p: Problem, devs: Sequence[int], perm: Sequence[int],
-        stage_cost: Callable[[int, np.ndarray, np.ndarray], np.ndarray]) -> List[int]:
-    """Minimise the max stage cost over contiguous splits: ``stage_cost(m, i, j)`` is a matrix (i x j)."""
+        stage_cost: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
+        compute_pref: Sequence[np.ndarray]) -> List[int]:
+    """Minimise the max stage cost over contiguous splits: ``stage_cost(m, i, j)`` is a matrix (i x j).
+
+    ``compute_pref[m]`` are prefix sums of stage m's compute, a lower bound of its cost: starts ``i``
+    whose compute alone exceeds the cost of a known split (the balanced one) are skipped (exactness kept).
+    """
     K, n = p.K, p.n
     INF = float("inf")
+    bb = _balanced_bounds(p, devs, perm)
+    ub = max(float(stage_cost(m, np.array([bb[m]]), np.array([bb[m + 1]]))[0, 0]) for m in range(K))
+    ub = ub * (1 + 1e-9) + 1e-12
     A = np.full((K + 1, n + 1), INF)
     arg = np.zeros((K + 1, n + 1), dtype=np.int64)
     A[0, 0] = 0.0
     for m in range(1, K + 1):
         jlo, jhi = m, n - (K - m)                       # stage m-1 ends at j, leaving >= 1 node per later stage
         js = np.arange(jlo, jhi + 1)
-        ilo, ihi = m - 1, jhi - 1
-        is_ = np.arange(ilo, ihi + 1)
-        if m == 1:
-            is_ = np.array([0])
+        ok = np.nonzero(A[m - 1, :jhi] <= ub)[0]        # prefixes that can still lead to a split <= ub
+        pm = compute_pref[m - 1]
         for c0 in range(0, js.size, 256):
             jj = js[c0:c0 + 256]
-            ii = is_[is_ < jj[-1]]
-            ii = ii[np.isfinite(A[m - 1, ii])]
+            i_min = int(np.searchsorted(pm, pm[jj[0]] - ub, side="left"))
+            ii = ok[(ok >= i_min) & (ok < jj[-1])]
+            if ii.size == 0:
+                continue
             cost = stage_cost(m - 1, ii, jj)            # (len(ii), len(jj))
             tot = np.maximum(A[m - 1, ii][:, None], cost)
             tot[ii[:, None] >= jj[None, :]] = INF
@@ -178,7 +190,7 @@ def pipedream(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = N
         t_out = comm(m, cut[j])
         return np.maximum(np.maximum(compute, t_in[:, None]), t_out[None, :]) + penalty(m, i, j)
 
-    return _dp(p, devs, perm, cost)
+    return _dp(p, devs, perm, cost, pref)
 
 
 def contiguous_optimal(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = None) -> List[int]:
@@ -192,4 +204,4 @@ def contiguous_optimal(p: Problem, devs: Sequence[int], perm: Optional[Sequence[
         cost += penalty(m, i, j)
         return cost
 
-    return _dp(p, devs, perm, cost)
+    return _dp(p, devs, perm, cost, pref)
