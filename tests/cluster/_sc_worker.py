@@ -52,6 +52,8 @@ def main(out_dir: str) -> None:
         bs.append(b.values[0].numpy())
         ds.append(strategy.extended.correction_state(opt).delta_numpy()[0][0])
     stats = strategy.stats()
+    # every worker writes (the chief's copy is the real one): Δ of both workers is gathered into it
+    tf.train.Checkpoint(optimizer=opt).write(os.path.join(out_dir, f"ckpt{task}", "ckpt"))
 
     # model.fit / evaluate under the multi-worker machinery
     with strategy.scope():

@@ -29,6 +29,14 @@ def test_two_workers_follow_the_numpy_rule(tmp_path):
     assert abs(ref[-1][0][0] - ref[-1][0][1]).max() > 1e-3  # step 7 is local: the workers differ
     for g in got:
         assert int(g["syncs"]) == 2 and int(g["bytes"]) == 2 * (3 * 4 + 4) * 4
+    # the checkpoint holds every worker's Δ stacked in replica order
+    import tensorflow as tf
+    reader = tf.train.load_checkpoint(str(tmp_path / "ckpt0"))
+    keys = {k for k in reader.get_variable_to_shape_map() if "skip_correct_state" in k}
+    delta_key = [k for k in keys if k.endswith("delta_0")]
+    assert len(delta_key) == 1, keys
+    np.testing.assert_allclose(reader.get_tensor(delta_key[0]), np.stack([g["d"][-1] for g in got]), atol=1e-6)
+    assert int(reader.get_tensor([k for k in keys if k.endswith("num_replicas")][0])) == 2
     # after evaluate (which averages first) both workers hold the same global model and the same loss
     np.testing.assert_allclose(got[0]["kernel_after_eval"], got[1]["kernel_after_eval"], rtol=1e-6, atol=1e-6)
     assert float(got[0]["loss"]) == float(got[1]["loss"]) > 0

@@ -180,6 +180,13 @@ class _SkipCorrectMixin:
                     self._sc_internal = False
                 self._sc_states[key] = state
                 optimizer._track_trackable(state, name="skip_correct_state", overwrite=True)
+            if self._sc_correction == "vrl" and self._sc_correction_lr == "optimizer":
+                with tf.init_scope():
+                    beta = float(_momentum(optimizer))
+                if beta > 0:
+                    _warn_once("momentum", f"SkipCorrectStrategy: vrl with heavy-ball momentum {beta:g} and "
+                               "correction_lr='optimizer' (the rule as stated) over-corrects by up to 1/(1-momentum) "
+                               "and can diverge; consider correction_lr='effective' (docs/skip_correct.md)")
         else:
             known = {id(v) for v in state.variables}
             if any(id(v) not in known for v in var_list):

@@ -79,8 +79,9 @@ class SkipCorrectState(_trackable.Trackable):
         ext = self._strategy.extended
         comps = list(d.values)
         if getattr(ext, "_num_workers", 1) > 1:
-            per = _values.PerReplica(tuple(tf.expand_dims(c.read_value(), 0) for c in comps))
-            return self._strategy.gather(per, axis=0)
+            with self._strategy.scope():
+                per = _values.PerReplica(tuple(tf.expand_dims(c.read_value(), 0) for c in comps))
+                return self._strategy.gather(per, axis=0)
         with tf.device("/CPU:0"):
             return tf.stack([c.read_value() for c in comps])
 
