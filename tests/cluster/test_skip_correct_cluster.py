@@ -31,7 +31,7 @@ def test_two_workers_follow_the_numpy_rule(tmp_path):
         assert int(g["syncs"]) == 2 and int(g["bytes"]) == 2 * (3 * 4 + 4) * 4
     # the checkpoint holds every worker's Δ stacked in replica order
     import tensorflow as tf
-    reader = tf.train.load_checkpoint(str(tmp_path / "ckpt0"))
+    reader = tf.train.load_checkpoint(str(tmp_path / "ckpt0" / "ckpt"))
     keys = {k for k in reader.get_variable_to_shape_map() if "skip_correct_state" in k}
     delta_key = [k for k in keys if k.endswith("delta_0")]
     assert len(delta_key) == 1, keys
