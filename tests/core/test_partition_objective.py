@@ -121,6 +121,11 @@ def test_incremental_state_matches_full_and_reference_evaluation():
             a, b = rng.sample(range(K), 2)
             st.swap_devices(a, b)
     p.check(st.stage, st.devs)
+    for v in range(p.n):                               # the maintained frontiers equal a recomputation
+        s = st.stage[v]
+        assert (v in st.up_front[s]) == all(st.stage[w] > s for w in p.succ[v])
+        assert (v in st.down_front[s]) == all(st.stage[u] < s for u in p.pred[v])
+        assert st.last[v] == max([s] + [st.stage[w] for w in p.succ[v]])
     ev = p.evaluate(st.stage, st.devs)
     assert st.times == pytest.approx(ev.stage_ms, rel=1e-9)
     names = {n: st.stage[p.index[n]] for n in g.nodes}

@@ -12,7 +12,6 @@ Progress of the genetic algorithm goes to stderr; bad input exits with code 2 an
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess

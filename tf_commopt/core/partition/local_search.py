@@ -29,7 +29,7 @@ The rule (a Kernighan-Lin-flavoured descent on the min-max objective of :mod:`ob
 from __future__ import annotations
 
 import random
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
