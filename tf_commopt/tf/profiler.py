@@ -12,7 +12,8 @@
 * :func:`device_capacity` is a microbenchmark (matmul and/or conv2d) returning achieved GFLOP/s;
   :func:`relative_capacities` measures several devices *interleaved* (round-robin repeats, so a
   busy machine affects all alike) and divides by a reference: the ``capacities`` the partitioner
-  takes.
+  takes. :func:`model_capacities` does the same with a real model or pipeline stage, and
+  :func:`time_keras_model` times a whole model (or stage) on one device.
 * :func:`measure_roofline` measures peak GFLOP/s (matmul) and memory GB/s (a large add) of a
   device: a :class:`~tf_commopt.tf.op_costs.Roofline` for estimates that match this machine.
 
@@ -42,7 +43,7 @@ from tf_commopt.tf.op_costs import Roofline
 from tf_commopt.tf.slowdown import (canonical_device, clear_slowdowns, get_slowdown, set_slowdown, slowdowns,
                                     slowed)
 
-__all__ = ["profile_keras_model", "time_keras_model", "device_capacity", "relative_capacities", "measure_roofline",
+__all__ = ["profile_keras_model", "time_keras_model", "model_capacities", "device_capacity", "relative_capacities", "measure_roofline",
            "time_fn", "time_interleaved", "compiled",
            "set_slowdown", "get_slowdown", "clear_slowdowns", "slowdowns", "slowed"]
 
@@ -162,8 +163,6 @@ def profile_keras_model(model: Any, batch_size: int, device: str = "/CPU:0", rep
     _check_device(device)
     calls = layer_calls(model, batch_size)
     rng = tf.random.Generator.from_seed(seed)
-    state = list(getattr(model, "non_trainable_variables", None) or getattr(model, "non_trainable_weights", []))
-    saved = [v.numpy() for v in state]  # training-mode calls update BatchNorm statistics: restore them
     if calibrate is not False and calibrate is not True:
         try:
             whole_f, whole_fb = (float(x) for x in calibrate)  # type: ignore[union-attr]
@@ -173,13 +172,10 @@ def profile_keras_model(model: Any, batch_size: int, device: str = "/CPU:0", rep
         if not (0 < whole_f <= whole_fb):
             raise InputError(f"calibrate needs 0 < forward_ms <= forward_backward_ms, got {calibrate!r}",
                              where="calibrate")
-    try:
+    with _KeepState(model):  # training-mode calls update BatchNorm statistics: restore them
         g = _profile(model, calls, rng, batch_size, device, repeats, warmup, subtract_overhead, name)
-        if calibrate is True:
-            whole_f, whole_fb = time_keras_model(model, batch_size, device, repeats, warmup, seed)
-    finally:
-        for v, value in zip(state, saved):
-            v.assign(value)
+    if calibrate is True:
+        whole_f, whole_fb = time_keras_model(model, batch_size, device, repeats, warmup, seed)
     if calibrate is False:
         return g
     return _scaled(g, whole_f, max(whole_fb - whole_f, 0.0))
@@ -194,45 +190,6 @@ def _scaled(g: CostGraph, forward_ms: float, backward_ms: float) -> CostGraph:
     nodes = [Node(n.name, n.forward_ms * kf, n.backward_ms * kb, n.param_bytes, n.activation_bytes, n.label)
              for n in g.nodes.values()]
     return CostGraph(nodes, g.edges, name=g.name)
-
-
-def time_keras_model(model: Any, batch_size: int, device: str = "/CPU:0", repeats: int = 5, warmup: int = 1,
-                     seed: int = 0) -> Tuple[float, float]:
-    """Median (forward_ms, forward+backward_ms) of the whole model on ``device`` (random inputs, one tf.function).
-
-    Example:
-        >>> f, fb = time_keras_model(model, batch_size=32, device="/CPU:0")     # doctest: +SKIP
-    """
-    _check_device(device)
-    factor = get_slowdown(device)
-    specs = [c.outputs[0] for c in layer_calls(model, batch_size) if c.is_input]
-    rng = tf.random.Generator.from_seed(seed)
-    state = list(getattr(model, "non_trainable_variables", None) or getattr(model, "non_trainable_weights", []))
-    saved = [v.numpy() for v in state]
-
-    def run(xs):
-        return model(xs if len(xs) > 1 else xs[0], training=True)
-
-    def forward(*xs):
-        return _sync(run(list(xs)))
-
-    def forward_backward(*xs):
-        with tf.GradientTape() as tape:
-            outs = [o for o in tf.nest.flatten(run(list(xs))) if o.dtype.is_floating]
-        variables = list(getattr(model, "trainable_variables", []))
-        grads = tape.gradient(outs, variables, output_gradients=[tf.ones_like(o) for o in outs])
-        return _sync([outs, [g for g in grads if g is not None]])
-
-    try:
-        with tf.device(device):
-            xs = [_random(s, d, rng) for s, d in specs]
-            tf_, tfb = time_interleaved([(compiled(forward, factor), xs), (compiled(forward_backward, factor), xs)],
-                                        repeats, warmup + 1)
-            f, fb = statistics.median(tf_), statistics.median(tfb)
-    finally:
-        for v, value in zip(state, saved):
-            v.assign(value)
-    return f, max(fb, f)
 
 
 def _profile(model: Any, calls: List[LayerCall], rng: tf.random.Generator, batch_size: int, device: str,
@@ -265,6 +222,108 @@ def _profile(model: Any, calls: List[LayerCall], rng: tf.random.Generator, batch
     return CostGraph(nodes, edges, name=gname)
 
 
+def _model_fns(model: Any, batch_size: int, device: str, seed: int) -> Tuple[Callable, Callable, List[tf.Tensor]]:
+    """Compiled whole-model forward and forward+backward functions on ``device`` and their inputs."""
+    _check_device(device)
+    factor = get_slowdown(device)
+    specs = [c.outputs[0] for c in layer_calls(model, batch_size) if c.is_input]
+    rng = tf.random.Generator.from_seed(seed)
+
+    def run(xs):
+        return model(xs if len(xs) > 1 else xs[0], training=True)
+
+    def forward(*xs):
+        return _sync(run(list(xs)))
+
+    def forward_backward(*xs):
+        with tf.GradientTape() as tape:
+            outs = [o for o in tf.nest.flatten(run(list(xs))) if o.dtype.is_floating]
+        variables = list(getattr(model, "trainable_variables", []))
+        grads = tape.gradient(outs, variables, output_gradients=[tf.ones_like(o) for o in outs])
+        return _sync([outs, [g for g in grads if g is not None]])
+
+    with tf.device(device):
+        xs = [_random(s, d, rng) for s, d in specs]
+    return compiled(forward, factor), compiled(forward_backward, factor), xs
+
+
+class _KeepState:
+    """Restore a model's non-trainable variables (BatchNorm statistics) on exit."""
+
+    def __init__(self, model: Any):
+        self.vars = list(getattr(model, "non_trainable_variables", None) or getattr(model, "non_trainable_weights", []))
+
+    def __enter__(self):
+        self.saved = [v.numpy() for v in self.vars]
+        return self
+
+    def __exit__(self, *exc):
+        for v, value in zip(self.vars, self.saved):
+            v.assign(value)
+        return False
+
+
+def time_keras_model(model: Any, batch_size: int, device: str = "/CPU:0", repeats: int = 5, warmup: int = 1,
+                     seed: int = 0) -> Tuple[float, float]:
+    """Median (forward_ms, forward+backward_ms) of the whole model on ``device`` (random inputs, tf.function).
+
+    Works on any built Keras model, e.g. a pipeline stage's sub-model: per-stage timing.
+
+    Example:
+        >>> f, fb = time_keras_model(model, batch_size=32, device="/CPU:0")     # doctest: +SKIP
+    """
+    with _KeepState(model):
+        fwd, fwdbwd, xs = _model_fns(model, batch_size, device, seed)
+        with tf.device(device):
+            tf_, tfb = time_interleaved([(fwd, xs), (fwdbwd, xs)], repeats, warmup + 1)
+    f, fb = statistics.median(tf_), statistics.median(tfb)
+    return f, max(fb, f)
+
+
+def model_capacities(model: Any, batch_size: int, devices: Sequence[str], reference: Optional[str] = None,
+                     repeats: int = 5, warmup: int = 1, stat: str = "min", seed: int = 0) -> List[float]:
+    """Speeds of ``devices`` on a real model (or stage) relative to ``reference`` (default: the fastest).
+
+    The model's forward+backward runs on every device in turn each round (interleaved); the
+    fastest (``stat="min"``) or median run per device is kept, and speed = 1 / time. Unlike the
+    matmul benchmark this captures how a device runs *this* model (memory-bound layers included).
+
+    Example:
+        >>> with slowdowns({"/CPU:1": 2.0}):                                   # doctest: +SKIP
+        ...     model_capacities(model, 32, ["/CPU:0", "/CPU:1"])
+        [1.0, 0.5]
+    """
+    if not devices:
+        raise InputError("no devices given", where="devices")
+    if stat not in ("min", "median"):
+        raise InputError(f"stat must be 'min' or 'median', got {stat!r}", where="stat")
+    with _KeepState(model):
+        runs = []
+        for d in devices:
+            _, fwdbwd, xs = _model_fns(model, batch_size, d, seed)
+            runs.append((d, fwdbwd, xs))
+        for r in range(warmup + 1):
+            for d, fn, xs in runs:
+                with tf.device(d):
+                    fn(*xs).numpy()
+        samples: List[List[float]] = [[] for _ in runs]
+        for _ in range(repeats):
+            for i, (d, fn, xs) in enumerate(runs):
+                with tf.device(d):
+                    t0 = time.perf_counter()
+                    fn(*xs).numpy()
+                    samples[i].append(time.perf_counter() - t0)
+    pick = min if stat == "min" else statistics.median
+    speed = [1.0 / pick(s) for s in samples]
+    if reference is not None:
+        if reference not in devices:
+            raise InputError(f"reference {reference!r} is not among the devices", where="reference")
+        base = speed[list(devices).index(reference)]
+    else:
+        base = max(speed)
+    return [v / base for v in speed]
+
+
 def _bench_ops(kind: str, size: int, device: str, dtype: Any) -> Tuple[Callable, List[tf.Tensor], float]:
     rng = tf.random.Generator.from_seed(1)
     with tf.device(device):
@@ -280,7 +339,7 @@ def _bench_ops(kind: str, size: int, device: str, dtype: Any) -> Tuple[Callable,
     raise InputError(f"unknown benchmark kind {kind!r}; use 'matmul', 'conv' or 'both'", where="kind")
 
 
-def device_capacity(device: str = "/CPU:0", kind: str = "matmul", size: int = 512, repeats: int = 20,
+def device_capacity(device: str = "/CPU:0", kind: str = "matmul", size: int = 512, repeats: int = 50,
                     warmup: int = 1, dtype: Any = tf.float32, stat: str = "min") -> float:
     """Achieved GFLOP/s of ``device`` on a microbenchmark (fastest of ``repeats`` runs by default).
 
@@ -299,7 +358,7 @@ def device_capacity(device: str = "/CPU:0", kind: str = "matmul", size: int = 51
                                reference=None, absolute=True, stat=stat)[0]
 
 
-def relative_capacities(devices: Sequence[str], kind: str = "matmul", size: int = 512, repeats: int = 20,
+def relative_capacities(devices: Sequence[str], kind: str = "matmul", size: int = 512, repeats: int = 50,
                         warmup: int = 1, dtype: Any = tf.float32, reference: Optional[str] = None,
                         absolute: bool = False, stat: str = "min") -> List[float]:
     """Speeds of ``devices`` relative to ``reference`` (default: the fastest), measured interleaved.
