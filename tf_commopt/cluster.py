@@ -77,6 +77,7 @@ class ClusterResult:
         timed_out: True when ``timeout`` ended the run.
         tf_configs: task name -> the TF_CONFIG dict it was given.
         message: one-line summary of how the cluster ended.
+        failed_signal: the signal that killed the failed task, if a signal did.
     """
 
     returncode: int
@@ -86,6 +87,7 @@ class ClusterResult:
     timed_out: bool = False
     tf_configs: Dict[str, dict] = field(default_factory=dict)
     message: str = ""
+    failed_signal: Optional[int] = None
 
     @property
     def ok(self) -> bool:
@@ -397,6 +399,7 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         old_term = signal.signal(signal.SIGTERM, _on_term)
     start = time.monotonic()
     returncode, failed, timed_out, message = 0, None, False, ""
+    failed_signal: Optional[int] = None
     try:
         if bandwidth_mbit is not None:
             net = _Network(len(specs), float(bandwidth_mbit), topology)
@@ -421,8 +424,8 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
                 rc = t.proc.poll()
                 if rc is not None and rc != 0 and failed is None:
                     failed, returncode = t.name, _exit_code(rc)
-                    how = f" (killed by signal {-rc})" if rc < 0 else ""
-                    message = f"task {failed} failed with exit code {returncode}{how}"
+                    failed_signal = -rc if rc < 0 else None
+                    message = f"task {failed} failed with exit code {returncode}"
             if failed is not None:
                 break
             if all(t.proc.poll() == 0 for t in finishers):
@@ -457,7 +460,7 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
                 signal.signal(signal.SIGINT, old_int if old_int is not None else signal.default_int_handler)
     wall = time.monotonic() - start
     result = ClusterResult(returncode, {t.name: list(t.lines) for t in tasks}, wall, failed, timed_out,
-                           dict(zip(names, configs)), message)
+                           dict(zip(names, configs)), message, failed_signal)
     return result
 
 
@@ -529,7 +532,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.write("tf_commopt.cluster: interrupted; every task was killed\n")
         return 130
     if r.returncode != 0:
-        sys.stderr.write(f"tf_commopt.cluster: {r.message}\n")
+        how = f" (killed by signal {r.failed_signal})" if r.failed_signal else ""
+        sys.stderr.write(f"tf_commopt.cluster: {r.message}{how}\n")
         show = r.failed_task or next((n for n, lines in r.outputs.items() if lines), None)
         if show:
             sys.stderr.write(f"--- last lines of {show} ---\n")
