@@ -22,7 +22,7 @@ _WHERE = {
     "from_graph_def": "graph_import", "from_graphdef_file": "graph_import", "read_graphdef": "graph_import",
     "Roofline": "op_costs", "PRESETS": "op_costs", "CostEstimateWarning": "op_costs",
     "profile_keras_model": "profiler", "device_capacity": "profiler", "relative_capacities": "profiler",
-    "measure_roofline": "profiler",
+    "measure_roofline": "profiler", "time_keras_model": "profiler", "model_capacities": "profiler",
     "slowed": "slowdown", "set_slowdown": "slowdown", "get_slowdown": "slowdown",
     "clear_slowdowns": "slowdown", "slowdowns": "slowdown",
 }
