@@ -294,3 +294,9 @@ def test_not_root_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(ClusterError, match="needs root"):
         run_cluster(["true"], bandwidth_mbit=10, echo=False)
+
+
+def test_task_killed_by_a_signal():
+    r = run_cluster(["sh", "-c", "echo before; kill -9 $$"], workers=1, echo=False, timeout=60)
+    assert (r.returncode, r.failed_signal, r.failed_task) == (137, 9, "worker:0")
+    assert r.message == "task worker:0 failed with exit code 137" and r.outputs["worker:0"] == ["before"]
