@@ -163,7 +163,19 @@ def graph_flops(graph: Any, unknown_flops: str = "elements") -> Tuple[float, Lis
     return total, unknown, moves
 
 
-def warn_unknown(op_types: Iterable[str], unknown_flops: str, where: str = "", stacklevel: int = 3) -> None:
+def _caller_stacklevel() -> int:
+    """Stack level of the first frame outside tf_commopt.tf: warnings point at the user's call."""
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn_unknown(op_types: Iterable[str], unknown_flops: str, where: str = "", stacklevel: Optional[int] = None) -> None:
     """Issue ONE :class:`CostEstimateWarning` listing op types without statistics (with counts)."""
     counts = Counter(op_types)
     if not counts:
@@ -172,7 +184,7 @@ def warn_unknown(op_types: Iterable[str], unknown_flops: str, where: str = "", s
     listing = ", ".join(f"{k} ({v})" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     prefix = f"{where}: " if where else ""
     warnings.warn(f"{prefix}FLOPs {how} for {sum(counts.values())} op(s) without TensorFlow statistics: "
-                  f"{listing}", CostEstimateWarning, stacklevel=stacklevel)
+                  f"{listing}", CostEstimateWarning, stacklevel=stacklevel or _caller_stacklevel())
 
 
 def check_unknown_flops(unknown_flops: str) -> None:

@@ -29,7 +29,8 @@ import tensorflow as tf
 
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.errors import InputError
-from tf_commopt.tf.op_costs import FREE_OPS, PARAM_SOURCES, PLUMBING_OPS, Roofline, op_flops, tensor_bytes, warn_unknown
+from tf_commopt.tf.op_costs import (FREE_OPS, PARAM_SOURCES, PLUMBING_OPS, Roofline, _caller_stacklevel, op_flops,
+                                    tensor_bytes, warn_unknown)
 
 __all__ = ["graph_def_to_costgraph", "scope_of"]
 
@@ -163,7 +164,7 @@ def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth:
             unknown.append(op.type)
         fwd = roofline.forward_ms(flops, 0.0 if op.type in FREE_OPS else moved + out_bytes)
         nodes.append(Node(op.name, fwd, roofline.backward_ms(fwd), params, out_bytes, op.type))
-    warn_unknown(unknown, unknown_flops, where=where, stacklevel=4)
+    warn_unknown(unknown, unknown_flops, where=where)
     op_graph = CostGraph(nodes, edges, name=name)
     if not group_by_scope:
         return op_graph
@@ -229,7 +230,7 @@ def _group(op_graph: CostGraph, depth: Optional[int], name: str, op_names: Set[s
     if splits:
         warnings.warn(f"{name or 'graph'}: {len(splits)} name scope(s) split to keep the grouped graph "
                       f"acyclic: " + ", ".join(f"{s} ({k + 1} parts)" for s, k in sorted(splits.items())),
-                      UserWarning, stacklevel=5)
+                      UserWarning, stacklevel=_caller_stacklevel())
     nodes = []
     for P, label in enumerate(part_names):
         ms = members[P]
