@@ -167,6 +167,10 @@ class GroupedHybridStrategy:
             ``devices`` with their ``capacities``; gradients are all-reduced between hosts with collective
             ops). Default: True when TF_CONFIG lists more than one worker. Create the strategy before
             any other TensorFlow op, as with MultiWorkerMirroredStrategy.
+        exclusive_devices: run each device's schedule instructions one after another (every op of an
+            instruction gets a control dependency on all ops of the device's previous instruction), as a
+            GPU stream does; by default only data dependencies order them, so a logical CPU device
+            overlaps micro-batches (and emulated slow-down sleeps). For comparing with the simulator.
     """
 
     def __init__(self, devices: Optional[Sequence[str]] = None, capacities: Any = None,
@@ -174,7 +178,8 @@ class GroupedHybridStrategy:
                  microbatches: int = 2, plans: Optional[Sequence[PartitionPlan]] = None, method: str = "ga",
                  bandwidth_gbps: float = 10.0, seed: int = 0, profile_batch_size: int = 32,
                  group_weights: Optional[Sequence[float]] = None, emulate: bool = False,
-                 slowdown: Optional[Mapping[str, float]] = None, tf_config: Optional[bool] = None):
+                 slowdown: Optional[Mapping[str, float]] = None, tf_config: Optional[bool] = None,
+                 exclusive_devices: bool = False):
         if tf_config is None:  # like TensorFlow's own strategies: a multi-worker TF_CONFIG means multi-host
             tf_config = bool(os.environ.get("TF_CONFIG")) and len(groups_from_tf_config()[0]) > 1
         self.hosts: List[str] = []
@@ -240,6 +245,7 @@ class GroupedHybridStrategy:
             self.slowdown = {canonical_device(d): top / c for d, c in zip(self.devices, caps) if c < top}
         else:
             self.slowdown = {}
+        self.exclusive_devices = bool(exclusive_devices)
         self.pipelines: List[Pipeline] = []
         self.model: Any = None
         self._step_fn: Optional[Callable] = None
@@ -334,18 +340,33 @@ class GroupedHybridStrategy:
                 raise InputError(f"a group got {sizes} samples, fewer than its {self.microbatches} micro-batches; "
                                  "use a larger batch or fewer micro-batches", where="GroupedHybridStrategy")
         reduced: Optional[List[List[tf.Tensor]]] = None
+        done: Dict[str, Any] = {}
         for r, ins in self._order():
             g, s = self._rank[r]
             if isinstance(ins, AllReduce):
                 if reduced is None:
                     reduced = self._all_reduce([run.result()[1] for run in runs])
             elif not isinstance(ins, OptimizerStep):
-                runs[g].execute(s, ins)
+                if self.exclusive_devices and not tf.executing_eagerly():
+                    self._execute_exclusive(runs[g], s, ins, self.pipelines[g].layout.devices[s], done)
+                else:
+                    runs[g].execute(s, ins)
         loss = tf.add_n([tf.identity(run.result()[0]) for run in runs])
         assert reduced is not None
         if self._mw is not None:
             loss, reduced = self._all_reduce_hosts(loss, reduced)
         return loss, reduced
+
+    @staticmethod
+    def _execute_exclusive(run: Any, s: int, ins: Any, device: str, done: Dict[str, Any]) -> None:
+        """``run.execute(s, ins)`` after everything the device did before (see ``exclusive_devices``)."""
+        graph = tf.compat.v1.get_default_graph()
+        before = len(graph.get_operations())
+        with tf.control_dependencies([done[device]] if device in done else []):
+            run.execute(s, ins)
+        new = graph.get_operations()[before:]
+        if new:
+            done[device] = tf.group(*new)
 
     def _order(self) -> List[Tuple[int, Any]]:
         if not hasattr(self, "_order_cache"):

@@ -1,0 +1,377 @@
+"""Thesis 000, hybrid side: grouped hybrid vs synchronous data parallel vs the capacity-proportional
+ideal on heterogeneous clusters, simulated; and a small model run for real on emulated devices.
+
+For every profile, cluster (capacities, optionally device kinds with their own per-layer costs from
+the H200 profiles), link bandwidth and group count ``G``: the grouped hybrid iteration
+(:func:`tf_commopt.core.simulate.hybrid.simulate_grouped_hybrid`; groups by the ``snake`` and
+``contiguous`` rules, the faster kept; capacity-aware plans per group; batch split in proportion to
+group throughput; GPipe with ``--microbatches``), synchronous data parallel with an equal batch split
+(the thesis's SSGD) and with a capacity-proportional split (a stronger baseline), and the ideal
+``1 / sum(speed)``. Pure Python unless ``--keras_apps`` or ``--real`` is given.
+
+Example:
+    python -m experiments.hybrid_bench                          # the run of docs/results/hybrid.md
+    python -m experiments.hybrid_bench --json --profiles=h200/resnet50 --clusters="1,1,0.5,0.5"
+    python -m experiments.hybrid_bench --keras_apps=MobileNetV2 --real
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from absl import app, flags
+
+from tf_commopt.core.costgraph import CostGraph
+from tf_commopt.core.devices import Cluster
+from tf_commopt.core.profiles import load_profile
+from tf_commopt.core.simulate.hybrid import (
+    GROUPINGS, device_speeds, ideal_iteration_ms, simulate_dp, simulate_grouped_hybrid,
+)
+from tf_commopt.errors import InputError, TfCommoptError
+
+PROFILES = ["pipedream/vgg16", "pipedream/resnet50", "pipedream/inception_v3", "pipedream/alexnet",
+            "pipedream/gnmt", "h200/vgg16", "h200/resnet50", "h200/resnet101", "h200/inception_v3",
+            "h200/densenet121", "h200/mobilenet_v2"]
+CLUSTERS = ["1,1,1,1,0.5,0.5,0.25,0.25", "1,1,0.5,0.5", "1,1,1,1,1,1,0.5,0.5", "1,0.5,0.5,0.25",
+            "bf16,bf16,tf32,tf32,fp32,fp32,fp32,fp32", "bf16,bf16,bf16,bf16,0.5:fp32,0.5:fp32,0.5:fp32,0.5:fp32"]
+THESIS_PCT = 21.0  # ~21% lower iteration time than synchronous data parallel on mixed clusters
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("profiles", PROFILES, "bundled profile names or files (h200/<model> loads the fp32/tf32/bf16 kinds)")
+flags.DEFINE_list("keras_apps", [], "tf-keras applications to import with from_keras_model (roofline costs, batch 32)")
+flags.DEFINE_multi_string("clusters", CLUSTERS, "a cluster: comma-separated devices, each CAP, KIND or CAP:KIND "
+                          "(KIND = per-layer costs of the profile; clusters with kinds run on profiles that have them)")
+flags.DEFINE_list("bandwidths_gbps", ["10", "100"], "link bandwidths (Gbit/s), every pair of devices")
+flags.DEFINE_float("latency_ms", 0.0, "per-message link latency (ms)")
+flags.DEFINE_list("group_counts", [], "group counts G to try (default 1..N)")
+flags.DEFINE_integer("microbatches", 8, "GPipe micro-batches per group per mini-batch")
+flags.DEFINE_list("methods", ["balanced", "pipedream", "local"],
+                  "partition methods; each group keeps the plan whose pipeline simulates fastest")
+flags.DEFINE_integer("seed", 0, "partitioner seed")
+flags.DEFINE_bool("json", False, "print one JSON object per configuration (profile, cluster, bandwidth, G)")
+flags.DEFINE_string("out_md", "", "write the markdown summary here")
+flags.DEFINE_bool("real", False, "also run a small model for real on emulated devices (TensorFlow)")
+flags.DEFINE_bool("real_only", False, "only the real run")
+flags.DEFINE_list("real_capacities", ["1", "0.25"], "capacities of the emulated devices (logical CPUs)")
+flags.DEFINE_float("real_base_slowdown", 1.0, "slow-down factor of a capacity-1 device (a device of capacity c "
+                   "runs base/c times slower than the CPU)")
+flags.DEFINE_integer("real_width", 1024, "width of the MLP's Dense layers")
+flags.DEFINE_integer("real_depth", 6, "Dense layers")
+flags.DEFINE_integer("real_batch", 512, "global batch")
+flags.DEFINE_integer("real_microbatches", 4, "micro-batches of the real pipelines")
+flags.DEFINE_bool("real_exclusive", True, "GroupedHybridStrategy(exclusive_devices=...): one instruction at a time "
+                  "per device, as on a GPU (off: a logical CPU overlaps micro-batches and their slow-down sleeps)")
+flags.DEFINE_enum("real_sim_costs", "roofline", ["roofline", "measured"], "per-layer costs of the simulation: "
+                  "from_keras_model (FLOP roofline, exact proportions for an MLP) or profile_keras_model on /CPU:0")
+flags.DEFINE_integer("real_repeats", 15, "timed steps per configuration (interleaved; medians)")
+flags.DEFINE_integer("real_intra_op_threads", 1, "TensorFlow intra-op threads: 1 makes a logical CPU one core "
+                     "whether or not the others compute (with N devices <= cores they do not contend)")
+flags.DEFINE_integer("real_inter_op_threads", 16, "TensorFlow inter-op threads (the emulated slow-down sleeps "
+                     "block one each; with the default 2 on this machine sleeping devices serialise)")
+
+
+# ----------------------------------------------------------------------------- inputs
+def parse_cluster(spec: str, bandwidth_gbps: float, latency_ms: float) -> Cluster:
+    """``"1,1,0.5"`` or ``"bf16,0.5:fp32"`` -> Cluster (one-line InputError naming the bad item)."""
+    caps: List[float] = []
+    kinds: List[Optional[str]] = []
+    for i, item in enumerate(t.strip() for t in spec.split(",")):
+        cap, kind = 1.0, None
+        parts = item.split(":")
+        if len(parts) > 2 or not item:
+            raise InputError(f"item {i} {item!r} must be CAP, KIND or CAP:KIND", where=f"--clusters {spec!r}")
+        try:
+            cap = float(parts[0])
+            if len(parts) == 2:
+                kind = parts[1]
+        except ValueError:
+            if len(parts) == 2:
+                raise InputError(f"item {i} {item!r}: capacity {parts[0]!r} is not a number",
+                                 where=f"--clusters {spec!r}") from None
+            kind = parts[0]
+        if not cap > 0:
+            raise InputError(f"item {i} {item!r}: capacity must be positive", where=f"--clusters {spec!r}")
+        caps.append(cap)
+        kinds.append(kind)
+    return Cluster.from_capacities(caps, bandwidth_gbps, latency_ms, kinds=kinds if any(kinds) else None)
+
+
+def load_graph(name: str) -> CostGraph:
+    """A bundled profile / file, or ``keras/<Application>`` (tf-keras, weights=None, batch 32, roofline)."""
+    if not name.startswith("keras/"):
+        return load_profile(name)
+    import warnings
+
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tf_keras as keras
+
+    from tf_commopt.tf.graph_import import from_keras_model
+
+    app_name = name.split("/", 1)[1]
+    if not hasattr(keras.applications, app_name):
+        raise InputError(f"unknown Keras application {app_name!r}", where="--keras_apps")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = from_keras_model(getattr(keras.applications, app_name)(weights=None), batch_size=32)
+    return g
+
+
+# ----------------------------------------------------------------------------- simulated
+def run_config(graph: CostGraph, profile: str, spec: str, bw: float, counts: Sequence[int],
+               cache: Dict) -> List[dict]:
+    """One row per group count for ``graph`` on cluster ``spec`` at ``bw`` Gbit/s."""
+    cl = parse_cluster(spec, bw, FLAGS.latency_ms)
+    for d in cl.devices:
+        if d.kind is not None and d.kind not in graph.kinds:
+            return []
+    dp = simulate_dp(graph, cl)
+    dpp = simulate_dp(graph, cl, "proportional")
+    ideal = ideal_iteration_ms(graph, cl)
+    speeds = device_speeds(graph, cl)
+    rows = []
+    for G in (counts or range(1, len(cl) + 1)):
+        if G > len(cl):
+            continue
+        best, seen = None, set()
+        for gname, fn in GROUPINGS.items():
+            groups = fn(speeds, G)
+            if tuple(map(tuple, groups)) in seen:
+                continue
+            seen.add(tuple(map(tuple, groups)))
+            r = simulate_grouped_hybrid(graph, cl, groups, FLAGS.microbatches, method=FLAGS.methods,
+                                        seed=FLAGS.seed, cache=cache)
+            if best is None or r.iteration_ms < best[1].iteration_ms:
+                best = (gname, r)
+        gname, r = best
+        rows.append({
+            "profile": profile, "cluster": spec, "capacities": cl.capacities,
+            "kinds": [d.kind for d in cl.devices], "bandwidth_gbps": bw, "num_groups": G, "grouping": gname,
+            "groups": r.extra["groups"], "stage_layers": r.extra["stage_layers"],
+            "batch_fractions": [round(f, 4) for f in r.extra["batch_fractions"]],
+            "microbatches": FLAGS.microbatches,
+            "hybrid_iteration_ms": r.iteration_ms, "data_parallel_iteration_ms": dp.iteration_ms,
+            "data_parallel_proportional_iteration_ms": dpp.iteration_ms, "ideal_iteration_ms": ideal,
+            "hybrid_bubble_fraction": r.bubble_fraction, "hybrid_bytes_injected": r.bytes_injected,
+            "data_parallel_bytes_injected": dp.bytes_injected,
+        })
+    if rows:
+        b = min(rows, key=lambda x: x["hybrid_iteration_ms"])
+        for x in rows:
+            x["best_num_groups"] = x is b
+    return rows
+
+
+def pct(a: float, b: float) -> float:
+    return 100.0 * (a - b) / b
+
+
+def summary(rows: List[dict]) -> str:
+    """Markdown: the best G per (profile, cluster, bandwidth) and the means."""
+    best = [r for r in rows if r["best_num_groups"]]
+    out = ["| profile | cluster | Gbit/s | best G (grouping) | hybrid ms | DP equal ms | DP prop. ms | ideal ms "
+           "| hybrid vs DP equal | hybrid vs DP prop. | hybrid / ideal |", "|" + "---|" * 11]
+    for r in best:
+        out.append(f"| {r['profile']} | {r['cluster']} | {r['bandwidth_gbps']:g} | {r['num_groups']} ({r['grouping']}) "
+                   f"| {r['hybrid_iteration_ms']:.1f} | {r['data_parallel_iteration_ms']:.1f} "
+                   f"| {r['data_parallel_proportional_iteration_ms']:.1f} | {r['ideal_iteration_ms']:.1f} "
+                   f"| {pct(r['hybrid_iteration_ms'], r['data_parallel_iteration_ms']):+.1f}% "
+                   f"| {pct(r['hybrid_iteration_ms'], r['data_parallel_proportional_iteration_ms']):+.1f}% "
+                   f"| {r['hybrid_iteration_ms'] / r['ideal_iteration_ms']:.2f} |")
+    out.append("")
+    out.append("| bandwidth | configs | mean hybrid vs DP equal | mean hybrid vs DP prop. | mean DP prop. vs DP equal "
+               "| mean hybrid / ideal | thesis |")
+    out.append("|---|---|---|---|---|---|---|")
+    for bw in sorted({r["bandwidth_gbps"] for r in best}) + [None]:
+        sel = [r for r in best if bw is None or r["bandwidth_gbps"] == bw]
+        if not sel:
+            continue
+        m = lambda f: statistics.mean(f(r) for r in sel)  # noqa: E731
+        out.append(f"| {'all' if bw is None else f'{bw:g} Gbit/s'} | {len(sel)} "
+                   f"| {m(lambda r: pct(r['hybrid_iteration_ms'], r['data_parallel_iteration_ms'])):+.1f}% "
+                   f"| {m(lambda r: pct(r['hybrid_iteration_ms'], r['data_parallel_proportional_iteration_ms'])):+.1f}% "
+                   f"| {m(lambda r: pct(r['data_parallel_proportional_iteration_ms'], r['data_parallel_iteration_ms'])):+.1f}% "
+                   f"| {m(lambda r: r['hybrid_iteration_ms'] / r['ideal_iteration_ms']):.2f} | -{THESIS_PCT:g}% |")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- real (TensorFlow)
+def init_tf(num_devices: int, inter_op_threads: int = 16, intra_op_threads: int = 1):
+    """Import TensorFlow with ``num_devices`` logical CPUs (call before any other TensorFlow use)."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    try:
+        if inter_op_threads:
+            tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
+        if intra_op_threads:
+            tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+        tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+                                                   [tf.config.LogicalDeviceConfiguration()] * num_devices)
+    except RuntimeError:  # already initialised (e.g. under pytest's tf tier): use what exists
+        pass
+    return tf
+
+
+def real_vs_sim(capacities: Sequence[float], base_slowdown: float = 1.0, width: int = 1024, depth: int = 6,
+                batch: int = 512, microbatches: int = 4, repeats: int = 15, num_groups: int = 1,
+                profile_repeats: int = 5, inter_op_threads: int = 16, intra_op_threads: int = 1,
+                exclusive: bool = True, sim_costs: str = "roofline") -> dict:
+    """Measure grouped hybrid and data parallel (equal and proportional split) on emulated devices and
+    simulate the same configurations.
+
+    Devices ``/CPU:0..N-1`` (logical CPUs) of capacity ``c`` run ``base_slowdown / c`` times slower
+    (:mod:`tf_commopt.tf.slowdown`). The model is an MLP of ``depth`` Dense(``width``) layers. The same
+    :class:`GroupedHybridStrategy` runs all three: data parallel = one group per device (``group_weights``
+    equal, or the capacities), hybrid = ``num_groups`` groups (its capacity-aware plans, M micro-batches).
+    The timed steps are interleaved (one step of each configuration per round) and medians are
+    reported, so slow drifts of the shared machine's load hit all configurations alike. The simulation
+    uses the strategy's own groups, plans and batch split, per-layer costs from ``sim_costs``
+    (``"roofline"``: :func:`tf_commopt.tf.graph_import.from_keras_model`; ``"measured"``:
+    :func:`tf_commopt.tf.profiler.profile_keras_model` on ``/CPU:0``) and free communication (in one
+    process a transfer is a memory copy); only ratios are compared (``sim_ms`` is in the cost graph's
+    units times ``base_slowdown``).
+    """
+    import numpy as np
+    tf = init_tf(len(capacities), inter_op_threads, intra_op_threads)
+    import tf_keras as keras
+
+    from tf_commopt.distribute.hybrid import GroupedHybridStrategy
+    from tf_commopt.tf.graph_import import from_keras_model
+    from tf_commopt.tf.profiler import profile_keras_model
+
+    n = len(capacities)
+    devices = [f"/CPU:{i}" for i in range(n)]
+    slow = {d: base_slowdown / c for d, c in zip(devices, capacities) if base_slowdown / c > 1.0}
+
+    def build():
+        keras.utils.set_random_seed(0)
+        x = keras.Input((width,), name="x")
+        h = x
+        for i in range(depth):
+            h = keras.layers.Dense(width, activation="relu", name=f"d{i}")(h)
+        return keras.Model(x, keras.layers.Dense(10, name="logits")(h))
+
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(batch, width)).astype("float32"))
+    y = tf.constant(rng.integers(0, 10, batch).astype("int32"))
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    singles = [[i] for i in range(n)]
+    configs = {
+        "data_parallel": dict(groups=singles, group_weights=[1.0] * n, microbatches=1),
+        "data_parallel_proportional": dict(groups=singles, group_weights=list(capacities), microbatches=1),
+        "hybrid": dict(num_groups=num_groups, microbatches=microbatches, method="balanced"),
+    }
+    strategies = {}
+    for name, kw in configs.items():
+        s = GroupedHybridStrategy(devices=devices, capacities=list(capacities), slowdown=slow,
+                                  exclusive_devices=exclusive, **kw)
+        with s.scope():
+            model = build()
+            s.compile(model, optimizer=keras.optimizers.SGD(0.01), loss=loss)
+        s.train_step(x, y)
+        s.train_step(x, y)
+        strategies[name] = s
+    times: Dict[str, List[float]] = {k: [] for k in strategies}
+    for _ in range(repeats):
+        for name, s in strategies.items():
+            t0 = time.perf_counter()
+            s.train_step(x, y)
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    real = {k: statistics.median(v) for k, v in times.items()}
+    # simulate the same configurations
+    hyb = strategies["hybrid"]
+    if sim_costs == "measured":
+        graph = profile_keras_model(hyb.model, batch_size=batch, device="/CPU:0", repeats=profile_repeats)
+    else:
+        graph = from_keras_model(hyb.model, batch_size=batch)
+    cl = Cluster.from_capacities(list(capacities), bandwidth_gbps=1e9)
+    sim = {}
+    for name, s in strategies.items():
+        fr = [b / batch for b in s.group_batch_sizes(batch)]
+        r = simulate_grouped_hybrid(graph, cl, s.groups, s.microbatches, plans=s.plans, batch_fractions=fr)
+        sim[name] = r.iteration_ms * base_slowdown
+    out = {
+        "profile": f"mlp{depth}x{width}", "capacities": list(capacities), "base_slowdown": base_slowdown,
+        "batch": batch, "microbatches": microbatches, "repeats": repeats, "exclusive_devices": exclusive,
+        "sim_costs": sim_costs,
+        "groups": hyb.groups, "stage_layers": hyb.stats()["stage_layers"],
+        "group_batch_sizes": {k: s.group_batch_sizes(batch) for k, s in strategies.items()},
+        "real_ms": real, "real_iqr_ms": {k: [float(np.percentile(v, 25)), float(np.percentile(v, 75))]
+                                         for k, v in times.items()},
+        "sim_ms": sim, "profile_total_ms": graph.total_ms(),
+        "hybrid_iteration_ms": real["hybrid"], "data_parallel_iteration_ms": real["data_parallel"],
+        "ideal_iteration_ms": ideal_iteration_ms(graph, cl) * base_slowdown,
+    }
+    for k in ("hybrid", "data_parallel_proportional"):
+        out[f"real_ratio_{k}"] = real[k] / real["data_parallel"]
+        out[f"sim_ratio_{k}"] = sim[k] / sim["data_parallel"]
+    return out
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv):
+    del argv
+    try:
+        bws = [float(b) for b in FLAGS.bandwidths_gbps]
+        counts = [int(g) for g in FLAGS.group_counts]
+    except ValueError as e:
+        print(f"error: --bandwidths_gbps / --group_counts: {e}", file=sys.stderr)
+        return 2
+    rows: List[dict] = []
+    t0 = time.time()
+    try:
+        for spec in FLAGS.clusters:
+            parse_cluster(spec, 10.0, 0.0)  # bad specs fail before any work
+        names = [] if FLAGS.real_only else list(FLAGS.profiles) + [f"keras/{a}" for a in FLAGS.keras_apps]
+        cache: Dict = {}
+        for name in names:
+            graph = load_graph(name)
+            for spec in FLAGS.clusters:
+                for bw in bws:
+                    rs = run_config(graph, name, spec, bw, counts, cache)
+                    rows += rs
+                    for r in rs:
+                        if FLAGS.json:
+                            print(json.dumps(r), flush=True)
+                    b = [r for r in rs if r["best_num_groups"]]
+                    if b and not FLAGS.json:
+                        r = b[0]
+                        print(f"{name} [{spec}] {bw:g} Gbit/s: best G={r['num_groups']} ({r['grouping']}) hybrid "
+                              f"{r['hybrid_iteration_ms']:.1f} ms, DP equal {r['data_parallel_iteration_ms']:.1f}, "
+                              f"DP prop. {r['data_parallel_proportional_iteration_ms']:.1f}, ideal "
+                              f"{r['ideal_iteration_ms']:.1f} ({pct(r['hybrid_iteration_ms'], r['data_parallel_iteration_ms']):+.1f}%"
+                              f" vs DP equal)", flush=True)
+        real = None
+        if FLAGS.real or FLAGS.real_only:
+            caps = [float(c) for c in FLAGS.real_capacities]
+            real = real_vs_sim(caps, FLAGS.real_base_slowdown, FLAGS.real_width, FLAGS.real_depth, FLAGS.real_batch,
+                               FLAGS.real_microbatches, FLAGS.real_repeats,
+                               inter_op_threads=FLAGS.real_inter_op_threads,
+                               intra_op_threads=FLAGS.real_intra_op_threads, exclusive=FLAGS.real_exclusive,
+                               sim_costs=FLAGS.real_sim_costs)
+            real["kind"] = "real"
+            print(json.dumps(real) if FLAGS.json else
+                  f"real (emulated {caps}): hybrid/DP measured {real['real_ratio_hybrid']:.3f} simulated "
+                  f"{real['sim_ratio_hybrid']:.3f}; DP prop./DP measured "
+                  f"{real['real_ratio_data_parallel_proportional']:.3f} simulated "
+                  f"{real['sim_ratio_data_parallel_proportional']:.3f}; medians {real['real_ms']}", flush=True)
+    except TfCommoptError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if rows and not FLAGS.json:
+        print(summary(rows))
+        print(f"({time.time() - t0:.0f} s)")
+    if FLAGS.out_md and rows:
+        with open(FLAGS.out_md, "w") as f:
+            f.write(summary(rows) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
