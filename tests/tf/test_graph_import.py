@@ -309,6 +309,13 @@ def test_bad_files(tmp_path):
         with pytest.raises(InputError) as e:
             from_graphdef_file(bad)
         assert str(bad) in str(e.value) and "\n" not in str(e.value)
+    gd = tf.compat.v1.GraphDef()
+    gd.ParseFromString(data)
+    prefix = tf.compat.v1.GraphDef()
+    prefix.node.extend(gd.node[:2])  # what a cut at a node boundary leaves: valid, but no versions
+    (tmp_path / "prefix.pb").write_bytes(data[:len(prefix.SerializeToString())])
+    with pytest.warns(UserWarning, match="truncated"):
+        from_graphdef_file(tmp_path / "prefix.pb")
     txt = tmp_path / "bad.pbtxt"
     txt.write_text(PBTXT_CYCLE.replace('op: "Square"', 'op: "Square" bogus_field: 1'))
     with pytest.raises(InputError, match=rf"{txt}:4"):

@@ -116,7 +116,8 @@ def from_keras_model(model: Any, batch_size: int = 32, roofline: Optional[Roofli
             continue
         flops, unk, moves_data = layer_flops(c, unknown_flops, cache)
         unknown.extend(unk)
-        weights = sum(float(tf.TensorShape(w.shape).num_elements()) * dtype_size(w.dtype) for w in getattr(c.layer, "weights", []))
+        weights = sum(float(tf.TensorShape(w.shape).num_elements()) * dtype_size(w.dtype)
+                      for w in getattr(c.layer, "weights", []))
         moved = c.input_bytes() + c.activation_bytes() + weights if moves_data else 0.0
         fwd = roofline.forward_ms(flops, moved)
         nodes.append(Node(c.name, fwd, roofline.backward_ms(fwd), c.param_bytes(), c.activation_bytes(), c.label))
@@ -149,7 +150,8 @@ def from_concrete_function(fn: Any, *, group_by_scope: bool = False, scope_depth
                          where="from_concrete_function")
     fname = getattr(fn, "name", "")
     fname = fname.decode() if isinstance(fname, bytes) else str(fname)
-    return from_graph_def(fn.graph.as_graph_def(add_shapes=True), group_by_scope=group_by_scope, scope_depth=scope_depth,
+    return from_graph_def(fn.graph.as_graph_def(add_shapes=True), group_by_scope=group_by_scope,
+                          scope_depth=scope_depth,
                           batch_size=batch_size, roofline=roofline, unknown_flops=unknown_flops,
                           name=name if name is not None else fname, source=None)
 
@@ -182,6 +184,9 @@ def from_graph_def(graph_def: Any, *, group_by_scope: bool = False, scope_depth:
 def read_graphdef(path: Union[str, os.PathLike]) -> Any:
     """Read a GraphDef from ``path``: text for ``.pbtxt``/``.pbtext``/``.txt``, else binary (text as fallback).
 
+    A binary file that parses but lacks the ``versions`` field (written last by TensorFlow) gives a
+    ``UserWarning``: cut exactly at a node boundary, a truncated file is still a valid GraphDef.
+
     Raises:
         InputError: missing file, truncated/corrupt binary, or invalid text (``file:line``).
     """
@@ -197,6 +202,9 @@ def read_graphdef(path: Union[str, os.PathLike]) -> Any:
     if not textual:
         try:
             gd.ParseFromString(data)
+            if len(gd.node) and not gd.HasField("versions"):
+                warnings.warn(f"{path}: GraphDef has no 'versions' field, which TensorFlow serializes last: "
+                              "the file may be truncated at a node boundary", UserWarning, stacklevel=3)
             return gd
         except message.DecodeError as e:
             binary_error = str(e) or "cannot decode"

@@ -175,7 +175,8 @@ def _caller_stacklevel() -> int:
     return level
 
 
-def warn_unknown(op_types: Iterable[str], unknown_flops: str, where: str = "", stacklevel: Optional[int] = None) -> None:
+def warn_unknown(op_types: Iterable[str], unknown_flops: str, where: str = "",
+                 stacklevel: Optional[int] = None) -> None:
     """Issue ONE :class:`CostEstimateWarning` listing op types without statistics (with counts)."""
     counts = Counter(op_types)
     if not counts:

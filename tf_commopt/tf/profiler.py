@@ -43,7 +43,8 @@ from tf_commopt.tf.op_costs import Roofline
 from tf_commopt.tf.slowdown import (canonical_device, clear_slowdowns, get_slowdown, set_slowdown, slowdowns,
                                     slowed)
 
-__all__ = ["profile_keras_model", "time_keras_model", "model_capacities", "device_capacity", "relative_capacities", "measure_roofline",
+__all__ = ["profile_keras_model", "time_keras_model", "model_capacities", "device_capacity", "relative_capacities",
+           "measure_roofline",
            "time_fn", "time_interleaved", "compiled",
            "set_slowdown", "get_slowdown", "clear_slowdowns", "slowdowns", "slowed"]
 
