@@ -252,7 +252,7 @@ def layer_calls(model: Any, batch_size: int = 32) -> List[LayerCall]:
     Raises:
         InputError: subclassed or unbuilt model, or a tensor with an unknown non-batch dimension.
     """
-    if not isinstance(batch_size, int) or batch_size <= 0:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}", where="batch_size")
     w = _Walker(batch_size)
     w.walk(model, "", None)
