@@ -29,6 +29,13 @@ def test_cli_prints_plan_and_writes_out_and_dot(tmp_path, capsys):
     assert text.startswith("digraph") and text.count("fillcolor") == 177
 
 
+def test_cli_memory_cap_warns_when_nothing_fits(capsys):
+    assert main(["--profile", "pipedream/vgg16", "--stages", "2", "--method", "balanced", "--memory-gb", "0.001"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["extra"]["feasible"] is False
+    assert "warning: no plan fits the memory cap" in captured.err
+
+
 def test_cli_kinds_from_h200(capsys):
     rc = main(["--profile", "h200/resnet50", "--stages", "2", "--method", "balanced", "--kinds", "bf16,fp32"])
     assert rc == 0

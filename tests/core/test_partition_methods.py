@@ -33,13 +33,15 @@ def assert_valid(g, plan, K):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=hst.integers(0, 10 ** 6), n=hst.integers(2, 14), K=hst.integers(1, 4),
-       hetero=hst.booleans(), bw=hst.sampled_from([1.0, 10.0, 100.0]))
-def test_every_method_gives_a_convex_cover(seed, n, K, hetero, bw):
+       hetero=hst.booleans(), bw=hst.sampled_from([1.0, 10.0, 100.0]), memory=hst.sampled_from([None, 2e6, 2e7]),
+       latency=hst.sampled_from([0.0, 0.5]))
+def test_every_method_gives_a_convex_cover(seed, n, K, hetero, bw, memory, latency):
     rng = random.Random(seed)
     g = random_dag(rng, n)
     K = min(K, n)
     caps = [rng.choice([0.5, 1.0, 2.0]) for _ in range(K + 1)] if hetero else None
-    plans = {m: partition(g, K, method=m, capacities=caps, bandwidth_gbps=bw, seed=seed % 7) for m in METHODS}
+    plans = {m: partition(g, K, method=m, capacities=caps, bandwidth_gbps=bw, latency_ms=latency, memory=memory,
+                          seed=seed % 7) for m in METHODS}
     for m, plan in plans.items():
         assert_valid(g, plan, K)
         assert plan.method == m

@@ -131,6 +131,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                          memory=memory, seed=seed, kinds=kinds, progress=progress)
         if progress is not None and sys.stderr.isatty():
             print("", file=sys.stderr)
+        if not plan.extra.get("feasible", True):
+            over = [i for i, q in enumerate(plan.extra.get("stage_penalty_ms", [])) if q > 0]
+            print(f"warning: no plan fits the memory cap; stage(s) {over} exceed it (see stage_memory_bytes)",
+                  file=sys.stderr)
         if args.out:
             try:
                 plan.save(args.out)
