@@ -29,11 +29,11 @@ def test_cli_prints_plan_and_writes_out_and_dot(tmp_path, capsys):
     assert text.startswith("digraph") and text.count("fillcolor") == 177
 
 
-def test_cli_memory_cap_warns_when_nothing_fits(capsys):
+def test_cli_memory_cap_warns_when_the_plan_does_not_fit(capsys):
     assert main(["--profile", "pipedream/vgg16", "--stages", "2", "--method", "balanced", "--memory-gb", "0.001"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["extra"]["feasible"] is False
-    assert "warning: no plan fits the memory cap" in captured.err
+    assert "warning: the plan exceeds the memory cap on stage(s)" in captured.err
 
 
 def test_cli_kinds_from_h200(capsys):

@@ -133,7 +133,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print("", file=sys.stderr)
         if not plan.extra.get("feasible", True):
             over = [i for i, q in enumerate(plan.extra.get("stage_penalty_ms", [])) if q > 0]
-            print(f"warning: no plan fits the memory cap; stage(s) {over} exceed it (see stage_memory_bytes)",
+            print(f"warning: the plan exceeds the memory cap on stage(s) {over} (see stage_memory_bytes)",
                   file=sys.stderr)
         if args.out:
             try:
