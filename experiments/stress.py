@@ -39,6 +39,7 @@ for _name, _default in (("epochs", 12), ("batch_size", 64), ("model", "mlp"), ("
 flags.DEFINE_integer("workers", 4, "worker tasks (loopback)")
 flags.DEFINE_integer("warmup_epochs", 3, "epochs before the memory/thread baseline is taken")
 flags.DEFINE_integer("steps_per_epoch", 25, "global steps per epoch")
+flags.DEFINE_string("stress_strategy", "skip_correct", "skip_correct or ssgd (MultiWorkerMirroredStrategy, for comparison)")
 flags.DEFINE_float("max_growth_mb", 40.0, "allowed RSS growth per task after warm-up (MB)")
 flags.DEFINE_float("timeout_s", 300.0, "hard bound on the whole cluster run")
 
@@ -70,7 +71,7 @@ def worker() -> None:
     from tf_commopt.datasets import load_dataset
 
     tfc = tf_config_from_env()
-    cfg = Config(strategy="skip_correct", model=FLAGS.model, batch_size=FLAGS.batch_size, momentum=0.0,
+    cfg = Config(strategy=FLAGS.stress_strategy, model=FLAGS.model, batch_size=FLAGS.batch_size, momentum=0.0,
                  interval=int(FLAGS.interval), correction="vrl")
     strategy = make_strategy(cfg, tfc)
     tf_keras.utils.set_random_seed(0)
@@ -92,10 +93,12 @@ def worker() -> None:
 
     model.fit(train, epochs=FLAGS.epochs, steps_per_epoch=FLAGS.steps_per_epoch, verbose=0,
               callbacks=[tf_keras.callbacks.LambdaCallback(on_epoch_end=report)])
-    strategy.sync()
-    stats = strategy.stats()
+    stats = {}
+    if hasattr(strategy, "sync"):
+        strategy.sync()
+        stats = strategy.stats()
     print(PREFIX + json.dumps({"done": True, "steps": int(model.optimizer.iterations.numpy()),
-                               "syncs": stats["syncs"], "bytes": stats["bytes_communicated"]}), flush=True)
+                               "syncs": stats.get("syncs"), "bytes": stats.get("bytes_communicated")}), flush=True)
 
 
 # --------------------------------------------------------------------------------------------- driver
@@ -130,7 +133,7 @@ def _live_pids_with(marker: str) -> List[int]:
 
 def run_stress(workers: int = 4, epochs: int = 12, warmup_epochs: int = 3, steps_per_epoch: int = 25,
                batch_size: int = 64, model: str = "mlp", interval: int = 3, max_growth_mb: float = 40.0,
-               timeout_s: float = 300.0, out=None) -> Dict[str, Any]:
+               timeout_s: float = 300.0, out=None, strategy: str = "skip_correct") -> Dict[str, Any]:
     """Run the stress job and return the measurements and the verdict of every check.
 
     Example:
@@ -140,12 +143,15 @@ def run_stress(workers: int = 4, epochs: int = 12, warmup_epochs: int = 3, steps
     from tf_commopt.cluster import run_cluster
     from tf_commopt.errors import InputError
 
+    if strategy not in ("skip_correct", "ssgd"):
+        raise InputError(f"must be skip_correct or ssgd, got {strategy!r}", where="--stress_strategy")
     if not (1 <= warmup_epochs < epochs):
         raise InputError(f"need 1 <= warmup_epochs < epochs, got {warmup_epochs} and {epochs}", where="--warmup_epochs")
     out = out or sys.stdout
     marker = f"--stress_tag={os.getpid()}_{time.time_ns()}"
     cmd = [sys.executable, "-m", "experiments.stress", f"--epochs={epochs}", f"--steps_per_epoch={steps_per_epoch}",
-           f"--batch_size={batch_size}", f"--model={model}", f"--interval={interval}", marker]
+           f"--batch_size={batch_size}", f"--model={model}", f"--interval={interval}",
+           f"--stress_strategy={strategy}", marker]
     threads_before = threading.active_count()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     r = run_cluster(cmd, workers=workers, timeout=timeout_s, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=root,
@@ -194,12 +200,12 @@ def run_stress(workers: int = 4, epochs: int = 12, warmup_epochs: int = 3, steps
     result = {"ok": all(checks.values()), "checks": checks, "rows": rows, "growth": growth, "wall_s": r.wall_s,
               "returncode": r.returncode, "message": r.message, "ports": ports,
               "tail": {t: r.last_lines(t, 8) for t in r.outputs} if r.returncode else {}}
-    _print(result, workers, epochs, steps_per_epoch, out)
+    _print(result, workers, epochs, steps_per_epoch, out, strategy)
     return result
 
 
-def _print(res: Dict[str, Any], workers: int, epochs: int, steps: int, out) -> None:
-    print(f"stress: {workers} workers x {epochs} epochs x {steps} steps on loopback, {res['wall_s']:.1f} s wall "
+def _print(res: Dict[str, Any], workers: int, epochs: int, steps: int, out, strategy: str) -> None:
+    print(f"stress ({strategy}): {workers} workers x {epochs} epochs x {steps} steps on loopback, {res['wall_s']:.1f} s wall "
           f"({res['message']})", file=out)
     tasks = sorted({row["task"] for row in res["rows"]})
     print("epoch | " + " | ".join(f"{t} RSS MB (threads, fds)" for t in tasks), file=out)
@@ -235,7 +241,7 @@ def main(argv: List[str]) -> None:
         except ValueError:
             raise InputError(f"must be a positive integer, got {FLAGS.interval!r}", where="--interval") from None
         res = run_stress(FLAGS.workers, FLAGS.epochs, FLAGS.warmup_epochs, FLAGS.steps_per_epoch, FLAGS.batch_size,
-                         FLAGS.model, interval, FLAGS.max_growth_mb, FLAGS.timeout_s)
+                         FLAGS.model, interval, FLAGS.max_growth_mb, FLAGS.timeout_s, strategy=FLAGS.stress_strategy)
     except TfCommoptError as e:
         sys.stderr.write(f"experiments.stress: error: {e}\n")
         sys.exit(2)
