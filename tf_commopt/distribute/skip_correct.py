@@ -112,7 +112,7 @@ class _SkipCorrectMixin:
     _sc_interval: tf.Variable
 
     def _sc_init(self, interval: Union[int, str], correction: str, warmup_steps: int,
-                 average_optimizer_state: bool, correction_lr: str = "optimizer") -> None:
+                 average_optimizer_state: bool, correction_lr: str = "effective") -> None:
         self._sc_correction_lr = correction_lr
         self._sc_auto = interval == "auto"
         self._sc_correction = correction
@@ -475,9 +475,10 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             sync; by default they stay local.
         devices: local devices, as for MirroredStrategy (ignored with a TF_CONFIG cluster).
         cluster_resolver: a ClusterResolver for multi-worker training (default: TF_CONFIG).
-        correction_lr: the lr in the vrl update: ``"optimizer"`` (the rule as stated: the optimizer's
-            current learning rate) or ``"effective"`` (lr / (1 − β) for tf-keras SGD with heavy-ball
-            momentum β — the steady-state step per unit gradient; lr otherwise).
+        correction_lr: the lr in the vrl update: ``"effective"`` (default: lr / (1 − β) for tf-keras SGD
+            with heavy-ball momentum β — the steady-state step per unit gradient; exactly the
+            optimizer's lr for plain SGD and other optimizers) or ``"optimizer"`` (the rule read
+            literally: the optimizer's current learning rate, which over-corrects with momentum).
     """
 
     _collective_key_base = 0
@@ -485,7 +486,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
 
     def __init__(self, interval: Union[int, str] = 4, correction: str = "vrl", warmup_steps: int = 0,
                  average_optimizer_state: bool = False, devices: Optional[Sequence[str]] = None,
-                 cluster_resolver: Any = None, correction_lr: str = "optimizer"):
+                 cluster_resolver: Any = None, correction_lr: str = "effective"):
         interval = validate_interval(interval, where="SkipCorrectStrategy(interval=...)")
         correction = _corr.validate_correction(correction, where="SkipCorrectStrategy(correction=...)")
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
