@@ -3,15 +3,28 @@
 Example:
     >>> from tf_commopt.distribute import SkipCorrectStrategy   # doctest: +SKIP
     >>> strategy = SkipCorrectStrategy(interval=4, correction="vrl")   # doctest: +SKIP
+    >>> with strategy.scope():                                        # doctest: +SKIP
+    ...     model = make_model(); model.compile("sgd", "sparse_categorical_crossentropy")
+    >>> model.fit(x, y, epochs=1)                                      # doctest: +SKIP
+
+Names (loaded on first use): ``SkipCorrectStrategy`` (docs/skip_correct.md), ``GroupedHybridStrategy``
+and ``Pipeline`` (docs/hybrid.md), ``ParameterServerSkipCorrect`` and ``serve_unless_chief``
+(docs/parameter_server.md).
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-__all__ = ["SkipCorrectStrategy"]
+_LAZY = {
+    "SkipCorrectStrategy": "tf_commopt.distribute.skip_correct",
+    "GroupedHybridStrategy": "tf_commopt.distribute.hybrid",
+    "Pipeline": "tf_commopt.distribute.pipeline",
+    "ParameterServerSkipCorrect": "tf_commopt.distribute.parameter_server",
+    "serve_unless_chief": "tf_commopt.distribute.ps_serve",
+}
 
-_LAZY = {"SkipCorrectStrategy": "tf_commopt.distribute.skip_correct"}
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
