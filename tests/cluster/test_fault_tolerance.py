@@ -213,3 +213,43 @@ def test_checkpoint_of_another_model_is_a_one_line_error(reference, tmp_path):
     assert len(err) == 1 and "cannot restore this backup" in err[0] and "another model" in err[0], _tail(r)
     after = {t: sorted(os.listdir(os.path.join(reference["backup"], t))) for t in ("worker-0", "worker-1")}
     assert after == before          # a failed restore never touches the backups
+
+
+def test_without_the_launcher_the_survivor_is_aborted_not_hung(tmp_path, capsys):
+    """Two bare processes (no launcher to kill the peer): after worker 1 is SIGKILLed, worker 0 must not
+    block forever in its collective: its gRPC call fails ("Connection reset by peer") or TensorFlow's
+    collective health check aborts it. The bound asserted is 150 s; the tail of its log is printed."""
+    import subprocess
+
+    import portpicker
+
+    ports = [portpicker.pick_unused_port() for _ in range(2)]
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    backup = str(tmp_path / "backup")
+    cmd = BASE[:]
+    cmd[cmd.index(f"--epochs={EPOCHS}")] = "--epochs=50"
+    procs = []
+    try:
+        for i in range(2):
+            env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
+                       TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+            procs.append(subprocess.Popen(cmd + [f"--backup_dir={backup}"], env=env, cwd=ROOT,
+                                          stdout=open(tmp_path / f"w{i}.log", "w"), stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 300
+        while not os.path.isdir(os.path.join(backup, "worker-1", "epoch-1")):
+            assert time.monotonic() < deadline and procs[0].poll() is None and procs[1].poll() is None
+            time.sleep(0.05)
+        os.kill(procs[1].pid, signal.SIGKILL)
+        killed = time.monotonic()
+        rc = procs[0].wait(timeout=150)
+        waited = time.monotonic() - killed
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert rc != 0
+    why = [line.strip() for line in open(tmp_path / "w0.log") if "aborted" in line or "crashed" in line]
+    with capsys.disabled():
+        print(f"\n[fault] no launcher: worker:0 ended {waited:.1f} s after its peer was SIGKILLed (exit code {rc}): "
+              f"{why[-1][:120] if why else '?'}")
