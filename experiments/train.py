@@ -34,6 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
+from tf_commopt.core.interval import validate_interval  # noqa: E402
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env  # noqa: E402
 from tf_commopt.datasets import DATASETS  # noqa: E402
 from tf_commopt.errors import InputError, TfCommoptError  # noqa: E402
@@ -58,6 +59,8 @@ flags.DEFINE_float("momentum", 0.9, "SGD momentum")
 flags.DEFINE_string("interval", "4", "skip_correct/local_sgd: steps between averagings, or 'auto'")
 flags.DEFINE_string("correction", "vrl", "skip_correct: vrl or none (local_sgd forces none)")
 flags.DEFINE_integer("warmup_steps", 0, "skip_correct/local_sgd: synchronous steps before skipping")
+flags.DEFINE_string("correction_lr", "effective", "skip_correct: the lr in the vrl update: effective "
+                    "(lr/(1-momentum)) or optimizer (the optimizer's lr; see docs/skip_correct.md)")
 flags.DEFINE_float("bench_allreduce_mb", 0.0, "after training, time an all-reduce of this many MB (0 = off)")
 flags.DEFINE_integer("bench_repeats", 3, "timed repetitions of the all-reduce benchmark")
 flags.DEFINE_string("backup_dir", "", "resume: every task checkpoints here at each epoch end and a restarted run "
@@ -82,6 +85,7 @@ class Config:
     interval: Union[int, str] = 4
     correction: str = "vrl"
     warmup_steps: int = 0
+    correction_lr: str = "effective"
     bench_allreduce_mb: float = 0.0
     bench_repeats: int = 3
     backup_dir: str = ""
@@ -114,15 +118,9 @@ def validate(cfg: Config) -> Config:
             raise InputError(f"must be a number >= 0, got {v!r}", where=f"--{name}")
     if not (math.isfinite(cfg.momentum) and 0 <= cfg.momentum < 1):
         raise InputError(f"must be in [0, 1), got {cfg.momentum!r}", where="--momentum")
-    iv = cfg.interval
-    if isinstance(iv, str) and iv != "auto":
-        try:
-            iv = int(iv)
-        except ValueError:
-            raise InputError(f"must be a positive integer or 'auto', got {iv!r}", where="--interval") from None
-    if iv != "auto" and (isinstance(iv, bool) or not isinstance(iv, int) or iv < 1):
-        raise InputError(f"must be a positive integer or 'auto', got {iv!r}", where="--interval")
-    cfg.interval = iv
+    cfg.interval = validate_interval(cfg.interval, where="--interval")
+    if cfg.correction_lr not in ("effective", "optimizer"):
+        raise InputError(f"must be effective or optimizer, got {cfg.correction_lr!r}", where="--correction_lr")
     for name in ("model_dir", "backup_dir"):
         d = getattr(cfg, name)
         if d and os.path.exists(d) and not os.path.isdir(d):
@@ -205,7 +203,7 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
         raise InputError(f"--strategy={cfg.strategy} needs tf_commopt.distribute.skip_correct, which cannot be "
                          f"imported here ({e})", where="--strategy") from None
     kwargs = dict(interval=cfg.interval, correction="none" if cfg.strategy == "local_sgd" else cfg.correction,
-                  warmup_steps=cfg.warmup_steps)
+                  warmup_steps=cfg.warmup_steps, correction_lr=cfg.correction_lr)
     if multi:
         from tensorflow.python.distribute.cluster_resolver import TFConfigClusterResolver
 
@@ -427,8 +425,10 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
     if cfg.strategy in ("skip_correct", "local_sgd"):
         stats = strategy.stats()
         record["interval"] = getattr(strategy, "interval", stats.get("interval"))
-        for k in ("syncs", "comm_s", "compute_s", "bytes_communicated"):
-            record[k] = stats.get(k)
+        for k in ("syncs", "comm_s", "compute_s", "bytes_communicated", "interval_t_comm_s", "interval_t_comp_s",
+                  "interval_overhead_s", "interval_selection_comm_s"):
+            if k in stats:
+                record[k] = stats[k]
     if cfg.backup_dir:
         record["resumed_after_epoch"] = first_epoch
     record.update({k: round(v, 4) for k, v in bench.items()})

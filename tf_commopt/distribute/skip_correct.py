@@ -56,7 +56,9 @@ from tensorflow.python.distribute import values as _values
 from tensorflow.python.distribute.cluster_resolver import tfconfig_cluster_resolver
 from tensorflow.python.ops import resource_variable_ops
 
-from tf_commopt.core.interval import validate_interval
+import numpy as np
+
+from tf_commopt.core.interval import first_iteration_interval, validate_interval
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.state import SkipCorrectState
 from tf_commopt.errors import InputError
@@ -112,9 +114,13 @@ class _SkipCorrectMixin:
     _sc_interval: tf.Variable
 
     def _sc_init(self, interval: Union[int, str], correction: str, warmup_steps: int,
-                 average_optimizer_state: bool, correction_lr: str = "effective") -> None:
+                 average_optimizer_state: bool, correction_lr: str = "effective", target_ratio: float = 1.0,
+                 max_interval: int = 256, auto_warmup_steps: int = 2) -> None:
         self._sc_correction_lr = correction_lr
         self._sc_auto = interval == "auto"
+        self._sc_target_ratio = float(target_ratio)
+        self._sc_max_interval = int(max_interval)
+        self._sc_auto_warmup = int(auto_warmup_steps)
         self._sc_correction = correction
         self._sc_warmup = int(warmup_steps)
         self._sc_avg_slots = bool(average_optimizer_state)
@@ -126,6 +132,12 @@ class _SkipCorrectMixin:
         self._sc_comm = _host_variable(0.0, tf.float64, "skip_correct/comm_s")
         self._sc_compute = _host_variable(0.0, tf.float64, "skip_correct/compute_s")
         self._sc_last_end = _host_variable(0.0, tf.float64, "skip_correct/last_end")
+        # interval="auto": the agreed timings, whether H is chosen, the extra seconds spent choosing it
+        self._sc_auto_done = _host_variable(0, tf.int64, "skip_correct/auto_done")
+        self._sc_t_comm = _host_variable(0.0, tf.float64, "skip_correct/t_comm")
+        self._sc_t_comp = _host_variable(0.0, tf.float64, "skip_correct/t_comp")
+        self._sc_auto_overhead = _host_variable(0.0, tf.float64, "skip_correct/interval_overhead_s")
+        self._sc_auto_select_comm = _host_variable(0.0, tf.float64, "skip_correct/selection_comm_s")
         self._sc_states: Dict[int, SkipCorrectState] = {}
         self._sc_vars: List[weakref.ref] = []
         self._sc_internal = False
@@ -268,8 +280,9 @@ class _SkipCorrectMixin:
                              t: tf.Tensor) -> None:
         now = tf.timestamp()
         last = self._sc_last_end.read_value()
-        self._sc_compute.assign_add(tf.where(last > 0.0, now - last, tf.constant(0.0, tf.float64)))
-        self._sc_steps.assign_add(1)
+        step_dt = tf.where(last > 0.0, now - last, tf.constant(0.0, tf.float64))
+        self._sc_compute.assign_add(step_dt)
+        steps = self._sc_steps.assign_add(1)
         local_phase = t > self._sc_warmup
         k = state.local_steps.read_value() + tf.cast(local_phase, tf.int64)
         h = self._sc_interval.read_value()
@@ -280,18 +293,61 @@ class _SkipCorrectMixin:
         if self._sc_correction_lr == "effective":
             lr = lr / (1.0 - _momentum(optimizer))
 
-        def sync() -> tf.Tensor:
-            self._sc_average(list(var_list) + extras, state=state, n_trainable=len(var_list),
-                             local_steps=k, lr=lr)
-            return tf.constant(0, tf.int64)
+        def sync() -> Tuple[tf.Tensor, tf.Tensor]:
+            dt = self._sc_average(list(var_list) + extras, state=state, n_trainable=len(var_list),
+                                  local_steps=k, lr=lr)
+            return tf.constant(0, tf.int64), dt
 
-        def skip() -> tf.Tensor:
-            return k
+        def skip() -> Tuple[tf.Tensor, tf.Tensor]:
+            return k, tf.constant(0.0, tf.float64)
 
-        new_k = tf.cond(do_sync, sync, skip)
+        new_k, sync_dt = tf.cond(do_sync, sync, skip)
         state.local_steps.assign(new_k)
-        with tf.control_dependencies([new_k]):
+        deps = [new_k]
+        if self._sc_auto:
+            # thesis 001: after the warm-up steps, the first scheduled sync (H = 1 until now) is the
+            # measured all-reduce and this step's local computation the measured step; every worker
+            # takes this branch at the same step (same counters), so the tiny agreement all-reduce matches
+            measure = tf.logical_and(tf.logical_and(do_sync, self._sc_auto_done.read_value() == 0),
+                                     steps > self._sc_auto_warmup)
+            with tf.control_dependencies([new_k]):
+                chosen = tf.cond(measure, lambda: self._sc_choose_interval(sync_dt, step_dt),
+                                 lambda: tf.constant(0, tf.int64))
+            deps.append(chosen)
+        with tf.control_dependencies(deps):
             self._sc_last_end.assign(tf.timestamp())
+
+    def _sc_choose_interval(self, t_comm: tf.Tensor, t_comp: tf.Tensor) -> tf.Tensor:
+        """Agree on (t_comm, t_comp) — MEAN all-reduce of two floats — and fix H by the pure policy.
+
+        Every worker applies :func:`tf_commopt.core.interval.first_iteration_interval` (what
+        ``FirstIterationPolicy.choose`` does) to the same agreed numbers, so all choose the same H.
+        The extra seconds (agreement + policy) go to ``interval_overhead_s``.
+        """
+        t0 = tf.timestamp()
+        with tf.control_dependencies([t0]):
+            vec = tf.stack([tf.cast(t_comm, tf.float64), tf.cast(t_comp, tf.float64)])
+        comps = []
+        for d in self.worker_devices:
+            with tf.device(d):
+                comps.append(tf.identity(vec))
+        value = self._sc_regroup(comps)
+        agreed = _components(self.reduce_to(tf.distribute.ReduceOp.MEAN, value, destinations=value))[0]
+        ratio, cap = self._sc_target_ratio, self._sc_max_interval
+
+        def policy(c: np.ndarray, p: np.ndarray) -> np.ndarray:
+            return np.int64(first_iteration_interval(float(c), float(p), ratio, cap))
+
+        with tf.device("/CPU:0"):
+            h = tf.numpy_function(policy, [agreed[0], agreed[1]], tf.int64, stateful=True)
+            h = tf.reshape(h, [])
+        ops = [self._sc_interval.assign(h), self._sc_t_comm.assign(agreed[0]), self._sc_t_comp.assign(agreed[1]),
+               self._sc_auto_done.assign(1), self._sc_auto_select_comm.assign(self._sc_comm.read_value())]
+        with tf.control_dependencies(ops):
+            t1 = tf.timestamp()
+        self._sc_auto_overhead.assign_add(t1 - t0)
+        with tf.control_dependencies(ops):
+            return tf.identity(h)
 
     # ---- communication (the one place) ------------------------------------------------------------
     def _sc_fused_reduce(self, op: Any, per_var: List[List[tf.Tensor]]) -> List[List[tf.Tensor]]:
@@ -320,10 +376,11 @@ class _SkipCorrectMixin:
         return out  # type: ignore[return-value]
 
     def _sc_average(self, variables: Sequence[Any], state: Optional[SkipCorrectState] = None,
-                    n_trainable: int = 0, local_steps: Any = None, lr: Any = None) -> None:
-        """x̄ = mean_i x_i in one fused all-reduce; optional Δ update for the first n_trainable; x_i ← x̄."""
+                    n_trainable: int = 0, local_steps: Any = None, lr: Any = None) -> tf.Tensor:
+        """x̄ = mean_i x_i in one fused all-reduce; optional Δ update for the first n_trainable; x_i ← x̄.
+        Returns the seconds it took (float64)."""
         if not variables:
-            return
+            return tf.constant(0.0, tf.float64)
         t0 = tf.timestamp()
         with tf.control_dependencies([t0]):
             comps = [[c.read_value() for c in v.values] for v in variables]
@@ -343,6 +400,7 @@ class _SkipCorrectMixin:
             t1 = tf.timestamp()
         self._sc_comm.assign_add(t1 - t0)
         self._sc_syncs.assign_add(1)
+        return t1 - t0
 
     def _sc_regroup(self, comps: List[Any]) -> Any:
         return _values.PerReplica(tuple(comps))
@@ -466,9 +524,13 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         >>> model.fit(x, y)                                                # doctest: +SKIP
 
     Args:
-        interval: H, local steps between two global averagings (int ≥ 1), or ``"auto"`` (starts at
-            H = 1; a policy sets it later through :meth:`set_interval`, e.g. the telemetry callback
-            with a ``tf_commopt.core.interval`` policy).
+        interval: H, local steps between two global averagings (int ≥ 1), or ``"auto"`` (thesis 001's
+            first-iteration rule, built in: H = 1 for ``auto_warmup_steps`` steps (tracing, collective
+            set-up), then the next step's local computation (t_comp) and its sync — the same fused
+            all-reduce every sync uses (t_comm) — are timed, the two numbers are averaged over all
+            workers (one all-reduce of two floats) and every worker sets
+            H = clip(round(t_comm / (target_ratio·t_comp)), 1, max_interval) and keeps it. Works in
+            model.fit and custom loops (it lives in the step counting); see ``stats()``.
         correction: ``"vrl"`` (VRL-SGD, Liang et al. 2019) or ``"none"`` (plain local SGD).
         warmup_steps: steps of plain synchronous SGD before local steps begin (post-local SGD).
         average_optimizer_state: also average the optimizer slots (momentum, Adam moments) at each
@@ -479,6 +541,9 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             with heavy-ball momentum β — the steady-state step per unit gradient; exactly the
             optimizer's lr for plain SGD and other optimizers) or ``"optimizer"`` (the rule read
             literally: the optimizer's current learning rate, which over-corrects with momentum).
+        target_ratio: ``"auto"`` only: the aimed (communication time)/(computation time) per epoch.
+        max_interval: ``"auto"`` only: cap on the chosen H.
+        auto_warmup_steps: ``"auto"`` only: steps (≥ 1) at H = 1 before measuring.
     """
 
     _collective_key_base = 0
@@ -486,7 +551,8 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
 
     def __init__(self, interval: Union[int, str] = 4, correction: str = "vrl", warmup_steps: int = 0,
                  average_optimizer_state: bool = False, devices: Optional[Sequence[str]] = None,
-                 cluster_resolver: Any = None, correction_lr: str = "effective"):
+                 cluster_resolver: Any = None, correction_lr: str = "effective", target_ratio: float = 1.0,
+                 max_interval: int = 256, auto_warmup_steps: int = 2):
         interval = validate_interval(interval, where="SkipCorrectStrategy(interval=...)")
         correction = _corr.validate_correction(correction, where="SkipCorrectStrategy(correction=...)")
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
@@ -495,9 +561,17 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         if correction_lr not in ("optimizer", "effective"):
             raise InputError(f"must be 'optimizer' or 'effective', got {correction_lr!r}",
                              where="SkipCorrectStrategy(correction_lr=...)")
+        if isinstance(target_ratio, bool) or not isinstance(target_ratio, (int, float)) or not target_ratio > 0 \
+                or target_ratio == float("inf"):
+            raise InputError(f"must be a positive number, got {target_ratio!r}",
+                             where="SkipCorrectStrategy(target_ratio=...)")
+        for name, v in (("max_interval", max_interval), ("auto_warmup_steps", auto_warmup_steps)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InputError(f"must be an integer >= 1, got {v!r}", where=f"SkipCorrectStrategy({name}=...)")
         _check_keras()
         sc = dict(interval=interval, correction=correction, warmup_steps=warmup_steps,
-                  average_optimizer_state=average_optimizer_state, correction_lr=correction_lr)
+                  average_optimizer_state=average_optimizer_state, correction_lr=correction_lr,
+                  target_ratio=float(target_ratio), max_interval=max_interval, auto_warmup_steps=auto_warmup_steps)
         # distinct collective group keys per instance (as TensorFlow's tests do), the same sequence on
         # every worker when they build their strategies in the same order
         SkipCorrectStrategy._made += 1
@@ -531,7 +605,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
 
     @property
     def auto_interval(self) -> bool:
-        """True when constructed with ``interval="auto"`` (a policy is expected to call set_interval)."""
+        """True when constructed with ``interval="auto"`` (H is chosen after the first measured step)."""
         return self.extended._sc_auto
 
     def set_interval(self, interval: int) -> None:
@@ -547,9 +621,16 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             self.extended.sync_now()
 
     def stats(self) -> Dict[str, Union[int, float]]:
-        """Telemetry: interval, steps, syncs, comm_s, compute_s, bytes_communicated (this process)."""
+        """Telemetry: interval, steps, syncs, comm_s, compute_s, bytes_communicated (this process).
+
+        With ``interval="auto"`` also: ``interval_chosen`` (0/1), ``interval_t_comm_s`` and
+        ``interval_t_comp_s`` (the timings averaged over workers, from which H was chosen),
+        ``interval_overhead_s`` (extra seconds spent choosing H: the agreement all-reduce and the
+        policy) and ``interval_selection_comm_s`` (communication seconds of the H = 1 syncs before H
+        was fixed, including the measured one — an upper bound on the syncs the selection added).
+        """
         e = self.extended
-        return {
+        out = {
             "interval": int(e._sc_interval.numpy()),
             "steps": int(e._sc_steps.numpy()),
             "syncs": int(e._sc_syncs.numpy()),
@@ -557,6 +638,13 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             "compute_s": float(e._sc_compute.numpy()),
             "bytes_communicated": int(e._sc_bytes.numpy()),
         }
+        if e._sc_auto:
+            out.update({"interval_chosen": int(e._sc_auto_done.numpy()),
+                        "interval_t_comm_s": float(e._sc_t_comm.numpy()),
+                        "interval_t_comp_s": float(e._sc_t_comp.numpy()),
+                        "interval_overhead_s": float(e._sc_auto_overhead.numpy()),
+                        "interval_selection_comm_s": float(e._sc_auto_select_comm.numpy())})
+        return out
 
     def reset_step_clock(self) -> None:
         """Forget the end time of the last step (so a pause, e.g. evaluation, is not counted as compute)."""
