@@ -341,6 +341,8 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
     out = out or sys.stdout
     validate(cfg)
     tfc = tf_config_from_env()
+    if tfc is None:
+        os.environ.pop("TF_CONFIG", None)  # a blank TF_CONFIG: TensorFlow's resolver would json.loads("") and fail
     if tfc is not None and tfc.num_ps:  # parameter-server cluster (issue 8): its own loop, workers/ps serve
         from experiments.models import build_model
         from tf_commopt.distribute.parameter_server import run_training

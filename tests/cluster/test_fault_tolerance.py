@@ -12,6 +12,8 @@ taken mid-interval (k = 2 local steps since the last scheduled sync) and a resum
 * A save interrupted on one worker (its ``epoch-N`` never renamed, a partial temp dir left): the resume
   falls back to epoch N-1 on every worker and still ends with the reference weights.
 * A truncated or foreign checkpoint: exit code 2 and one clear line, no traceback.
+* A process SIGKILLed while writing its backup leaves only a temp directory; the re-run ignores it.
+* Without the launcher, the survivor of a killed peer is aborted by TensorFlow (bounded), not hung.
 """
 import json
 import os
@@ -253,3 +255,48 @@ def test_without_the_launcher_the_survivor_is_aborted_not_hung(tmp_path, capsys)
     with capsys.disabled():
         print(f"\n[fault] no launcher: worker:0 ended {waited:.1f} s after its peer was SIGKILLed (exit code {rc}): "
               f"{why[-1][:120] if why else '?'}")
+
+
+def test_crash_while_saving_leaves_no_checkpoint_that_restores_wrongly(tmp_path, capsys):
+    """SIGKILL a local run (2 replicas, the 40 MB big_mlp) the moment its first backup starts being written:
+    no ``epoch-1`` may exist half-written; the re-run starts afresh (or resumes a complete backup) and
+    ends with the weights of an uninterrupted run."""
+    import subprocess
+
+    base = [sys.executable, "-m", "experiments.train", "--strategy=skip_correct", "--replicas=2", "--interval=3",
+            "--momentum=0", "--model=big_mlp", "--steps=4", "--batch_size=32", "--learning_rate=0.01"]
+    env = dict(os.environ, TF_CONFIG="", TF_CPP_MIN_LOG_LEVEL="2")
+
+    def cmd(name):
+        return base + [f"--backup_dir={tmp_path / name / 'backup'}", f"--model_dir={tmp_path / name / 'model'}"]
+
+    task_dir = tmp_path / "crash" / "backup" / "local"
+    p = subprocess.Popen(cmd("crash"), env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (task_dir / ".tmp-epoch-1").exists() and p.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    left = sorted(os.listdir(task_dir)) if task_dir.exists() else []
+    during_save = ".tmp-epoch-1" in left and "epoch-1" not in left
+    assert during_save, left          # the kill hit the save: a temp directory, no epoch-1
+    runs = {}
+    for name in ("crash", "clean"):
+        r = subprocess.run(cmd(name), env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        runs[name] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert runs["crash"]["steps"] == runs["clean"]["steps"] == 4
+    assert runs["crash"]["resumed_after_epoch"] == 0      # nothing complete to resume: a fresh start, no error
+    a, b = _weights(str(tmp_path / "crash" / "model")), _weights(str(tmp_path / "clean" / "model"))
+    assert sorted(a) == sorted(b)
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-5, err_msg=k)
+    with capsys.disabled():
+        print(f"\n[fault] SIGKILL during the first save (left: {left}); "
+              f"re-run resumed after epoch {runs['crash']['resumed_after_epoch']} and matched the clean run")
