@@ -45,7 +45,7 @@ flags.DEFINE_list("profiles", PROFILES, "bundled profile names or files (h200/<m
 flags.DEFINE_list("keras_apps", [], "tf-keras applications to import with from_keras_model (roofline costs, batch 32)")
 flags.DEFINE_multi_string("clusters", CLUSTERS, "a cluster: comma-separated devices, each CAP, KIND or CAP:KIND "
                           "(KIND = per-layer costs of the profile; clusters with kinds run on profiles that have them)")
-flags.DEFINE_list("bandwidths_gbps", ["10", "100"], "link bandwidths (Gbit/s), every pair of devices")
+flags.DEFINE_list("bandwidths_gbps", ["10", "100", "400"], "link bandwidths (Gbit/s), every pair of devices")
 flags.DEFINE_float("latency_ms", 0.0, "per-message link latency (ms)")
 flags.DEFINE_list("group_counts", [], "group counts G to try (default 1..N)")
 flags.DEFINE_integer("microbatches", 8, "GPipe micro-batches per group per mini-batch")
@@ -54,6 +54,7 @@ flags.DEFINE_list("methods", ["balanced", "pipedream", "local"],
 flags.DEFINE_integer("seed", 0, "partitioner seed")
 flags.DEFINE_bool("json", False, "print one JSON object per configuration (profile, cluster, bandwidth, G)")
 flags.DEFINE_string("out_md", "", "write the markdown summary here")
+flags.DEFINE_string("from_json", "", "re-make the summary from a previous --json output (no runs)")
 flags.DEFINE_bool("real", False, "also run a small model for real on emulated devices (TensorFlow)")
 flags.DEFINE_bool("real_only", False, "only the real run")
 flags.DEFINE_list("real_capacities", ["1", "0.25"], "capacities of the emulated devices (logical CPUs)")
@@ -63,6 +64,7 @@ flags.DEFINE_integer("real_width", 1024, "width of the MLP's Dense layers")
 flags.DEFINE_integer("real_depth", 6, "Dense layers")
 flags.DEFINE_integer("real_batch", 512, "global batch")
 flags.DEFINE_integer("real_microbatches", 4, "micro-batches of the real pipelines")
+flags.DEFINE_integer("real_groups", 1, "groups of the real grouped hybrid (snake rule)")
 flags.DEFINE_bool("real_exclusive", True, "GroupedHybridStrategy(exclusive_devices=...): one instruction at a time "
                   "per device, as on a GPU (off: a logical CPU overlaps micro-batches and their slow-down sleeps)")
 flags.DEFINE_enum("real_sim_costs", "roofline", ["roofline", "measured"], "per-layer costs of the simulation: "
@@ -182,6 +184,26 @@ def summary(rows: List[dict]) -> str:
                    f"| {pct(r['hybrid_iteration_ms'], r['data_parallel_iteration_ms']):+.1f}% "
                    f"| {pct(r['hybrid_iteration_ms'], r['data_parallel_proportional_iteration_ms']):+.1f}% "
                    f"| {r['hybrid_iteration_ms'] / r['ideal_iteration_ms']:.2f} |")
+    out.append("")
+    out.append("Pipelined groups only (the best hybrid with G < N, i.e. excluding one-device groups, which is "
+               "capacity-proportional data parallelism):")
+    out.append("")
+    out.append("| bandwidth | configs | mean hybrid (G<N) vs DP equal | mean hybrid (G<N) vs DP prop. |")
+    out.append("|---|---|---|---|")
+    for bw in sorted({r["bandwidth_gbps"] for r in best}) + [None]:
+        vals = []
+        for b in best:
+            if bw is not None and b["bandwidth_gbps"] != bw:
+                continue
+            pip = [r for r in rows if (r["profile"], r["cluster"], r["bandwidth_gbps"]) ==
+                   (b["profile"], b["cluster"], b["bandwidth_gbps"]) and r["num_groups"] < len(r["capacities"])]
+            if pip:
+                h = min(r["hybrid_iteration_ms"] for r in pip)
+                vals.append((pct(h, b["data_parallel_iteration_ms"]),
+                             pct(h, b["data_parallel_proportional_iteration_ms"])))
+        if vals:
+            out.append(f"| {'all' if bw is None else f'{bw:g} Gbit/s'} | {len(vals)} "
+                       f"| {statistics.mean(v[0] for v in vals):+.1f}% | {statistics.mean(v[1] for v in vals):+.1f}% |")
     out.append("")
     out.append("| bandwidth | configs | mean hybrid vs DP equal | mean hybrid vs DP prop. | mean DP prop. vs DP equal "
                "| mean hybrid / ideal | thesis |")
@@ -328,7 +350,11 @@ def main(argv):
     try:
         for spec in FLAGS.clusters:
             parse_cluster(spec, 10.0, 0.0)  # bad specs fail before any work
-        names = [] if FLAGS.real_only else list(FLAGS.profiles) + [f"keras/{a}" for a in FLAGS.keras_apps]
+        names = [] if FLAGS.real_only or FLAGS.from_json else \
+            list(FLAGS.profiles) + [f"keras/{a}" for a in FLAGS.keras_apps]
+        if FLAGS.from_json:
+            with open(FLAGS.from_json) as f:
+                rows = [json.loads(line) for line in f if line.startswith("{") and '"kind"' not in line]
         cache: Dict = {}
         for name in names:
             graph = load_graph(name)
@@ -351,7 +377,7 @@ def main(argv):
         if FLAGS.real or FLAGS.real_only:
             caps = [float(c) for c in FLAGS.real_capacities]
             real = real_vs_sim(caps, FLAGS.real_base_slowdown, FLAGS.real_width, FLAGS.real_depth, FLAGS.real_batch,
-                               FLAGS.real_microbatches, FLAGS.real_repeats,
+                               FLAGS.real_microbatches, FLAGS.real_repeats, FLAGS.real_groups,
                                inter_op_threads=FLAGS.real_inter_op_threads,
                                intra_op_threads=FLAGS.real_intra_op_threads, exclusive=FLAGS.real_exclusive,
                                sim_costs=FLAGS.real_sim_costs)

@@ -191,3 +191,39 @@ def test_bad_input():
         simulate_grouped_hybrid(g, cl, [[0, 1, 2]], plans=[plan_of([0, 1], [0, 1])])
     with pytest.raises(InputError, match="unknown grouping"):
         search_grouped_hybrid(g, cl, groupings=("random",))
+
+
+def _bench(*args):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.run([sys.executable, "-m", "experiments.hybrid_bench", *args], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_bench_json_rows_are_the_simulator():
+    import json
+
+    from tf_commopt.core.profiles import load_profile
+    out = _bench("--json", "--profiles=pipedream/alexnet", "--clusters=1,0.5,0.25", "--bandwidths_gbps=10",
+                 "--microbatches=4", "--methods=balanced")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["num_groups"] for r in rows] == [1, 2, 3] and sum(r["best_num_groups"] for r in rows) == 1
+    g = load_profile("pipedream/alexnet")
+    cl = Cluster.from_capacities([1, 0.5, 0.25], 10.0)
+    for r in rows:
+        for key in ("profile", "capacities", "groups", "hybrid_iteration_ms", "data_parallel_iteration_ms",
+                    "ideal_iteration_ms"):
+            assert key in r
+        h = simulate_grouped_hybrid(g, cl, r["groups"], microbatches=4, method="balanced")
+        assert r["hybrid_iteration_ms"] == pytest.approx(h.iteration_ms)
+        assert r["data_parallel_iteration_ms"] == pytest.approx(simulate_dp(g, cl).iteration_ms)
+        assert r["ideal_iteration_ms"] == pytest.approx(ideal_iteration_ms(g, cl))
+
+
+def test_bench_bad_cluster_is_one_line_exit_2():
+    out = _bench("--profiles=pipedream/alexnet", "--clusters=1,fast:x")
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "--clusters" in out.stderr and "item 1" in out.stderr
