@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from absl import app, flags
 
 from tf_commopt.core.costgraph import CostGraph
-from tf_commopt.core.devices import Cluster
+from tf_commopt.core.devices import Cluster, parse_capacities
 from tf_commopt.core.profiles import load_profile
 from tf_commopt.core.simulate.hybrid import (
     GROUPINGS, device_speeds, ideal_iteration_ms, simulate_dp, simulate_grouped_hybrid,
@@ -375,7 +375,7 @@ def main(argv):
                               f" vs DP equal)", flush=True)
         real = None
         if FLAGS.real or FLAGS.real_only:
-            caps = [float(c) for c in FLAGS.real_capacities]
+            caps = parse_capacities(",".join(FLAGS.real_capacities), where="--real_capacities")
             real = real_vs_sim(caps, FLAGS.real_base_slowdown, FLAGS.real_width, FLAGS.real_depth, FLAGS.real_batch,
                                FLAGS.real_microbatches, FLAGS.real_repeats, FLAGS.real_groups,
                                inter_op_threads=FLAGS.real_inter_op_threads,

@@ -65,7 +65,9 @@ def test_exclusive_devices_changes_order_not_results():
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(10, 6)).astype("float32"), rng.integers(0, 3, 10).astype("int32")
-    weights = []
+    import tensorflow as tf
+
+    weights, controls = [], []
     for exclusive in (False, True):
         s = GroupedHybridStrategy(devices=["/CPU:0", "/CPU:1", "/CPU:2"], capacities=[1, 0.5, 1],
                                   groups=[[0, 1], [2]], group_weights=[1, 1], microbatches=2, method="balanced",
@@ -78,5 +80,8 @@ def test_exclusive_devices_changes_order_not_results():
             s.train_step(x, y)
         s.sync_model()
         weights.append([w.numpy() for w in model.weights])
+        graph = tf.function(s._step).get_concrete_function(tf.constant(x), tf.constant(y)).graph
+        controls.append(sum(len(op.control_inputs) for op in graph.get_operations()))
+    assert controls[1] > controls[0]  # the device order is enforced by control dependencies
     for a, b in zip(*weights):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
