@@ -205,3 +205,23 @@ def test_read_graphdef_never_unpickles(tmp_path):
     assert _accepts_or_one_line(from_graphdef_file, path) is None
     with pytest.raises(InputError):
         read_graphdef(str(tmp_path / "missing.pb"))
+
+
+# ------------------------------------------------------ the other TF-tier reader of input: hybrid's TF_CONFIG
+@pytest.mark.parametrize("text,match", [
+    ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 5}}', "task.index 5 out of range"),
+    ('{"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}}', "duplicate address"),
+    ('{"cluster": {"worker": ["a:1"]}, "task": 5}', "missing 'task'"),
+    ('{"cluster": {"worker": "ab"}, "task": {"type": "worker", "index": 0}}', "non-empty list"),
+    ('{"cluster": {"chief": ["c:1"]}, "task": {"type": "chief", "index": 0}}', "cluster.worker is empty"),
+    ('{"a": ' + "[" * 100000, "nested too deeply"),
+    ("", "not valid JSON"),
+])
+def test_grouped_hybrid_reads_tf_config_strictly(text, match):
+    from tf_commopt.distribute.hybrid import groups_from_tf_config
+
+    with pytest.raises(InputError, match=match) as e:
+        groups_from_tf_config(text)
+    assert str(e.value).startswith("TF_CONFIG: ") and "\n" not in str(e.value)
+    ok = '{"cluster": {"worker": ["a:1", "b:1"], "ps": ["p:1"]}, "task": {"type": "ps", "index": 0}}'
+    assert groups_from_tf_config(ok) == (["a:1", "b:1"], -1)

@@ -47,7 +47,6 @@ The exact rules:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -119,13 +118,11 @@ def groups_from_tf_config(tf_config: Optional[str] = None) -> Tuple[List[str], i
     (['h0:1', 'h1:1'], 1)
     """
     text = tf_config if tf_config is not None else os.environ.get("TF_CONFIG", "")
-    try:
-        cfg = json.loads(text)
-        workers = list(cfg["cluster"]["worker"])
-        task = cfg.get("task", {})
-        index = int(task.get("index", 0)) if task.get("type", "worker") == "worker" else -1
-    except (ValueError, KeyError, TypeError) as e:
-        raise InputError(f"cannot read the worker list: {e}", where="TF_CONFIG") from None
+    from tf_commopt.core.tfconfig import parse_tf_config
+
+    cfg = parse_tf_config(text)  # one-line InputError: bad JSON, index out of range, duplicate addresses...
+    workers = list(cfg.cluster.get("worker", []))
+    index = cfg.task_index if cfg.task_type == "worker" else -1
     if not workers:
         raise InputError("cluster.worker is empty", where="TF_CONFIG")
     return workers, index
