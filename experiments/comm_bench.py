@@ -48,21 +48,24 @@ flags.DEFINE_integer("workers", 4, "worker processes")
 flags.DEFINE_string("topology", "switch", "switch or shared (see tf_commopt.cluster)")
 flags.DEFINE_string("model", "cnn", "worker mode: experiments.models name")
 flags.DEFINE_string("split", "iid", "worker mode: iid or non_iid")
-flags.DEFINE_integer("steps", 0, "timed steps (0: 150 for cnn, 48 for big_mlp)")
+flags.DEFINE_integer("steps", 0, "timed steps (0: 144 for cnn, 48 for big_mlp)")
 flags.DEFINE_integer("untimed_steps", 2, "steps before the clock starts")
-flags.DEFINE_integer("eval_every", 0, "evaluate every this many steps (0: steps / 6)")
+flags.DEFINE_integer("eval_every", 0, "evaluate every this many steps (0: steps / 6, a multiple of the fixed H)")
 flags.DEFINE_integer("interval", 4, "H of the fixed-H variants")
-flags.DEFINE_integer("grid_steps", 8, "steps per grid-search trial")
+flags.DEFINE_integer("grid_steps", 8, "steps per grid-search trial (at least 2 H)")
 flags.DEFINE_integer("batch_size", 128, "global batch")
 flags.DEFINE_float("learning_rate", 0.05, "SGD learning rate")
 flags.DEFINE_float("momentum", 0.9, "SGD momentum")
 flags.DEFINE_integer("non_iid_classes", 2, "labels per worker in the non_iid split")
 flags.DEFINE_integer("seed", 0, "seed")
+flags.DEFINE_bool("report_only", False, "rewrite the page from the .jsonl next to --out without running")
+flags.DEFINE_float("target_cnn", 0.9, "target test accuracy for cnn")
+flags.DEFINE_float("target_big_mlp", 0.85, "target test accuracy for big_mlp")
 flags.DEFINE_string("out", "", "write the results page here (a .jsonl and .png figures next to it)")
 
 
 def _steps(model: str) -> int:
-    return FLAGS.steps or (48 if model == "big_mlp" else 150)
+    return FLAGS.steps or (48 if model == "big_mlp" else 144)
 
 
 def _strategy(variant: str):
@@ -100,11 +103,17 @@ def _train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int =
 
 
 def worker() -> None:
+    if os.environ.get("COMM_BENCH_STACKS"):  # debugging aid: kill -USR1 <pid> dumps the stacks there
+        import faulthandler
+        import signal
+
+        faulthandler.register(signal.SIGUSR1, file=open(os.path.join(os.environ["COMM_BENCH_STACKS"],
+                                                                     f"stack-{os.getpid()}.txt"), "w"))
     variant = FLAGS.variant
     strategy = _strategy(variant)
     import tf_keras
 
-    from experiments.models import build_model
+    from experiments.models import build_model, param_bytes
     from tf_commopt.datasets import load_dataset
 
     tf_keras.utils.set_random_seed(FLAGS.seed)
@@ -129,8 +138,9 @@ def worker() -> None:
             before = strategy.stats()
             strategy.sync()
             after = strategy.stats()  # the evaluation's sync is not training: keep it out of the counts
-            clock["eval_syncs"] = clock.get("eval_syncs", 0) + after["syncs"] - before["syncs"]
-            clock["eval_comm"] = clock.get("eval_comm", 0.0) + after["comm_s"] - before["comm_s"]
+            if "stats0" in clock:  # after the clock started
+                clock["eval_syncs"] = clock.get("eval_syncs", 0) + after["syncs"] - before["syncs"]
+                clock["eval_comm"] = clock.get("eval_comm", 0.0) + after["comm_s"] - before["comm_s"]
         plain.set_weights(model.get_weights())
         loss, acc = plain.evaluate(data.x_test, data.y_test, batch_size=500, verbose=0)
         curve.append({"step": step, "wall_s": round(clock["wall"], 3), "test_loss": round(float(loss), 4),
@@ -161,13 +171,15 @@ def worker() -> None:
         from tf_commopt.distribute.auto_interval import keras_grid_search
 
         model.fit(train, epochs=1, steps_per_epoch=FLAGS.untimed_steps, verbose=0)  # trace first
-        h, policy = keras_grid_search(model, strategy, train, steps_per_trial=FLAGS.grid_steps)
+        h, policy = keras_grid_search(model, strategy, train,  # every trial spans >= 2 syncs
+                                      steps_per_trial=lambda c: max(FLAGS.grid_steps, 2 * c))
         extra = {"interval_overhead_s": round(policy.overhead_s, 3), "grid_chosen": h}
         clock["wall"] += policy.overhead_s  # the trials are time before training proper
     if variant != "compute_only":
         evaluate(0)
     model.fit(train, epochs=1, steps_per_epoch=FLAGS.untimed_steps + steps, verbose=0, callbacks=callbacks)
     rec: Dict[str, Any] = {"variant": variant, "model": FLAGS.model, "split": FLAGS.split, "steps": steps,
+                           "param_bytes": param_bytes(model), "workers": strategy.num_replicas_in_sync,
                            "wall_s": round(clock["wall"], 3), "ms_per_step": round(1000 * clock["wall"] / steps, 1),
                            "curve": curve, **extra}
     if curve:
@@ -232,6 +244,8 @@ def parent() -> None:
         sys.exit(2)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     jsonl = os.path.splitext(FLAGS.out)[0] + ".jsonl" if FLAGS.out else ""
+    if jsonl and os.path.exists(jsonl):
+        os.remove(jsonl)
     rows: List[Dict[str, Any]] = []
     t_start = time.time()
     for s in settings:
@@ -244,7 +258,7 @@ def parent() -> None:
                    f"--momentum={FLAGS.momentum}", f"--non_iid_classes={FLAGS.non_iid_classes}",
                    f"--seed={FLAGS.seed}"]
             r = run_cluster(cmd, workers=FLAGS.workers, bandwidth_mbit=s["mbit"], topology=FLAGS.topology,
-                            timeout=900, cwd=root, echo=False)
+                            timeout=400, cwd=root, echo=False)
             lines = [json.loads(x) for x in r.outputs.get("worker:0", []) if x.startswith("{")]
             if r.returncode != 0 or not lines:
                 print(f"{s} {v}: failed ({r.message}); {r.last_lines('worker:0', 5)}", file=sys.stderr, flush=True)
@@ -257,10 +271,19 @@ def parent() -> None:
                 with open(jsonl, "a", encoding="utf-8") as f:
                     f.write(json.dumps(row) + "\n")
     print(f"done in {time.time() - t_start:.0f} s")
+    if FLAGS.out:
+        from experiments.comm_report import write_report
+
+        write_report(FLAGS.out, {"cnn": FLAGS.target_cnn, "big_mlp": FLAGS.target_big_mlp}, " ".join(sys.argv[1:]))
 
 
 def main(argv: List[str]) -> None:
     del argv
+    if FLAGS.report_only:
+        from experiments.comm_report import write_report
+
+        write_report(FLAGS.out, {"cnn": FLAGS.target_cnn, "big_mlp": FLAGS.target_big_mlp}, " ".join(sys.argv[1:]))
+        return
     worker() if FLAGS.worker else parent()
 
 

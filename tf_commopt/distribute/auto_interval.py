@@ -24,7 +24,7 @@ Example:
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
 import tensorflow as tf
 
@@ -90,12 +90,13 @@ class AdaCommCallback(_keras().callbacks.Callback):
             self._syncs = syncs
 
 
-def keras_grid_search(model: Any, strategy: Any, dataset: Any, steps_per_trial: int = 10,
+def keras_grid_search(model: Any, strategy: Any, dataset: Any, steps_per_trial: Union[int, Callable[[int], int]] = 10,
                       candidates: Sequence[int] = (1, 2, 4, 8, 16, 32, 64)) -> Tuple[int, GridSearchPolicy]:
     """Grid search over H with short ``model.fit`` trials from the same weights; sets and returns H.
 
     ``dataset`` is a (distributed) dataset or iterator ``model.fit`` accepts and that repeats. Every
-    worker must call this together (the trials synchronise).
+    worker must call this together (the trials synchronise). ``steps_per_trial`` may depend on H
+    (e.g. ``lambda h: max(8, 2 * h)`` so that every trial contains at least two syncs).
     """
     tk = _keras()
     policy = GridSearchPolicy(candidates=tuple(candidates))
@@ -113,7 +114,8 @@ def keras_grid_search(model: Any, strategy: Any, dataset: Any, steps_per_trial: 
         strategy.set_interval(h)
         rec = _Losses()
         t0 = time.perf_counter()
-        model.fit(dataset, epochs=1, steps_per_epoch=steps_per_trial, verbose=0, callbacks=[rec])
+        n = steps_per_trial(h) if callable(steps_per_trial) else steps_per_trial
+        model.fit(dataset, epochs=1, steps_per_epoch=n, verbose=0, callbacks=[rec])
         strategy.sync()
         wall = time.perf_counter() - t0
         m = rec.means
