@@ -56,7 +56,8 @@ def reference(rec, rounds):
         mean = [np.mean([d[v] for d in deltas], axis=0) for v in range(2)]
         params = [p + m for p, m in zip(params, mean)]
         if vrl:
-            corr = [[c + (m - d) / (h * lr) for c, m, d in zip(corr[i], mean, deltas[i])] for i in range(k)]
+            clr = lr / (1.0 - mu)  # correction_lr="effective" (the default): lr / (1 - momentum)
+            corr = [[c + (m - d) / (h * clr) for c, m, d in zip(corr[i], mean, deltas[i])] for i in range(k)]
         out.append([p.copy() for p in params])
     return out, corr
 

@@ -27,7 +27,8 @@ Round r (steps t = rH+1 .. rH+H) is one closure per shard i, scheduled with
   it writes its gradient g instead, and the ps finishes the step (same numbers, fewer bytes).
 
 After all K closures: x <- x + mean_i s_i (= mean_i x_i) and, for ``correction="vrl"``,
-D_i <- D_i + (x_new - x_i) / (H lr) = D_i + (mean_j s_j - s_i) / (H lr), so sum_i D_i stays 0. Both run
+D_i <- D_i + (x_new - x_i) / (H lr') = D_i + (mean_j s_j - s_i) / (H lr'), so sum_i D_i stays 0, where
+lr' = lr / (1 - mu) (``correction_lr="effective"``, the default; = lr for plain SGD) or lr ("optimizer"). Both run
 on the ps (the chief only issues the call). With H = 1 and ``correction="none"`` this is synchronous
 SGD with global batch K x batch_size (momentum included: the mean of the per-shard buffers follows the
 global momentum recursion exactly).
@@ -193,6 +194,8 @@ class ParameterServerSkipCorrect:
         correction: "vrl" or "none".
         learning_rate: lr of the local SGD steps (constant).
         momentum: SGD momentum (Keras form v <- mu v - lr g; x <- x + v), buffer kept per shard on the ps.
+        correction_lr: the lr in the vrl update: "effective" (default: lr / (1 - mu), as SkipCorrectStrategy;
+            exactly lr for plain SGD) or "optimizer" (lr itself, which over-corrects with momentum).
         strategy: an existing ``tf.distribute.ParameterServerStrategy``; default: one from TF_CONFIG.
         round_timeout_s: the longest a round may take before ClusterError (never a hang).
         connect_timeout_s: how long to wait for every worker and ps task to listen before building the
@@ -201,7 +204,7 @@ class ParameterServerSkipCorrect:
 
     def __init__(self, interval: int = 4, correction: str = "vrl", learning_rate: float = 0.05,
                  momentum: float = 0.0, strategy=None, round_timeout_s: float = 120.0,
-                 connect_timeout_s: float = 300.0):
+                 connect_timeout_s: float = 300.0, correction_lr: str = "effective"):
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise InputError(f"must be an integer >= 1, got {interval!r}", where="interval")
         validate_correction(correction)
@@ -209,6 +212,9 @@ class ParameterServerSkipCorrect:
             raise InputError(f"must be a number > 0, got {learning_rate!r}", where="learning_rate")
         if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
             raise InputError(f"must be in [0, 1), got {momentum!r}", where="momentum")
+        if correction_lr not in ("effective", "optimizer"):
+            raise InputError(f"must be 'effective' or 'optimizer', got {correction_lr!r}", where="correction_lr")
+        self.correction_lr = correction_lr
         if strategy is None:
             tfc = tf_config_from_env()
             if tfc is None or not tfc.num_ps or tfc.task_type != "chief":
@@ -269,6 +275,7 @@ class ParameterServerSkipCorrect:
             raise InputError(f"num_shards must be a positive integer, got {k!r}", where="compile")
         self.num_shards, self.variables, self.model = k, variables, model
         h, lr, mu, vrl = self.interval, self.learning_rate, self.momentum, self.correction == "vrl"
+        clr = lr / (1.0 - mu) if self.correction_lr == "effective" else lr  # the lr of the vrl update
 
         def per_shard(v, name):
             with tf.device(v.device):
@@ -332,8 +339,8 @@ class ParameterServerSkipCorrect:
                             sv = -lr * step
                     mean = tf.reduce_mean(sv, axis=0)
                     v.assign_add(mean)
-                    if c is not None:  # D_i += (x_bar - x_i) / (H lr), with x_bar - x_i = mean - s_i
-                        c.assign(vrl_delta_update(c.read_value(), mean[None], sv, h, lr))
+                    if c is not None:  # D_i += (x_bar - x_i) / (H lr'), with x_bar - x_i = mean - s_i
+                        c.assign(vrl_delta_update(c.read_value(), mean[None], sv, h, clr))
             return tf.constant(0)
 
         self._closure, self._apply = closure, apply

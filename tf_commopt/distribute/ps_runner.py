@@ -73,7 +73,8 @@ def run_training(cfg: Any, model_fn: Callable, out: Optional[TextIO] = None) -> 
 
     tf_keras.utils.set_random_seed(cfg.seed)
     trainer = psc.ParameterServerSkipCorrect(interval=interval, correction=correction,
-                                             learning_rate=cfg.learning_rate, momentum=cfg.momentum)
+                                             learning_rate=cfg.learning_rate, momentum=cfg.momentum,
+                                             correction_lr=getattr(cfg, "correction_lr", "effective"))
     with trainer.scope():
         model = model_fn(cfg.model, data.input_shape, data.num_classes)
     loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
