@@ -225,3 +225,17 @@ def test_grouped_hybrid_reads_tf_config_strictly(text, match):
     assert str(e.value).startswith("TF_CONFIG: ") and "\n" not in str(e.value)
     ok = '{"cluster": {"worker": ["a:1", "b:1"], "ps": ["p:1"]}, "task": {"type": "ps", "index": 0}}'
     assert groups_from_tf_config(ok) == (["a:1", "b:1"], -1)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("{not json", "not valid JSON"),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}', "out of range"),
+    ('{"cluster": {"trainer": ["a:1"]}, "task": {"type": "trainer", "index": 0}}', "unknown task type"),
+])
+def test_skip_correct_strategy_refuses_a_malformed_tf_config(monkeypatch, text, match):
+    from tf_commopt.distribute import SkipCorrectStrategy
+
+    monkeypatch.setenv("TF_CONFIG", text)
+    with pytest.raises(InputError, match=match) as e:
+        SkipCorrectStrategy(interval=2)
+    assert "\n" not in str(e.value)

@@ -496,6 +496,10 @@ class MultiWorkerSkipCorrectExtended(_SkipCorrectMixin, _cars.CollectiveAllReduc
 
 
 def _tf_config_has_cluster() -> bool:
+    from tf_commopt.core.tfconfig import tf_config_from_env
+
+    if tf_config_from_env() is None:  # unset or blank; a malformed TF_CONFIG is a one-line InputError here
+        return False
     return bool(tfconfig_cluster_resolver.TFConfigClusterResolver().cluster_spec().as_dict())
 
 
