@@ -59,6 +59,8 @@ flags.DEFINE_float("momentum", 0.9, "SGD momentum")
 flags.DEFINE_string("interval", "4", "skip_correct/local_sgd: steps between averagings, or 'auto'")
 flags.DEFINE_string("correction", "vrl", "skip_correct: vrl or none (local_sgd forces none)")
 flags.DEFINE_integer("warmup_steps", 0, "skip_correct/local_sgd: synchronous steps before skipping")
+flags.DEFINE_float("target_ratio", 1.0, "--interval=auto: aimed communication/computation time ratio")
+flags.DEFINE_integer("max_interval", 256, "--interval=auto: cap on the chosen H")
 flags.DEFINE_string("correction_lr", "effective", "skip_correct: the lr in the vrl update: effective "
                     "(lr/(1-momentum)) or optimizer (the optimizer's lr; see docs/skip_correct.md)")
 flags.DEFINE_float("bench_allreduce_mb", 0.0, "after training, time an all-reduce of this many MB (0 = off)")
@@ -86,6 +88,8 @@ class Config:
     correction: str = "vrl"
     warmup_steps: int = 0
     correction_lr: str = "effective"
+    target_ratio: float = 1.0
+    max_interval: int = 256
     bench_allreduce_mb: float = 0.0
     bench_repeats: int = 3
     backup_dir: str = ""
@@ -108,7 +112,7 @@ def validate(cfg: Config) -> Config:
     if cfg.dataset not in DATASETS:
         raise InputError(f"unknown dataset {cfg.dataset!r}; choose one of {', '.join(DATASETS)}", where="--dataset")
     for name, low in (("batch_size", 1), ("epochs", 1), ("steps", 0), ("replicas", 1), ("warmup_steps", 0),
-                      ("bench_repeats", 1)):
+                      ("bench_repeats", 1), ("max_interval", 1)):
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise InputError(f"must be an integer >= {low}, got {v!r}", where=f"--{name}")
@@ -119,6 +123,8 @@ def validate(cfg: Config) -> Config:
     if not (math.isfinite(cfg.momentum) and 0 <= cfg.momentum < 1):
         raise InputError(f"must be in [0, 1), got {cfg.momentum!r}", where="--momentum")
     cfg.interval = validate_interval(cfg.interval, where="--interval")
+    if not (isinstance(cfg.target_ratio, (int, float)) and math.isfinite(cfg.target_ratio) and cfg.target_ratio > 0):
+        raise InputError(f"must be a number > 0, got {cfg.target_ratio!r}", where="--target_ratio")
     if cfg.correction_lr not in ("effective", "optimizer"):
         raise InputError(f"must be effective or optimizer, got {cfg.correction_lr!r}", where="--correction_lr")
     for name in ("model_dir", "backup_dir"):
@@ -203,7 +209,8 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
         raise InputError(f"--strategy={cfg.strategy} needs tf_commopt.distribute.skip_correct, which cannot be "
                          f"imported here ({e})", where="--strategy") from None
     kwargs = dict(interval=cfg.interval, correction="none" if cfg.strategy == "local_sgd" else cfg.correction,
-                  warmup_steps=cfg.warmup_steps, correction_lr=cfg.correction_lr)
+                  warmup_steps=cfg.warmup_steps, correction_lr=cfg.correction_lr,
+                  target_ratio=float(cfg.target_ratio), max_interval=cfg.max_interval)
     if multi:
         from tensorflow.python.distribute.cluster_resolver import TFConfigClusterResolver
 
