@@ -107,6 +107,22 @@ def _task_pid(marker, task_type, index):
     return None
 
 
+def _check_backup_state(ckpt, epoch):
+    """The backup holds the strategy's state: t, H, k (mid-interval), 2 replicas, Δ_i non-zero and summing to 0."""
+    import tensorflow as tf
+
+    r = tf.train.load_checkpoint(ckpt)
+    key = "optimizer/skip_correct_state/.ATTRIBUTES/"
+    t = int(r.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"))
+    assert t == epoch * STEPS_PER_EPOCH
+    assert int(r.get_tensor(key + "interval")) == 3 and int(r.get_tensor(key + "num_replicas")) == 2
+    assert int(r.get_tensor(key + "local_steps")) == t % 3 != 0          # saved mid-interval
+    deltas = [r.get_tensor(key + f"delta_{j}") for j in range(4)]
+    assert all(d.shape[0] == 2 and np.abs(d).max() > 1e-4 for d in deltas)
+    # VRL: Σ_i Δ_i = 0 (float32 rounding accumulated over the syncs: relative 1e-3)
+    assert all(np.abs(d.sum(axis=0)).max() < 1e-3 * np.abs(d).max() for d in deltas)
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The uninterrupted run: its record, final weights and backup directory."""
@@ -118,6 +134,7 @@ def reference(tmp_path_factory):
     assert rec["interval"] == 3 and rec["syncs"] > 0
     for t in ("worker-0", "worker-1"):     # the last two epochs are kept per worker
         assert _epochs(str(d / "backup" / t)) == [EPOCHS - 1, EPOCHS]
+        _check_backup_state(str(d / "backup" / t / f"epoch-{EPOCHS - 1}" / "ckpt"), EPOCHS - 1)
     return {"record": rec, "weights": _weights(str(d / "model")), "backup": str(d / "backup"), "wall_s": r.wall_s}
 
 
@@ -148,6 +165,8 @@ def test_sigkill_worker_fails_fast_then_resume_matches_uninterrupted(reference, 
     done = min(max(_epochs(os.path.join(backup, t)), default=0) for t in ("worker-0", "worker-1"))
     assert 1 <= done < EPOCHS
     assert not os.path.exists(os.path.join(model_dir, "result.json"))
+    for t in ("worker-0", "worker-1"):
+        _check_backup_state(os.path.join(backup, t, f"epoch-{done}", "ckpt"), done)
 
     r2 = _run(_cmd(backup, model_dir))            # the very same command
     assert r2.returncode == 0, f"{r2.message}\n{_tail(r2)}"
