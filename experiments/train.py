@@ -9,6 +9,9 @@ command: ``ssgd`` is then MultiWorkerMirroredStrategy (one CPU replica per worke
 its own shard of the training set, and only the chief (worker 0 when there is no chief) prints the
 JSON line and writes ``--model_dir``.
 
+With ``--backup_dir`` every task backs up its state at each epoch end and the same command, run again
+after a crash, resumes after the last epoch every task completed (docs/reliability.md).
+
 Strategies: ``single`` (one device), ``ssgd`` (MirroredStrategy / MultiWorkerMirroredStrategy),
 ``skip_correct`` and ``local_sgd`` (tf_commopt.distribute.SkipCorrectStrategy; local_sgd = no
 correction). ``--batch_size`` is the global batch, split evenly over the replicas.
@@ -350,6 +353,8 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
     tfc = tf_config_from_env()
     if tfc is None:
         os.environ.pop("TF_CONFIG", None)  # a blank TF_CONFIG: TensorFlow's resolver would json.loads("") and fail
+    if tfc is not None and tfc.num_ps and cfg.backup_dir:
+        raise InputError("not supported on parameter-server clusters (ps tasks in TF_CONFIG)", where="--backup_dir")
     if tfc is not None and tfc.num_ps:  # parameter-server cluster (issue 8): its own loop, workers/ps serve
         from experiments.models import build_model
         from tf_commopt.distribute.parameter_server import run_training
