@@ -56,6 +56,7 @@ import tensorflow as tf  # noqa: E402
 
 from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
 from tf_commopt.core.schedule import AllReduce, OptimizerStep, Schedule, combine, gpipe  # noqa: E402
+from tf_commopt.core.simulate.hybrid import snake_groups  # noqa: E402
 from tf_commopt.distribute.pipeline import (  # noqa: E402
     Pipeline, execution_order,
 )
@@ -74,16 +75,7 @@ def form_groups(capacities: Sequence[float], num_groups: int) -> List[List[int]]
     >>> form_groups([1, 0.5, 0.25, 1, 1, 0.5], 3)
     [[0, 2], [3, 5], [1, 4]]
     """
-    n = len(capacities)
-    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or not 1 <= num_groups <= n:
-        raise InputError(f"num_groups must be an integer in 1..{n} (the number of devices), got {num_groups!r}",
-                         where="num_groups")
-    order = sorted(range(n), key=lambda i: (-float(capacities[i]), i))
-    groups: List[List[int]] = [[] for _ in range(num_groups)]
-    for k, dev in enumerate(order):
-        lap, pos = divmod(k, num_groups)
-        groups[pos if lap % 2 == 0 else num_groups - 1 - pos].append(dev)
-    return [sorted(g) for g in groups]
+    return snake_groups(capacities, num_groups)  # the one rule, shared with the simulator
 
 
 def split_batch(batch: int, weights: Sequence[float]) -> List[int]:
