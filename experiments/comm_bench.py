@@ -58,6 +58,7 @@ flags.DEFINE_float("learning_rate", 0.05, "SGD learning rate")
 flags.DEFINE_float("momentum", 0.9, "SGD momentum")
 flags.DEFINE_integer("non_iid_classes", 2, "labels per worker in the non_iid split")
 flags.DEFINE_integer("seed", 0, "seed")
+flags.DEFINE_bool("append", False, "append to the .jsonl next to --out instead of starting it afresh")
 flags.DEFINE_bool("report_only", False, "rewrite the page from the .jsonl next to --out without running")
 flags.DEFINE_float("target_cnn", 0.9, "target test accuracy for cnn")
 flags.DEFINE_float("target_big_mlp", 0.85, "target test accuracy for big_mlp")
@@ -244,7 +245,7 @@ def parent() -> None:
         sys.exit(2)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     jsonl = os.path.splitext(FLAGS.out)[0] + ".jsonl" if FLAGS.out else ""
-    if jsonl and os.path.exists(jsonl):
+    if jsonl and os.path.exists(jsonl) and not FLAGS.append:
         os.remove(jsonl)
     rows: List[Dict[str, Any]] = []
     t_start = time.time()
