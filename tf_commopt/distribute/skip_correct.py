@@ -630,8 +630,9 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         With ``interval="auto"`` also: ``interval_chosen`` (0/1), ``interval_t_comm_s`` and
         ``interval_t_comp_s`` (the timings averaged over workers, from which H was chosen),
         ``interval_overhead_s`` (extra seconds spent choosing H: the agreement all-reduce and the
-        policy) and ``interval_selection_comm_s`` (communication seconds of the H = 1 syncs before H
-        was fixed, including the measured one — an upper bound on the syncs the selection added).
+        policy) and ``interval_selection_comm_s`` (all sync seconds before H was fixed: the H = 1 syncs
+        including the measured one, and any earlier out-of-rhythm sync — an upper bound on the syncs
+        the selection added).
         """
         e = self.extended
         out = {
