@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -220,20 +220,6 @@ def _parse_settings() -> List[Dict[str, Any]]:
     return out
 
 
-def _tta(curve: List[Dict[str, float]], target: float) -> Optional[float]:
-    for p in curve:
-        if p["test_accuracy"] >= target:
-            return p["wall_s"]
-    return None
-
-
-def _tta_steps(curve: List[Dict[str, float]], target: float) -> Optional[int]:
-    for p in curve:
-        if p["test_accuracy"] >= target:
-            return int(p["step"])
-    return None
-
-
 def parent() -> None:
     from tf_commopt.cluster import run_cluster
     from tf_commopt.errors import InputError
@@ -282,6 +268,12 @@ def main(argv: List[str]) -> None:
     del argv
     if FLAGS.report_only:
         from experiments.comm_report import write_report
+
+        jsonl = os.path.splitext(FLAGS.out)[0] + ".jsonl"
+        if not FLAGS.out or not os.path.exists(jsonl):
+            print(f"comm_bench: error: --report_only needs --out=PAGE.md with PAGE.jsonl next to it ({jsonl!r} "
+                  "not found)", file=sys.stderr)
+            sys.exit(2)
 
         write_report(FLAGS.out, {"cnn": FLAGS.target_cnn, "big_mlp": FLAGS.target_big_mlp}, " ".join(sys.argv[1:]))
         return
