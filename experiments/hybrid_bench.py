@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
+from experiments.graphs import load_graph as _load_graph
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster, parse_capacities
 from tf_commopt.core.profiles import load_profile
@@ -103,24 +104,8 @@ def parse_cluster(spec: str, bandwidth_gbps: float, latency_ms: float) -> Cluste
 
 
 def load_graph(name: str) -> CostGraph:
-    """A bundled profile / file, or ``keras/<Application>`` (tf-keras, weights=None, batch 32, roofline)."""
-    if not name.startswith("keras/"):
-        return load_profile(name)
-    import warnings
-
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tf_keras as keras
-
-    from tf_commopt.tf.graph_import import from_keras_model
-
-    app_name = name.split("/", 1)[1]
-    if not hasattr(keras.applications, app_name):
-        raise InputError(f"unknown Keras application {app_name!r}", where="--keras_apps")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        g = from_keras_model(getattr(keras.applications, app_name)(weights=None), batch_size=32)
-    return g
+    """See :func:`experiments.graphs.load_graph`."""
+    return _load_graph(name, where="--keras_apps")
 
 
 # ----------------------------------------------------------------------------- simulated

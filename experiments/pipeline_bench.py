@@ -29,6 +29,7 @@ from typing import Dict, List
 
 from absl import app, flags
 
+from experiments.graphs import load_graph as _load_graph
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.core.profiles import load_profile
@@ -79,28 +80,9 @@ def speed_check() -> Dict[str, float]:
     return out
 
 
-def load_graph(name: str):
-    """A bundled profile / file, or ``keras/<Application>``: a tf-keras application (weights=None)
-    imported with ``tf_commopt.tf.graph_import.from_keras_model`` at batch 32 (roofline-estimated
-    times, not measured; TensorFlow is imported only for these)."""
-    if not name.startswith("keras/"):
-        return load_profile(name)
-    import warnings
-
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tf_keras as keras
-
-    from tf_commopt.tf.graph_import import from_keras_model
-
-    app_name = name.split("/", 1)[1]
-    if not hasattr(keras.applications, app_name):
-        raise InputError(f"unknown Keras application {app_name!r}", where="--profiles")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        g = from_keras_model(getattr(keras.applications, app_name)(weights=None), batch_size=32)
-    g.name = name
-    return g
+def load_graph(name: str) -> CostGraph:
+    """See :func:`experiments.graphs.load_graph`."""
+    return _load_graph(name, where="--profiles")
 
 
 def run_config(graph, name: str, k: int, bw: float) -> List[dict]:
