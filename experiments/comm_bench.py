@@ -85,22 +85,10 @@ def _strategy(variant: str):
 
 
 def _train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int = 0):
-    """Each worker reads its own shard (label-skewed with non_iid_classes > 0), shuffled, repeated
-    (as experiments.skip_correct_bench does)."""
-    import tensorflow as tf
+    """See :func:`experiments.data.train_dataset_fn`."""
+    from experiments.data import train_dataset_fn
 
-    from tf_commopt.datasets import split_non_iid
-
-    def fn(ctx: tf.distribute.InputContext):
-        if non_iid_classes:
-            idx = split_non_iid(y, ctx.num_input_pipelines, non_iid_classes, seed=seed)[ctx.input_pipeline_id]
-            ds = tf.data.Dataset.from_tensor_slices((x[idx], y[idx]))
-        else:
-            ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-        ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True).repeat()
-        return ds.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True).prefetch(2)
-
-    return fn
+    return train_dataset_fn(x, y, global_batch, seed, non_iid_classes)
 
 
 def worker() -> None:

@@ -223,16 +223,10 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
 
 # ------------------------------------------------------------------------------------------------ data
 def _train_dataset_fn(x, y, global_batch: int, seed: int):
-    import tensorflow as tf
+    """Each worker reads its own shard (see :func:`experiments.data.train_dataset_fn`)."""
+    from experiments.data import train_dataset_fn
 
-    def fn(ctx: tf.distribute.InputContext):
-        per_replica = ctx.get_per_replica_batch_size(global_batch)
-        ds = tf.data.Dataset.from_tensor_slices((x, y))
-        ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)  # each worker: its own shard
-        ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True).repeat()
-        return ds.batch(per_replica, drop_remainder=True).prefetch(2)
-
-    return fn
+    return train_dataset_fn(x, y, global_batch, seed)
 
 
 def _epoch_dataset_fn(x, y, global_batch: int, seed: int, steps_per_epoch: int, first_epoch: int, epochs: int):
