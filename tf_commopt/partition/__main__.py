@@ -4,6 +4,8 @@ Example::
 
     python -m tf_commopt.partition --profile pipedream/inception_v3 --stages 4 --method ga \\
         --capacities 1,1,0.5,0.5 --bandwidth-gbps 10 --seed 0 --out plan.json --dot plan.dot
+    python -m tf_commopt.partition --profile pipedream/vgg16 --stages 4 --score simulated \
+        --schedule 1f1b --microbatches 32      # return the candidate best in the simulator
 
 ``--profile`` takes a PipeDream graph.txt, our JSON, or a bundled name (``pipedream/resnet50``,
 ``h200/resnet50.bf16``; ``h200/resnet50`` loads all three kinds, chosen per device with ``--kinds``).
@@ -21,6 +23,7 @@ from typing import List, Optional
 from tf_commopt.core.devices import parse_capacities
 from tf_commopt.core.partition.api import METHODS, partition
 from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.partition.simrank import SCORES, SIM_SCHEDULES
 from tf_commopt.core.profiles import load_profile
 from tf_commopt.errors import InputError, TfCommoptError
 
@@ -47,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", default="0", help="random seed (default 0)")
     ap.add_argument("--out", default=None, help="also write the plan JSON here")
     ap.add_argument("--dot", default=None, help="write the graph coloured by stage (Graphviz DOT; PNG too if `dot` exists)")
+    ap.add_argument("--score", default="objective",
+                    help=f"one of {', '.join(SCORES)}: how local/ga pick the returned plan (default objective)")
+    ap.add_argument("--schedule", default="gpipe", help=f"for --score simulated: one of {', '.join(SIM_SCHEDULES)}")
+    ap.add_argument("--microbatches", default=None,
+                    help="for --score simulated: micro-batches simulated (default 4*stages gpipe, 8*stages 1f1b)")
     ap.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return ap
 
@@ -94,6 +102,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         stages = _number(args.stages, "--stages", int)
         if args.method not in METHODS:
             raise InputError(f"unknown method {args.method!r}; choose from {', '.join(METHODS)}", where="--method")
+        if args.score not in SCORES:
+            raise InputError(f"unknown score {args.score!r}; choose from {', '.join(SCORES)}", where="--score")
+        if args.schedule not in SIM_SCHEDULES:
+            raise InputError(f"unknown schedule {args.schedule!r}; choose from {', '.join(SIM_SCHEDULES)}",
+                             where="--schedule")
+        micro = _number(args.microbatches, "--microbatches", int) if args.microbatches is not None else None
         bw = _number(args.bandwidth_gbps, "--bandwidth-gbps")
         lat = _number(args.latency_ms, "--latency-ms", positive=False)
         seed = _number(args.seed, "--seed", int, positive=False)
@@ -128,7 +142,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 elif gen % 5 == 0:
                     print(text, file=sys.stderr, flush=True)
         plan = partition(graph, stages, method=args.method, capacities=caps, bandwidth_gbps=bw, latency_ms=lat,
-                         memory=memory, seed=seed, kinds=kinds, progress=progress)
+                         memory=memory, seed=seed, kinds=kinds, progress=progress,
+                         score=args.score, schedule=args.schedule, microbatches=micro)
         if progress is not None and sys.stderr.isatty():
             print("", file=sys.stderr)
         if not plan.extra.get("feasible", True):

@@ -17,6 +17,11 @@ Methods (see the modules for the exact rules):
 * ``ga``: the DEAP memetic GA (:mod:`genetic`) seeded with all of the above plus the exact contiguous
   optimum of our objective over two topological orders (Kahn's and depth-first).
 
+``score="simulated"`` (``local`` and ``ga`` only; the baselines ignore it): the search is unchanged, but
+the returned plan is the candidate (every seed, every local-search result, the GA's final population)
+with the best simulated ``schedule`` time (:mod:`simrank`), so never worse in simulation than the
+``layerwise``, ``balanced`` and ``pipedream`` plans.
+
 Device placement: the plan uses the ``num_stages`` fastest devices. ``balanced``, ``pipedream`` and the
 seeds of ``local``/``ga`` try the given device order, fastest-first and slowest-first (heterogeneous
 clusters only) and keep the best under the objective; ``local`` and ``ga`` then also swap devices.
@@ -34,6 +39,7 @@ from tf_commopt.core.partition.genetic import genetic
 from tf_commopt.core.partition.local_search import local_search
 from tf_commopt.core.partition.objective import Problem
 from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.partition.simrank import best_simulated, check_score, default_microbatches
 from tf_commopt.errors import InputError
 
 __all__ = ["partition", "evaluate", "make_cluster", "METHODS"]
@@ -97,7 +103,8 @@ def partition(graph: CostGraph, num_stages: int, method: str = "ga", capacities:
               bandwidth_gbps: float = 10.0, latency_ms: float = 0.0,
               memory: Union[None, float, Sequence[Optional[float]]] = None, seed: int = 0,
               cluster: Optional[Cluster] = None, kinds: Union[None, str, Sequence[Optional[str]]] = None,
-              progress: Optional[Callable[[int, int, float], None]] = None) -> PartitionPlan:
+              progress: Optional[Callable[[int, int, float], None]] = None, score: str = "objective",
+              schedule: str = "gpipe", microbatches: Optional[int] = None) -> PartitionPlan:
     """Partition ``graph`` into ``num_stages`` convex pipeline stages.
 
     Args:
@@ -111,11 +118,17 @@ def partition(graph: CostGraph, num_stages: int, method: str = "ga", capacities:
         cluster: a full :class:`Cluster` instead of capacities/kinds/bandwidth.
         kinds: device kind per device (or one for all), naming per-kind costs of the graph.
         progress: ``progress(generation, generations, best_ms)`` called by the GA.
+        score: ``"objective"`` (default) or ``"simulated"``: ``local``/``ga`` return the candidate with the
+            best simulated time (:mod:`simrank`); the search itself always uses the objective.
+        schedule: ``"gpipe"`` (iteration time) or ``"1f1b"`` (time per mini-batch in steady state), for
+            ``score="simulated"``.
+        microbatches: micro-batches simulated (default ``4 * num_stages`` for GPipe, ``8 * num_stages`` for 1F1B).
     """
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; choose from {', '.join(METHODS)}", where="method")
     if not isinstance(graph, CostGraph):
         raise InputError(f"graph must be a CostGraph, got {type(graph).__name__}", where="graph")
+    check_score(score, schedule, microbatches)
     cl = make_cluster(num_stages, capacities, bandwidth_gbps, latency_ms, kinds, cluster)
     for d in cl.devices:
         if d.kind is not None and d.kind not in graph.kinds:
@@ -136,6 +149,12 @@ def partition(graph: CostGraph, num_stages: int, method: str = "ga", capacities:
         starts = [_dp_method(p, baselines.balanced), _dp_method(p, baselines.pipedream)]
         locals_ = [local_search(p, s, d, seed=seed) for s, d in starts]
         stage, devs = _best(p, locals_)
+        candidates: List[Plan] = []
+        if score == "simulated":            # every baseline plan is a candidate (the guarantee)
+            candidates.append((baselines.layerwise(p, p.default_devices()), p.default_devices()))
+            for fn in (baselines.balanced, baselines.pipedream):
+                candidates += [(fn(p, o), o) for o in _device_orders(p)]
+            candidates += starts + locals_
         if method == "ga":
             seeds: List[Plan] = [(baselines.layerwise(p, p.default_devices()), p.default_devices())]
             seeds += starts + locals_
@@ -147,7 +166,17 @@ def partition(graph: CostGraph, num_stages: int, method: str = "ga", capacities:
                     seeds.append(local_search(p, s, o, seed=seed))
             seeds.sort(key=lambda sd: p.objective(*sd))
             stage, devs, info = genetic(p, seeds, seed=seed, progress=progress)
-            extra.update({k: v for k, v in info.items() if k != "history"})
+            extra.update({k: v for k, v in info.items() if k not in ("history", "population")})
+            if score == "simulated":
+                candidates += seeds + info["population"]
+        if score == "simulated":
+            m = microbatches or default_microbatches(schedule, num_stages)
+            (stage, devs), sinfo = best_simulated(p, candidates,
+                                                  lambda s_, d_: _to_plan(p, method, s_, d_, 0.0, {}), schedule, m)
+            extra.update(sinfo)
+    if score == "simulated" and method in ("local", "ga"):
+        extra.update({"score": score, "schedule": schedule,
+                      "microbatches": microbatches or default_microbatches(schedule, num_stages)})
     return _to_plan(p, method, stage, devs, time.perf_counter() - t0, extra)
 
 

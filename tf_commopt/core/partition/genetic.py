@@ -221,5 +221,5 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
         random.setstate(saved)
     b = hof[0]
     info = {"generations": gen, "pop_size": pop_size, "history": history,
-            "ga_s": time.perf_counter() - t0}
+            "ga_s": time.perf_counter() - t0, "population": [(list(x), list(x.devs)) for x in pop]}
     return list(b), list(b.devs), info
