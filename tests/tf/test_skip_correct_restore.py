@@ -1,4 +1,5 @@
-"""Save mid-interval, restore in a new process, continue: equals the run that saved and continued."""
+"""Save mid-interval, restore in a new process, continue: equals the run that saved and continued
+(a fixed H, and interval="auto" after H was chosen: the restored run keeps H and does not measure again)."""
 import os
 import subprocess
 import sys
@@ -20,9 +21,16 @@ def data():
     return x, y, R * B
 
 
-def build(replicas):
+def build(replicas, auto_ratio=None):
+    """auto_ratio=None: interval=H. Otherwise interval="auto" with target_ratio=auto_ratio and a cap of H:
+    1e-9 makes the first-iteration rule choose H whatever the timings, 1e9 makes it choose 1."""
     from tf_commopt.distribute import SkipCorrectStrategy
-    strategy = SkipCorrectStrategy(interval=H, correction="vrl", devices=["/cpu:%d" % i for i in range(replicas)])
+    devices = ["/cpu:%d" % i for i in range(replicas)]
+    if auto_ratio is None:
+        strategy = SkipCorrectStrategy(interval=H, correction="vrl", devices=devices)
+    else:
+        strategy = SkipCorrectStrategy(interval="auto", correction="vrl", devices=devices, target_ratio=auto_ratio,
+                                       max_interval=H, auto_warmup_steps=1)
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,),
                                                            kernel_initializer=tf.keras.initializers.Constant(0.1))])
@@ -52,3 +60,36 @@ def test_restore_in_new_process_continues_exactly(tmp_path):
     np.testing.assert_allclose(got["kernel"], kernel, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got["delta"], delta, rtol=1e-5, atol=1e-5)
     assert "checkpoint was written with 4 replicas but this SkipCorrectStrategy has 2" in str(got["message"])
+
+
+def test_auto_interval_restored_in_new_process_keeps_h_and_does_not_measure_again(tmp_path):
+    # auto_warmup_steps=1: step 1 at H = 1, step 2 is measured (its sync), H = 3 from then on: syncs after
+    # steps 5 and 8; the save after 4 steps is mid-interval (k = 2)
+    x, y, batch = data()
+    split = 4 * R * B
+    strategy, model = build(R, auto_ratio=1e-9)
+    model.fit(x[:split], y[:split], batch_size=batch, epochs=1, shuffle=False, verbose=0)
+    saved = strategy.stats()
+    assert saved["interval_chosen"] == 1 and strategy.interval == H
+    assert int(strategy.extended.correction_state(model.optimizer).local_steps.numpy()) == 2
+    ckpt = str(tmp_path / "ckpt")
+    model.save_weights(ckpt)
+    model.fit(x[split:], y[split:], batch_size=batch, epochs=1, shuffle=False, verbose=0)
+    kernel = np.stack([c.numpy() for c in model.layers[0].kernel.values])
+    delta = strategy.extended.correction_state(model.optimizer).delta_numpy()[0]
+    assert np.abs(kernel[1] - kernel[0]).max() > 1e-4  # step 10 is local: the replicas differ
+
+    # the new process asks for target_ratio=1e9: measuring again would choose H = 1 and change the weights
+    out = str(tmp_path / "resumed_auto.npz")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "tf", "sc_restore_job.py"), ckpt, out, "auto"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = np.load(out)
+    assert int(got["iterations"]) == 10
+    assert int(got["interval"]) == H == saved["interval"]
+    assert int(got["interval_chosen"]) == 1 and float(got["interval_overhead_s"]) == 0.0  # no new measurement
+    assert float(got["interval_t_comm_s"]) == saved["interval_t_comm_s"]
+    assert float(got["interval_t_comp_s"]) == saved["interval_t_comp_s"]
+    assert int(got["syncs"]) == 2  # this process: the scheduled syncs after steps 5 and 8
+    np.testing.assert_allclose(got["kernel"], kernel, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["delta"], delta, rtol=1e-5, atol=1e-5)

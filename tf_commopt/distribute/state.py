@@ -3,7 +3,8 @@
 The state is a checkpointable child of the optimizer (``skip_correct_state``), so
 ``tf.train.Checkpoint(optimizer=...)``, ``model.save_weights`` and ``model.save`` keep it: the step
 counter t is the optimizer's own ``iterations``; here we add k (local steps since the last scheduled
-sync), H, and Δ_i stacked over all replicas into one ``[R, ...]`` tensor per variable (gathered across
+sync), H (with ``interval="auto"`` also whether H was chosen and the t_comm/t_comp it was chosen
+from, so a restored run keeps it), and Δ_i stacked over all replicas into one ``[R, ...]`` tensor per variable (gathered across
 workers on a cluster). Restoring into a strategy with a different number of replicas is an InputError.
 
 Example:
@@ -96,6 +97,10 @@ class SkipCorrectState(_trackable.Trackable):
             "num_replicas": tf.constant(self._strategy.num_replicas_in_sync, tf.int64),
             "interval": ext._sc_interval.read_value(),
         }
+        if ext._sc_auto:  # interval="auto": whether H was chosen and the agreed timings it was chosen from
+            out["interval_chosen"] = ext._sc_auto_done.read_value()
+            out["interval_t_comm_s"] = ext._sc_t_comm.read_value()
+            out["interval_t_comp_s"] = ext._sc_t_comp.read_value()
         if self.deltas is not None:
             for j, d in enumerate(self.deltas):
                 out["delta_%d" % j] = self._stacked(d)
@@ -117,7 +122,13 @@ class SkipCorrectState(_trackable.Trackable):
                 "the per-replica corrections cannot be mapped", where="SkipCorrectStrategy restore"))
         ops.append(self.local_steps.assign(restored_tensors["local_steps"]))
         if ext._sc_auto:
+            # a restored "auto" run keeps the H it chose (no new measurement); a checkpoint written
+            # before H was chosen (or by an older version without the flag) measures again
             ops.append(ext._sc_interval.assign(restored_tensors["interval"]))
+            for key, var in (("interval_chosen", ext._sc_auto_done), ("interval_t_comm_s", ext._sc_t_comm),
+                             ("interval_t_comp_s", ext._sc_t_comp)):
+                if key in restored_tensors:
+                    ops.append(var.assign(restored_tensors[key]))
         if self.deltas is not None:
             off = self._global_offset()
             for j, d in enumerate(self.deltas):
