@@ -17,6 +17,10 @@ layer-wise pipelining). Pure Python (no TensorFlow).
 Example:
     python -m experiments.pipeline_bench                      # the full run of docs/results/pipeline.md
     python -m experiments.pipeline_bench --profiles=pipedream/vgg16 --stages=4 --bandwidths_gbps=10
+    python -m experiments.pipeline_bench --score=simulated    # ga re-ranked by the simulator
+
+With ``--score=simulated`` the ``ga`` plan is ``partition(..., score="simulated")`` for GPipe (sync numbers,
+bytes) and again for 1F1B (async numbers); ``search_s`` is the GPipe call's.
 """
 from __future__ import annotations
 
@@ -56,6 +60,9 @@ flags.DEFINE_float("latency_ms", 0.0, "per-message link latency (ms)")
 flags.DEFINE_integer("microbatches_per_stage", 4, "GPipe micro-batches per mini-batch = this * stages")
 flags.DEFINE_integer("async_minibatches_per_stage", 8, "1F1B mini-batches streamed = this * stages")
 flags.DEFINE_integer("seed", 0, "GA / local-search seed")
+flags.DEFINE_enum("score", "objective", ["objective", "simulated"],
+                  "how ga picks its plan: the partitioner objective, or re-ranked in the simulator (the GPipe "
+                  "numbers use the plan re-ranked for GPipe, the 1F1B numbers the plan re-ranked for 1F1B)")
 flags.DEFINE_string("out_json", "", "write one JSON object per (profile, stages, bandwidth, method) here")
 flags.DEFINE_string("out_md", "", "write the markdown tables here")
 flags.DEFINE_string("figure", "", "write the summary figure (PNG) here")
@@ -87,11 +94,18 @@ def load_graph(name: str) -> CostGraph:
 
 def run_config(graph, name: str, k: int, bw: float) -> List[dict]:
     rows = []
+    m = FLAGS.microbatches_per_stage * k
+    m_async = FLAGS.async_minibatches_per_stage * k
     for method in BASELINES + ["ga"]:
-        plan = partition(graph, k, method=method, bandwidth_gbps=bw, latency_ms=FLAGS.latency_ms, seed=FLAGS.seed)
-        m = FLAGS.microbatches_per_stage * k
+        score = FLAGS.score if method == "ga" else "objective"
+        plan = partition(graph, k, method=method, bandwidth_gbps=bw, latency_ms=FLAGS.latency_ms, seed=FLAGS.seed,
+                         score=score, schedule="gpipe", microbatches=m)
+        aplan = plan
+        if score == "simulated":  # same search, re-ranked for the asynchronous schedule
+            aplan = partition(graph, k, method=method, bandwidth_gbps=bw, latency_ms=FLAGS.latency_ms,
+                              seed=FLAGS.seed, score=score, schedule="1f1b", microbatches=m_async)
         sync = simulate_pipeline(graph, plan, "gpipe", microbatches=m, bandwidth_gbps=bw, latency_ms=FLAGS.latency_ms)
-        asy = simulate_pipeline(graph, plan, "1f1b", microbatches=FLAGS.async_minibatches_per_stage * k,
+        asy = simulate_pipeline(graph, aplan, "1f1b", microbatches=m_async,
                                 bandwidth_gbps=bw, latency_ms=FLAGS.latency_ms)
         rows.append({
             "profile": name, "stages": k, "bandwidth_gbps": bw, "method": method,
@@ -103,7 +117,9 @@ def run_config(graph, name: str, k: int, bw: float) -> List[dict]:
             "sync_iteration_ms": sync.iteration_ms, "sync_bubble": sync.bubble_fraction,
             "async_throughput": asy.throughput, "async_iteration_ms": asy.iteration_ms,
             "async_bubble": asy.bubble_fraction, "bytes_injected": sync.bytes_injected,
-            "microbatches": m,
+            "microbatches": m, "score": score,
+            "same_plan_sync_async": aplan.stage_of_node == plan.stage_of_node
+            and aplan.device_of_stage == plan.device_of_stage,
         })
     return rows
 
