@@ -93,3 +93,24 @@ def test_auto_interval_restored_in_new_process_keeps_h_and_does_not_measure_agai
     assert int(got["syncs"]) == 2  # this process: the scheduled syncs after steps 5 and 8
     np.testing.assert_allclose(got["kernel"], kernel, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got["delta"], delta, rtol=1e-5, atol=1e-5)
+
+
+def test_runner_backup_resume_keeps_the_auto_interval(tmp_path):
+    """experiments.train --backup_dir with --interval=auto: the resumed run keeps the H of the first run
+    (its own --target_ratio would choose 1) and ends with the uninterrupted run's weights."""
+    import io
+
+    from experiments import train
+
+    kw = dict(strategy="skip_correct", replicas=2, model="mlp", batch_size=100, momentum=0.0, learning_rate=0.1,
+              interval="auto", max_interval=H, seed=1)  # 40 steps per epoch: the epoch-1 backup is mid-interval (k = 1)
+    whole = train.run(train.Config(epochs=2, target_ratio=1e-9, backup_dir=str(tmp_path / "a"), **kw), out=io.StringIO())
+    part = train.run(train.Config(epochs=1, target_ratio=1e-9, backup_dir=str(tmp_path / "b"), **kw), out=io.StringIO())
+    resumed = train.run(train.Config(epochs=2, target_ratio=1e9, backup_dir=str(tmp_path / "b"), **kw),
+                        out=io.StringIO())
+    assert whole.record["interval"] == part.record["interval"] == H
+    assert resumed.record["resumed_after_epoch"] == 1 and resumed.record["steps"] == whole.record["steps"] == 80
+    assert resumed.record["interval"] == H and resumed.record["interval_overhead_s"] == 0.0
+    assert resumed.record["interval_t_comm_s"] == part.record["interval_t_comm_s"]
+    for a, b in zip(whole.model.get_weights(), resumed.model.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
