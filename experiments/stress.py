@@ -115,20 +115,9 @@ def _port_free(port: int) -> bool:
 
 
 def _live_pids_with(marker: str) -> List[int]:
-    out = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit() or int(p) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                cmd = f.read().decode("utf-8", "replace")
-            with open(f"/proc/{p}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker in cmd and state != b"Z":
-            out.append(int(p))
-    return out
+    from tf_commopt.cluster import live_processes
+
+    return [pid for pid, _ in live_processes(marker)]
 
 
 def run_stress(workers: int = 4, epochs: int = 12, warmup_epochs: int = 3, steps_per_epoch: int = 25,

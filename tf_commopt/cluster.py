@@ -268,6 +268,29 @@ def _group_has_live_process(pgid: int) -> bool:
     return False
 
 
+def live_processes(token: str) -> List[Tuple[int, str]]:
+    """``(pid, command line)`` of every live process (zombies excluded, this process excluded) whose
+    command line contains ``token``: how tests and the stress runner check that nothing outlived a job.
+
+    >>> live_processes("no process has this token in its command line 1f0c")
+    []
+    """
+    found: List[Tuple[int, str]] = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if token in cmd and state != b"Z":
+            found.append((int(pid), cmd))
+    return found
+
+
 class _Task:
     def __init__(self, name: str, argv: List[str], env: Dict[str, str], cwd: Optional[str],
                  echo: Optional[TextIO], lock: threading.Lock):

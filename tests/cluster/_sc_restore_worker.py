@@ -18,7 +18,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tests.tf.sc_reference import make_batches  # noqa: E402
+from tests.tf.sc_reference import make_batches, softmax_step  # noqa: E402
 from tf_commopt.distribute import SkipCorrectStrategy  # noqa: E402
 
 R, B, F, C, LR, H, STEPS, SAVE_AT = 2, 5, 3, 4, 0.2, 3, 10, 4
@@ -37,21 +37,12 @@ def main(out_dir: str, mode: str) -> None:
         opt = tf.keras.optimizers.SGD(LR)
     ckpt = tf.train.Checkpoint(optimizer=opt, w=w, b=b)
 
-    @tf.function
-    def step(xs, ys):
-        def fn(x, y):
-            with tf.GradientTape() as tape:
-                per_ex = tf.keras.losses.sparse_categorical_crossentropy(y, tf.matmul(x, w) + b, from_logits=True)
-                loss = tf.nn.compute_average_loss(per_ex, global_batch_size=R * B)
-            opt.apply_gradients(zip(tape.gradient(loss, [w, b]), [w, b]))
-        strategy.run(fn, args=(xs, ys))
+    step = softmax_step(strategy, w, b, opt, R * B)
 
     def run(rows):
         ws, bs, ds = [], [], []
         for row in rows:
-            xs = strategy.experimental_distribute_values_from_function(lambda ctx: row[ctx.replica_id_in_sync_group][0])
-            ys = strategy.experimental_distribute_values_from_function(lambda ctx: row[ctx.replica_id_in_sync_group][1])
-            step(xs, ys)
+            step(row)
             ws.append(w.values[0].numpy())
             bs.append(b.values[0].numpy())
             ds.append(strategy.extended.correction_state(opt).delta_numpy()[0][0])

@@ -16,7 +16,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tests.tf.sc_reference import make_batches  # noqa: E402
+from tests.tf.sc_reference import make_batches, softmax_step  # noqa: E402
 from tf_commopt.distribute import SkipCorrectStrategy  # noqa: E402
 
 R, B, F, C, LR, H, STEPS = 2, 5, 3, 4, 0.2, 3, 7
@@ -34,20 +34,11 @@ def main(out_dir: str) -> None:
         b = tf.Variable(b0)
         opt = tf.keras.optimizers.SGD(LR)
 
-    @tf.function
-    def step(xs, ys):
-        def fn(x, y):
-            with tf.GradientTape() as tape:
-                per_ex = tf.keras.losses.sparse_categorical_crossentropy(y, tf.matmul(x, w) + b, from_logits=True)
-                loss = tf.nn.compute_average_loss(per_ex, global_batch_size=R * B)
-            opt.apply_gradients(zip(tape.gradient(loss, [w, b]), [w, b]))
-        strategy.run(fn, args=(xs, ys))
+    step = softmax_step(strategy, w, b, opt, R * B)
 
     ws, bs, ds = [], [], []
     for row in batches:
-        xs = strategy.experimental_distribute_values_from_function(lambda ctx: row[ctx.replica_id_in_sync_group][0])
-        ys = strategy.experimental_distribute_values_from_function(lambda ctx: row[ctx.replica_id_in_sync_group][1])
-        step(xs, ys)
+        step(row)
         ws.append(w.values[0].numpy())
         bs.append(b.values[0].numpy())
         ds.append(strategy.extended.correction_state(opt).delta_numpy()[0][0])

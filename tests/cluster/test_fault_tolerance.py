@@ -27,7 +27,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tf_commopt.cluster import run_cluster
+from tf_commopt.cluster import live_processes, run_cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EPOCHS, STEPS_PER_EPOCH = 3, 125          # 4000 bundled MNIST training images / global batch 32
@@ -78,20 +78,7 @@ def _epochs(task_dir):
 
 def _pids_with(marker):
     """PIDs of live processes whose command line contains ``marker`` (a unique temp path)."""
-    out = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                cmd = f.read().decode("utf-8", "replace")
-            with open(f"/proc/{p}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker in cmd and state != b"Z":
-            out.append(int(p))
-    return out
+    return [pid for pid, _ in live_processes(marker)]
 
 
 def _task_pid(marker, task_type, index):

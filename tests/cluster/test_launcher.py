@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from tf_commopt.cluster import ClusterResult, run_cluster
+from tf_commopt.cluster import ClusterResult, live_processes, run_cluster
 from tf_commopt.errors import ClusterError, InputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,21 +25,8 @@ HAVE_NET = IS_ROOT and shutil.which("ip") and shutil.which("tc")
 
 
 def _procs_with(token: str):
-    """PIDs of live processes whose command line contains ``token`` (zombies excluded)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if token in cmd and state != "Z":
-            found.append((int(pid), cmd))
-    return found
+    """PIDs and command lines of live processes whose command line contains ``token``."""
+    return live_processes(token)
 
 
 def _script(body: str) -> list:

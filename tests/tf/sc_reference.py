@@ -100,3 +100,27 @@ def fresh_mirrored(devices):
         return cls(devices)
     finally:
         cls._collective_key_base = old
+
+
+def softmax_step(strategy, w, b, opt, global_batch: int):
+    """The custom-loop step the skip-and-correct tests share: softmax regression on variables ``w, b``
+    inside ``strategy.run`` + ``opt.apply_gradients`` in a tf.function. Returns ``step(row)`` where
+    ``row[r] = (x, y)`` is replica r's batch; it returns the per-replica losses."""
+    import tensorflow as tf
+
+    @tf.function
+    def step(xs, ys):
+        def fn(x, y):
+            with tf.GradientTape() as tape:
+                per_ex = tf.keras.losses.sparse_categorical_crossentropy(y, tf.matmul(x, w) + b, from_logits=True)
+                loss = tf.nn.compute_average_loss(per_ex, global_batch_size=global_batch)
+            opt.apply_gradients(zip(tape.gradient(loss, [w, b]), [w, b]))
+            return loss
+        return strategy.run(fn, args=(xs, ys))
+
+    def run_row(row):
+        xs = strategy.experimental_distribute_values_from_function(lambda ctx: row[ctx.replica_id_in_sync_group][0])
+        ys = strategy.experimental_distribute_values_from_function(lambda ctx: row[ctx.replica_id_in_sync_group][1])
+        return step(xs, ys)
+
+    return run_row

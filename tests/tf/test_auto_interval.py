@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.tf.sc_reference import make_batches, softmax_grads
+from tests.tf.sc_reference import make_batches, softmax_grads, softmax_step
 from tf_commopt.core.interval import AdaCommPolicy, FirstIterationPolicy
 from tf_commopt.distribute import SkipCorrectStrategy
 from tf_commopt.distribute.auto_interval import AdaCommCallback, keras_grid_search
@@ -43,19 +43,10 @@ def _custom_loop(strategy, batches, w0, b0, on_step):
         w, b = tf.Variable(w0), tf.Variable(b0)
         opt = tf.keras.optimizers.SGD(LR)
 
-    @tf.function
-    def step(xs, ys):
-        def fn(x, y):
-            with tf.GradientTape() as tape:
-                per_ex = tf.keras.losses.sparse_categorical_crossentropy(y, tf.matmul(x, w) + b, from_logits=True)
-                loss = tf.nn.compute_average_loss(per_ex, global_batch_size=R * B)
-            opt.apply_gradients(zip(tape.gradient(loss, [w, b]), [w, b]))
-        strategy.run(fn, args=(xs, ys))
+    step = softmax_step(strategy, w, b, opt, R * B)
 
     for t, row in enumerate(batches):
-        xs = strategy.experimental_distribute_values_from_function(lambda ctx: row[ctx.replica_id_in_sync_group][0])
-        ys = strategy.experimental_distribute_values_from_function(lambda ctx: row[ctx.replica_id_in_sync_group][1])
-        step(xs, ys)
+        step(row)
         on_step(t, w, b, opt)
 
 

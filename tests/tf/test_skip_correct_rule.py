@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.tf.sc_reference import fresh_mirrored, make_batches, run_rule
+from tests.tf.sc_reference import fresh_mirrored, make_batches, run_rule, softmax_step
 from tf_commopt.distribute import SkipCorrectStrategy
 
 R, B, F, C, LR, STEPS = 4, 5, 3, 4, 0.2, 10
@@ -21,22 +21,10 @@ def _custom_loop(strategy, batches, w0, b0, on_step, make_opt=None):
         b = tf.Variable(b0)
         opt = (make_opt or tf.keras.optimizers.SGD)(LR)
 
-    @tf.function
-    def step(xs, ys):
-        def fn(x, y):
-            with tf.GradientTape() as tape:
-                logits = tf.matmul(x, w) + b
-                per_ex = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-                loss = tf.nn.compute_average_loss(per_ex, global_batch_size=R * B)
-            grads = tape.gradient(loss, [w, b])
-            opt.apply_gradients(zip(grads, [w, b]))
-            return loss
-        return strategy.run(fn, args=(xs, ys))
+    step = softmax_step(strategy, w, b, opt, R * B)
 
     for t, row in enumerate(batches):
-        xs = strategy.experimental_distribute_values_from_function(lambda ctx: row[ctx.replica_id_in_sync_group][0])
-        ys = strategy.experimental_distribute_values_from_function(lambda ctx: row[ctx.replica_id_in_sync_group][1])
-        step(xs, ys)
+        step(row)
         on_step(t, w, b, opt)
     return w, b, opt
 
