@@ -28,6 +28,7 @@ def _wrap_apply(cls: Any, legacy: bool) -> None:
     if getattr(original, "_tf_commopt_wrapped", False):
         return
 
+    @tf.autograph.experimental.do_not_convert
     @functools.wraps(original)
     def apply_gradients(self, grads_and_vars, name=None, *args, **kwargs):
         from tf_commopt.distribute.skip_correct import SkipCorrectStrategy

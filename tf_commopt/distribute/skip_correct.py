@@ -69,6 +69,11 @@ _log = logging.getLogger("tf_commopt.distribute")
 _WARNED: Dict[str, bool] = {}
 
 
+# Our step code builds its graph with explicit tf.cond; autograph converting it (it is reached from the
+# converted train_step) cost ~3 s of the first step's tracing and changes nothing.
+_no_autograph = tf.autograph.experimental.do_not_convert
+
+
 def _warn_once(key: str, message: str) -> None:
     if not _WARNED.get(key):
         _WARNED[key] = True
@@ -138,6 +143,11 @@ class _SkipCorrectMixin:
         self._sc_t_comp = _host_variable(0.0, tf.float64, "skip_correct/t_comp")
         self._sc_auto_overhead = _host_variable(0.0, tf.float64, "skip_correct/interval_overhead_s")
         self._sc_auto_select_comm = _host_variable(0.0, tf.float64, "skip_correct/selection_comm_s")
+        # metrics stay per worker between syncs: 1 when this step synced / when the caller (the fit
+        # hook at an epoch's last step) asks for global metric values
+        self._sc_synced = _host_variable(0, tf.int64, "skip_correct/synced")
+        self._sc_force_global = _host_variable(0, tf.int64, "skip_correct/force_global")
+        self._sc_train_graphs: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._sc_states: Dict[int, SkipCorrectState] = {}
         self._sc_vars: List[weakref.ref] = []
         self._sc_internal = False
@@ -151,6 +161,7 @@ class _SkipCorrectMixin:
             self._sc_vars.append(weakref.ref(v))
         return v
 
+    @_no_autograph
     def _sc_live_vars(self) -> List[Any]:
         out = []
         for r in self._sc_vars:
@@ -159,6 +170,7 @@ class _SkipCorrectMixin:
                 out.append(v)
         return out
 
+    @_no_autograph
     def _sc_extra_vars(self, exclude: Sequence[Any], optimizer: Any = None) -> List[Any]:
         """Non-trainable float state averaged at each sync: MEAN-aggregated ON_READ variables
         (BatchNorm moving statistics) and, if asked, the optimizer's slot variables."""
@@ -179,6 +191,7 @@ class _SkipCorrectMixin:
         return out
 
     # ---- state ------------------------------------------------------------------------------------
+    @_no_autograph
     def _sc_state(self, optimizer: Any, var_list: Sequence[Any]) -> SkipCorrectState:
         key = id(optimizer)
         state = self._sc_states.get(key)
@@ -214,10 +227,13 @@ class _SkipCorrectMixin:
         return self._sc_states.get(id(optimizer))
 
     # ---- the step ---------------------------------------------------------------------------------
+    @_no_autograph
     def _sc_apply(self, optimizer: Any, original: Any, grads_and_vars: Any, name: Optional[str],
                   legacy: bool) -> Any:
         """Replica-context ``apply_gradients``: local step with correction, then maybe a sync."""
         ctx = tf.distribute.get_replica_context()
+        if not tf.executing_eagerly():
+            self._sc_train_graphs.add(tf.compat.v1.get_default_graph())
         pairs = [(g, v) for g, v in grads_and_vars]
         live = [(g, v) for g, v in pairs if g is not None]
         if not live:
@@ -229,6 +245,7 @@ class _SkipCorrectMixin:
         ctx.merge_call(self._sc_after_step, args=(optimizer, var_list))
         return result
 
+    @_no_autograph
     def _sc_prepare_grads(self, strategy: Any, optimizer: Any, var_list: Sequence[Any], grads: Sequence[Any]):
         """Cross-replica: R·g_i − Δ_i per replica (local phase) or the SUM all-reduce (warm-up)."""
         state = self._sc_state(optimizer, var_list)
@@ -269,6 +286,7 @@ class _SkipCorrectMixin:
             out = local()
         return [self._sc_regroup(row) for row in out]
 
+    @_no_autograph
     def _sc_after_step(self, strategy: Any, optimizer: Any, var_list: Sequence[Any]) -> None:
         """Cross-replica: count the step; at k == H average (and correct)."""
         state = self._sc_states[id(optimizer)]
@@ -276,6 +294,7 @@ class _SkipCorrectMixin:
         with tf.control_dependencies([t]):  # the clock starts once this step's local update is done
             self._sc_step_bookkeeping(optimizer, var_list, state, t)
 
+    @_no_autograph
     def _sc_step_bookkeeping(self, optimizer: Any, var_list: Sequence[Any], state: SkipCorrectState,
                              t: tf.Tensor) -> None:
         now = tf.timestamp()
@@ -303,6 +322,7 @@ class _SkipCorrectMixin:
 
         new_k, sync_dt = tf.cond(do_sync, sync, skip)
         state.local_steps.assign(new_k)
+        self._sc_synced.assign(tf.cast(do_sync, tf.int64))
         deps = [new_k]
         if self._sc_auto:
             # thesis 001: after the warm-up steps, the first scheduled sync (H = 1 until now) is the
@@ -317,6 +337,7 @@ class _SkipCorrectMixin:
         with tf.control_dependencies(deps):
             self._sc_last_end.assign(tf.timestamp())
 
+    @_no_autograph
     def _sc_choose_interval(self, t_comm: tf.Tensor, t_comp: tf.Tensor) -> tf.Tensor:
         """Agree on (t_comm, t_comp) — MEAN all-reduce of two floats — and fix H by the pure policy.
 
@@ -350,6 +371,7 @@ class _SkipCorrectMixin:
             return tf.identity(h)
 
     # ---- communication (the one place) ------------------------------------------------------------
+    @_no_autograph
     def _sc_fused_reduce(self, op: Any, per_var: List[List[tf.Tensor]]) -> List[List[tf.Tensor]]:
         """All-reduce many tensors as one flat buffer per dtype. per_var[j][i] = var j on replica i."""
         n_local = len(per_var[0]) if per_var else 0
@@ -375,6 +397,7 @@ class _SkipCorrectMixin:
         self._sc_bytes.assign_add(payload)
         return out  # type: ignore[return-value]
 
+    @_no_autograph
     def _sc_average(self, variables: Sequence[Any], state: Optional[SkipCorrectState] = None,
                     n_trainable: int = 0, local_steps: Any = None, lr: Any = None) -> tf.Tensor:
         """x̄ = mean_i x_i in one fused all-reduce; optional Δ update for the first n_trainable; x_i ← x̄.
@@ -401,6 +424,45 @@ class _SkipCorrectMixin:
         self._sc_comm.assign_add(t1 - t0)
         self._sc_syncs.assign_add(1)
         return t1 - t0
+
+    # ---- metrics: per worker between syncs --------------------------------------------------------
+    @_no_autograph
+    def _sc_in_train_graph(self) -> bool:
+        g = tf.compat.v1.get_default_graph()
+        while g is not None:
+            if g in self._sc_train_graphs:
+                return True
+            g = getattr(g, "outer_graph", None)
+        return False
+
+    @_no_autograph
+    def _reduce(self, reduce_op: Any, value: Any) -> Any:
+        """``strategy.reduce(op, v, axis=None)``; the path of every cross-replica read of a SyncOnRead
+        variable (tf-keras metric totals and counts read by ``Metric.result()``).
+
+        On a multi-worker cluster, inside a traced step that runs skip-and-correct updates, a metric read
+        is reduced over this worker's replicas only — no collective — unless the step synced (or the fit
+        hook asked for global values at an epoch's last step); then, and everywhere else (evaluate,
+        eager reads), it is the usual reduction over all workers.
+        """
+        parent = super()._reduce
+        if (getattr(self, "_num_workers", 1) > 1 and isinstance(value, _values.SyncOnReadVariable)
+                and not tf.executing_eagerly() and self._sc_in_train_graph()):
+            comps = list(value.values)
+
+            def local() -> tf.Tensor:
+                with tf.device(comps[0].device):
+                    total = tf.add_n([c.read_value() for c in comps]) if len(comps) > 1 else comps[0].read_value()
+                    if reduce_op == tf.distribute.ReduceOp.MEAN and len(comps) > 1:
+                        total = total / tf.cast(len(comps), total.dtype)
+                    return tf.identity(total)
+
+            def glob() -> tf.Tensor:
+                return tf.identity(parent(reduce_op, value))
+
+            go_global = tf.logical_or(self._sc_synced.read_value() > 0, self._sc_force_global.read_value() > 0)
+            return tf.cond(go_global, glob, local)
+        return parent(reduce_op, value)
 
     def _sc_regroup(self, comps: List[Any]) -> Any:
         return _values.PerReplica(tuple(comps))
