@@ -4,6 +4,9 @@ import json
 import os
 import sys
 
+import numpy as np
+import pytest
+
 from tf_commopt.cluster import run_cluster
 from tf_commopt.core.interval import FirstIterationPolicy
 
@@ -19,12 +22,18 @@ def test_two_workers_agree_on_the_first_iteration_interval():
     stats = [json.loads([x for x in r.outputs[f"worker:{i}"] if x.startswith("{")][-1]) for i in range(2)]
     a, b = stats
     for s in stats:
-        assert s["interval_chosen"] == 1 and s["steps"] == 6
+        assert s["interval_chosen"] == 1 and s["steps"] == 16
+        assert len(s["interval_t_comm_samples_s"]) == 3 and len(s["interval_t_comp_samples_s"]) == 12
         assert s["interval"] == FirstIterationPolicy(max_interval=1000).choose(s["interval_t_comm_s"],
                                                                                  s["interval_t_comp_s"])
         assert s["interval_overhead_s"] > 0
     assert (a["interval"], a["interval_t_comm_s"], a["interval_t_comp_s"]) == \
         (b["interval"], b["interval_t_comm_s"], b["interval_t_comp_s"])
+    # the agreed timings are the mean over the two workers of each worker's sample median
+    for key in ("comm", "comp"):
+        want = np.mean([np.median(s[f"interval_t_{key}_samples_s"]) for s in stats])
+        assert a[f"interval_t_{key}_s"] == pytest.approx(want, rel=1e-4, abs=2e-6)
     # ~2.1 MB of parameters over a 20 Mbit/s link take far longer than a 16-example step
-    assert a["interval"] > 1, a
-    assert a["syncs"] == 3 + 3 // a["interval"]  # steps 1-3 at H = 1, then every H
+    assert a["interval"] > 2, a
+    # steps 1-2 at H = 1, probe syncs after steps 6, 10 and 14 (H = 4), then every H
+    assert a["syncs"] == 2 + 3 + 2 // a["interval"]

@@ -53,12 +53,13 @@ def _custom_loop(strategy, batches, w0, b0, on_step):
 def test_auto_in_a_custom_loop_is_numpy_exact_after_choosing():
     # target_ratio tiny: H = max_interval whatever the timings, so the schedule is known in advance
     strategy = SkipCorrectStrategy(interval="auto", devices=DEVICES, target_ratio=1e-9, max_interval=4,
-                                   auto_warmup_steps=2)
+                                   auto_warmup_steps=2, auto_probe_interval=2, auto_measure_syncs=2)
     rng = np.random.RandomState(7)
     w0, b0 = rng.randn(F, C).astype(np.float32) * 0.3, rng.randn(C).astype(np.float32) * 0.1
-    batches = make_batches(12, R, B, F, C, seed=5)
-    # steps 1-3 at H = 1 (2 warm-up + the measured one), then H = 4: syncs after steps 7 and 11
-    ref = _rule_with_schedule(w0, b0, batches, [1, 1, 1] + [4] * 9, LR)
+    batches = make_batches(14, R, B, F, C, seed=5)
+    # steps 1-2 at H = 1 (warm-up), 3-6 at the probe H = 2 (timed syncs after steps 4 and 6, H chosen at
+    # step 6), then H = 4: syncs after steps 10 and 14
+    ref = _rule_with_schedule(w0, b0, batches, [1, 1] + [2] * 4 + [4] * 8, LR)
     seen = []
 
     def check(t, w, b, opt):
@@ -70,10 +71,14 @@ def test_auto_in_a_custom_loop_is_numpy_exact_after_choosing():
         np.testing.assert_allclose(dw, np.stack(ref[t][2]), rtol=1e-4, atol=1e-4, err_msg=f"delta step {t+1}")
 
     _custom_loop(strategy, batches, w0, b0, check)
-    assert seen == [1, 1, 4] + [4] * 9
+    assert seen == [1] * 5 + [4] * 9
     st = strategy.stats()
-    assert st["interval_chosen"] == 1 and st["syncs"] == 5
+    assert st["interval_chosen"] == 1 and st["syncs"] == 6
     assert st["interval_t_comm_s"] > 0 and st["interval_t_comp_s"] > 0
+    # the agreed numbers are the medians of the samples (one process: the mean over replicas of equal values)
+    assert len(st["interval_t_comm_samples_s"]) == 2 and len(st["interval_t_comp_samples_s"]) == 4
+    assert st["interval_t_comm_s"] == pytest.approx(np.median(st["interval_t_comm_samples_s"]), rel=1e-5, abs=2e-6)
+    assert st["interval_t_comp_s"] == pytest.approx(np.median(st["interval_t_comp_samples_s"]), rel=1e-5, abs=2e-6)
     assert 0 < st["interval_overhead_s"] < 5 and st["interval_selection_comm_s"] >= st["interval_t_comm_s"]
 
 
@@ -84,19 +89,20 @@ def test_auto_in_model_fit_picks_what_the_pure_policy_gives():
                                      tf.keras.layers.Dense(4)])
         model.compile(tf.keras.optimizers.SGD(0.01, momentum=0.9), "mse")
     rng = np.random.RandomState(0)
-    x, y = rng.rand(160, 64).astype(np.float32), rng.rand(160, 4).astype(np.float32)
-    model.fit(x, y, batch_size=16, epochs=1, verbose=0)  # 10 steps
+    x, y = rng.rand(320, 64).astype(np.float32), rng.rand(320, 4).astype(np.float32)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0)  # 20 steps
     st = strategy.stats()
-    assert st["interval_chosen"] == 1 and st["steps"] == 10
+    assert st["interval_chosen"] == 1 and st["steps"] == 20
     want = FirstIterationPolicy(max_interval=64).choose(st["interval_t_comm_s"], st["interval_t_comp_s"])
     assert st["interval"] == strategy.interval == want
-    # 3 syncs at H = 1 (steps 1-3), then one every H steps
-    assert st["syncs"] == 3 + 7 // want
+    # 2 warm-up syncs at H = 1, 3 probe syncs at H = 4 (steps 6, 10, 14), then one every H steps
+    assert st["syncs"] == 2 + 3 + 6 // want
 
 
 def test_auto_arguments_are_checked():
     for kw, where in (({"target_ratio": 0}, "target_ratio"), ({"max_interval": 0}, "max_interval"),
-                      ({"auto_warmup_steps": 0}, "auto_warmup_steps")):
+                      ({"auto_warmup_steps": 0}, "auto_warmup_steps"), ({"auto_probe_interval": 0}, "auto_probe_interval"),
+                      ({"auto_measure_syncs": 0}, "auto_measure_syncs")):
         with pytest.raises(InputError, match=where):
             SkipCorrectStrategy(interval="auto", devices=DEVICES, **kw)
 

@@ -30,7 +30,8 @@ def build(replicas, auto_ratio=None):
         strategy = SkipCorrectStrategy(interval=H, correction="vrl", devices=devices)
     else:
         strategy = SkipCorrectStrategy(interval="auto", correction="vrl", devices=devices, target_ratio=auto_ratio,
-                                       max_interval=H, auto_warmup_steps=1)
+                                       max_interval=H, auto_warmup_steps=1,
+                                       auto_probe_interval=1, auto_measure_syncs=1)
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,),
                                                            kernel_initializer=tf.keras.initializers.Constant(0.1))])

@@ -79,7 +79,7 @@ class AdaCommCallback(_keras().callbacks.Callback):
         strategy.set_interval(initial_interval)
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        syncs = int(self.strategy.extended._sc_syncs.numpy())
+        syncs = self.strategy.stats()["syncs"]
         if self._syncs is None or syncs != self._syncs:
             if self._syncs is not None and logs and "loss" in logs:
                 t0 = time.perf_counter()

@@ -48,19 +48,16 @@ import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
-from tensorflow.python.distribute import collective_all_reduce_strategy as _cars
-from tensorflow.python.distribute import collective_util
-from tensorflow.python.distribute import distribute_lib
-from tensorflow.python.distribute import mirrored_strategy as _ms
-from tensorflow.python.distribute import values as _values
-from tensorflow.python.distribute.cluster_resolver import tfconfig_cluster_resolver
-from tensorflow.python.ops import resource_variable_ops
 
-import numpy as np
-
-from tf_commopt.core.interval import first_iteration_interval, validate_interval
+from tf_commopt._compat import collective_all_reduce_strategy as _cars
+from tf_commopt._compat import collective_util, distribute_lib, tfconfig_cluster_resolver
+from tf_commopt._compat import mirrored_strategy as _ms
+from tf_commopt._compat import values as _values
+from tf_commopt.core.interval import validate_interval
 from tf_commopt.distribute import correction as _corr
+from tf_commopt.distribute.interval_state import IntervalState
 from tf_commopt.distribute.state import SkipCorrectState
+from tf_commopt.distribute.telemetry import Telemetry
 from tf_commopt.errors import InputError
 
 __all__ = ["SkipCorrectStrategy", "SkipCorrectExtended", "MultiWorkerSkipCorrectExtended"]
@@ -78,12 +75,6 @@ def _warn_once(key: str, message: str) -> None:
     if not _WARNED.get(key):
         _WARNED[key] = True
         _log.warning(message)
-
-
-def _host_variable(value: Any, dtype: tf.DType, name: str) -> tf.Variable:
-    """A plain (non-distributed) variable on the host CPU, created outside any strategy's creator."""
-    with tf.init_scope(), tf.device("/CPU:0"):
-        return resource_variable_ops.ResourceVariable(tf.constant(value, dtype), name=name, trainable=False)
 
 
 class _SkipCorrectMirroredVariable(_values.MirroredVariable):
@@ -115,38 +106,18 @@ def _components(value: Any) -> List[Any]:
 class _SkipCorrectMixin:
     """Skip-and-correct behaviour shared by the single-process and multi-worker extendeds."""
 
-    # set by _sc_init
-    _sc_interval: tf.Variable
-
     def _sc_init(self, interval: Union[int, str], correction: str, warmup_steps: int,
                  average_optimizer_state: bool, correction_lr: str = "effective", target_ratio: float = 1.0,
-                 max_interval: int = 256, auto_warmup_steps: int = 2) -> None:
+                 max_interval: int = 256, auto_warmup_steps: int = 2, auto_probe_interval: int = 4,
+                 auto_measure_syncs: int = 3) -> None:
         self._sc_correction_lr = correction_lr
-        self._sc_auto = interval == "auto"
-        self._sc_target_ratio = float(target_ratio)
-        self._sc_max_interval = int(max_interval)
-        self._sc_auto_warmup = int(auto_warmup_steps)
         self._sc_correction = correction
         self._sc_warmup = int(warmup_steps)
         self._sc_avg_slots = bool(average_optimizer_state)
-        initial = 1 if self._sc_auto else int(interval)
-        self._sc_interval = _host_variable(initial, tf.int64, "skip_correct/interval")
-        self._sc_steps = _host_variable(0, tf.int64, "skip_correct/steps")
-        self._sc_syncs = _host_variable(0, tf.int64, "skip_correct/syncs")
-        self._sc_bytes = _host_variable(0, tf.int64, "skip_correct/bytes")
-        self._sc_comm = _host_variable(0.0, tf.float64, "skip_correct/comm_s")
-        self._sc_compute = _host_variable(0.0, tf.float64, "skip_correct/compute_s")
-        self._sc_last_end = _host_variable(0.0, tf.float64, "skip_correct/last_end")
-        # interval="auto": the agreed timings, whether H is chosen, the extra seconds spent choosing it
-        self._sc_auto_done = _host_variable(0, tf.int64, "skip_correct/auto_done")
-        self._sc_t_comm = _host_variable(0.0, tf.float64, "skip_correct/t_comm")
-        self._sc_t_comp = _host_variable(0.0, tf.float64, "skip_correct/t_comp")
-        self._sc_auto_overhead = _host_variable(0.0, tf.float64, "skip_correct/interval_overhead_s")
-        self._sc_auto_select_comm = _host_variable(0.0, tf.float64, "skip_correct/selection_comm_s")
-        # metrics stay per worker between syncs: 1 when this step synced / when the caller (the fit
-        # hook at an epoch's last step) asks for global metric values
-        self._sc_synced = _host_variable(0, tf.int64, "skip_correct/synced")
-        self._sc_force_global = _host_variable(0, tf.int64, "skip_correct/force_global")
+        self.interval_state = IntervalState(interval, target_ratio=target_ratio, max_interval=max_interval,
+                                            warmup_steps=auto_warmup_steps, probe_interval=auto_probe_interval,
+                                            measure_syncs=auto_measure_syncs)
+        self.telemetry = Telemetry()
         self._sc_train_graphs: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._sc_states: Dict[int, SkipCorrectState] = {}
         self._sc_vars: List[weakref.ref] = []
@@ -297,14 +268,12 @@ class _SkipCorrectMixin:
     @_no_autograph
     def _sc_step_bookkeeping(self, optimizer: Any, var_list: Sequence[Any], state: SkipCorrectState,
                              t: tf.Tensor) -> None:
-        now = tf.timestamp()
-        last = self._sc_last_end.read_value()
-        step_dt = tf.where(last > 0.0, now - last, tf.constant(0.0, tf.float64))
-        self._sc_compute.assign_add(step_dt)
-        steps = self._sc_steps.assign_add(1)
+        tel, ivs = self.telemetry, self.interval_state
+        step_dt = tel.step_time()
+        steps = tel.steps.assign_add(1)
         local_phase = t > self._sc_warmup
         k = state.local_steps.read_value() + tf.cast(local_phase, tf.int64)
-        h = self._sc_interval.read_value()
+        h = ivs.effective(steps)
         do_sync = tf.logical_and(local_phase, k >= h)
         var_list = state.variables  # every variable of the state, also those without a gradient this step
         extras = self._sc_extra_vars(var_list, optimizer)
@@ -322,53 +291,23 @@ class _SkipCorrectMixin:
 
         new_k, sync_dt = tf.cond(do_sync, sync, skip)
         state.local_steps.assign(new_k)
-        self._sc_synced.assign(tf.cast(do_sync, tf.int64))
+        tel.synced.assign(tf.cast(do_sync, tf.int64))
         deps = [new_k]
-        if self._sc_auto:
-            # thesis 001: after the warm-up steps, the first scheduled sync (H = 1 until now) is the
-            # measured all-reduce and this step's local computation the measured step; every worker
-            # takes this branch at the same step (same counters), so the tiny agreement all-reduce matches
-            measure = tf.logical_and(tf.logical_and(do_sync, self._sc_auto_done.read_value() == 0),
-                                     steps > self._sc_auto_warmup)
+        if ivs.auto:
             with tf.control_dependencies([new_k]):
-                chosen = tf.cond(measure, lambda: self._sc_choose_interval(sync_dt, step_dt),
-                                 lambda: tf.constant(0, tf.int64))
-            deps.append(chosen)
+                deps.append(ivs.record(steps, step_dt, do_sync, sync_dt, tel.comm_s.read_value(), self._sc_agree))
         with tf.control_dependencies(deps):
-            self._sc_last_end.assign(tf.timestamp())
+            tel.last_end.assign(tf.timestamp())
 
     @_no_autograph
-    def _sc_choose_interval(self, t_comm: tf.Tensor, t_comp: tf.Tensor) -> tf.Tensor:
-        """Agree on (t_comm, t_comp) — MEAN all-reduce of two floats — and fix H by the pure policy.
-
-        Every worker applies :func:`tf_commopt.core.interval.first_iteration_interval` (what
-        ``FirstIterationPolicy.choose`` does) to the same agreed numbers, so all choose the same H.
-        The extra seconds (agreement + policy) go to ``interval_overhead_s``.
-        """
-        t0 = tf.timestamp()
-        with tf.control_dependencies([t0]):
-            vec = tf.stack([tf.cast(t_comm, tf.float64), tf.cast(t_comp, tf.float64)])
+    def _sc_agree(self, vec: tf.Tensor) -> tf.Tensor:
+        """MEAN of a small float vector over all replicas (every worker calls it at the same step)."""
         comps = []
         for d in self.worker_devices:
             with tf.device(d):
                 comps.append(tf.identity(vec))
         value = self._sc_regroup(comps)
-        agreed = _components(self.reduce_to(tf.distribute.ReduceOp.MEAN, value, destinations=value))[0]
-        ratio, cap = self._sc_target_ratio, self._sc_max_interval
-
-        def policy(c: np.ndarray, p: np.ndarray) -> np.ndarray:
-            return np.int64(first_iteration_interval(float(c), float(p), ratio, cap))
-
-        with tf.device("/CPU:0"):
-            h = tf.numpy_function(policy, [agreed[0], agreed[1]], tf.int64, stateful=True)
-            h = tf.reshape(h, [])
-        ops = [self._sc_interval.assign(h), self._sc_t_comm.assign(agreed[0]), self._sc_t_comp.assign(agreed[1]),
-               self._sc_auto_done.assign(1), self._sc_auto_select_comm.assign(self._sc_comm.read_value())]
-        with tf.control_dependencies(ops):
-            t1 = tf.timestamp()
-        self._sc_auto_overhead.assign_add(t1 - t0)
-        with tf.control_dependencies(ops):
-            return tf.identity(h)
+        return _components(self.reduce_to(tf.distribute.ReduceOp.MEAN, value, destinations=value))[0]
 
     # ---- communication (the one place) ------------------------------------------------------------
     @_no_autograph
@@ -394,7 +333,7 @@ class _SkipCorrectMixin:
                     pieces = tf.split(reduced[i], sizes) if len(sizes) > 1 else [reduced[i]]
                     for j, piece in zip(idx, pieces):
                         out[j][i] = tf.reshape(piece, tf.shape(per_var[j][i]))
-        self._sc_bytes.assign_add(payload)
+        self.telemetry.bytes.assign_add(payload)
         return out  # type: ignore[return-value]
 
     @_no_autograph
@@ -421,8 +360,8 @@ class _SkipCorrectMixin:
                     ops.append(c.assign(means[j][i]))
         with tf.control_dependencies(ops):
             t1 = tf.timestamp()
-        self._sc_comm.assign_add(t1 - t0)
-        self._sc_syncs.assign_add(1)
+        self.telemetry.comm_s.assign_add(t1 - t0)
+        self.telemetry.syncs.assign_add(1)
         return t1 - t0
 
     # ---- metrics: per worker between syncs --------------------------------------------------------
@@ -460,7 +399,8 @@ class _SkipCorrectMixin:
             def glob() -> tf.Tensor:
                 return tf.identity(parent(reduce_op, value))
 
-            go_global = tf.logical_or(self._sc_synced.read_value() > 0, self._sc_force_global.read_value() > 0)
+            tel = self.telemetry
+            go_global = tf.logical_or(tel.synced.read_value() > 0, tel.force_global.read_value() > 0)
             return tf.cond(go_global, glob, local)
         return parent(reduce_op, value)
 
@@ -490,7 +430,7 @@ class _SkipCorrectMixin:
                         if all(v is not e for e in extras):
                             extras.append(v)
         self._sc_average(trainable + extras)
-        self._sc_last_end.assign(0.0)
+        self.telemetry.reset_clock()
 
 
 def _no_agg(legacy: bool) -> Dict[str, bool]:
@@ -591,12 +531,13 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
 
     Args:
         interval: H, local steps between two global averagings (int ≥ 1), or ``"auto"`` (thesis 001's
-            first-iteration rule, built in: H = 1 for ``auto_warmup_steps`` steps (tracing, collective
-            set-up), then the next step's local computation (t_comp) and its sync — the same fused
-            all-reduce every sync uses (t_comm) — are timed, the two numbers are averaged over all
-            workers (one all-reduce of two floats) and every worker sets
-            H = clip(round(t_comm / (target_ratio·t_comp)), 1, max_interval) and keeps it. Works in
-            model.fit and custom loops (it lives in the step counting); see ``stats()``.
+            rule from the first iterations' timings, measured robustly: H = 1 for ``auto_warmup_steps``
+            steps (tracing, collective set-up), then H = ``auto_probe_interval`` until
+            ``auto_measure_syncs`` syncs are timed; every step is a t_comp sample, every sync a t_comm
+            sample; the workers average their medians (one all-reduce of two floats) and every worker
+            sets H = clip(round(t̃_comm / (target_ratio·t̃_comp)), 1, max_interval) and keeps it. Works in
+            model.fit and custom loops (it lives in the step counting); see ``stats()`` and
+            :mod:`tf_commopt.distribute.interval_state`.
         correction: ``"vrl"`` (VRL-SGD, Liang et al. 2019) or ``"none"`` (plain local SGD).
         warmup_steps: steps of plain synchronous SGD before local steps begin (post-local SGD).
         average_optimizer_state: also average the optimizer slots (momentum, Adam moments) at each
@@ -610,6 +551,8 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         target_ratio: ``"auto"`` only: the aimed (communication time)/(computation time) per epoch.
         max_interval: ``"auto"`` only: cap on the chosen H.
         auto_warmup_steps: ``"auto"`` only: steps (≥ 1) at H = 1 before measuring.
+        auto_probe_interval: ``"auto"`` only: H while measuring (≥ 1).
+        auto_measure_syncs: ``"auto"`` only: timed syncs (≥ 1) before H is chosen.
     """
 
     _collective_key_base = 0
@@ -618,7 +561,8 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
     def __init__(self, interval: Union[int, str] = 4, correction: str = "vrl", warmup_steps: int = 0,
                  average_optimizer_state: bool = False, devices: Optional[Sequence[str]] = None,
                  cluster_resolver: Any = None, correction_lr: str = "effective", target_ratio: float = 1.0,
-                 max_interval: int = 256, auto_warmup_steps: int = 2):
+                 max_interval: int = 256, auto_warmup_steps: int = 2, auto_probe_interval: int = 4,
+                 auto_measure_syncs: int = 3):
         interval = validate_interval(interval, where="SkipCorrectStrategy(interval=...)")
         correction = _corr.validate_correction(correction, where="SkipCorrectStrategy(correction=...)")
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
@@ -631,13 +575,15 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
                 or target_ratio == float("inf"):
             raise InputError(f"must be a positive number, got {target_ratio!r}",
                              where="SkipCorrectStrategy(target_ratio=...)")
-        for name, v in (("max_interval", max_interval), ("auto_warmup_steps", auto_warmup_steps)):
+        for name, v in (("max_interval", max_interval), ("auto_warmup_steps", auto_warmup_steps),
+                        ("auto_probe_interval", auto_probe_interval), ("auto_measure_syncs", auto_measure_syncs)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(f"must be an integer >= 1, got {v!r}", where=f"SkipCorrectStrategy({name}=...)")
         _check_keras()
         sc = dict(interval=interval, correction=correction, warmup_steps=warmup_steps,
                   average_optimizer_state=average_optimizer_state, correction_lr=correction_lr,
-                  target_ratio=float(target_ratio), max_interval=max_interval, auto_warmup_steps=auto_warmup_steps)
+                  target_ratio=float(target_ratio), max_interval=max_interval, auto_warmup_steps=auto_warmup_steps,
+                  auto_probe_interval=auto_probe_interval, auto_measure_syncs=auto_measure_syncs)
         # distinct collective group keys per instance (as TensorFlow's tests do), the same sequence on
         # every worker when they build their strategies in the same order
         SkipCorrectStrategy._made += 1
@@ -659,7 +605,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
     @property
     def interval(self) -> int:
         """The current H."""
-        return int(self.extended._sc_interval.numpy())
+        return int(self.extended.interval_state.interval.numpy())
 
     @property
     def correction(self) -> str:
@@ -672,47 +618,36 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
     @property
     def auto_interval(self) -> bool:
         """True when constructed with ``interval="auto"`` (H is chosen after the first measured step)."""
-        return self.extended._sc_auto
+        return self.extended.interval_state.auto
 
     def set_interval(self, interval: int) -> None:
         """Change H (every worker must set the same value). The hook point for interval policies."""
         interval = validate_interval(interval, where="SkipCorrectStrategy.set_interval")
         if interval == "auto":
             raise InputError("set_interval needs an integer", where="SkipCorrectStrategy.set_interval")
-        self.extended._sc_interval.assign(int(interval))
+        self.extended.interval_state.set(int(interval))
 
     def sync(self) -> None:
         """Average the replicas now (cross-replica context; outside the H rhythm, no Δ update)."""
         with self.scope():
             self.extended.sync_now()
 
-    def stats(self) -> Dict[str, Union[int, float]]:
+    def stats(self) -> Dict[str, Any]:
         """Telemetry: interval, steps, syncs, comm_s, compute_s, bytes_communicated (this process).
 
         With ``interval="auto"`` also: ``interval_chosen`` (0/1), ``interval_t_comm_s`` and
         ``interval_t_comp_s`` (the timings averaged over workers, from which H was chosen),
         ``interval_overhead_s`` (extra seconds spent choosing H: the agreement all-reduce and the
         policy) and ``interval_selection_comm_s`` (all sync seconds before H was fixed: the H = 1 syncs
-        including the measured one, and any earlier out-of-rhythm sync — an upper bound on the syncs
-        the selection added).
+        including the measured ones, and any earlier out-of-rhythm sync — an upper bound on the syncs
+        the selection added), ``interval_t_comm_samples_s`` / ``interval_t_comp_samples_s`` (this
+        worker's probe samples: the spread behind the medians).
         """
         e = self.extended
-        out = {
-            "interval": int(e._sc_interval.numpy()),
-            "steps": int(e._sc_steps.numpy()),
-            "syncs": int(e._sc_syncs.numpy()),
-            "comm_s": float(e._sc_comm.numpy()),
-            "compute_s": float(e._sc_compute.numpy()),
-            "bytes_communicated": int(e._sc_bytes.numpy()),
-        }
-        if e._sc_auto:
-            out.update({"interval_chosen": int(e._sc_auto_done.numpy()),
-                        "interval_t_comm_s": float(e._sc_t_comm.numpy()),
-                        "interval_t_comp_s": float(e._sc_t_comp.numpy()),
-                        "interval_overhead_s": float(e._sc_auto_overhead.numpy()),
-                        "interval_selection_comm_s": float(e._sc_auto_select_comm.numpy())})
+        out: Dict[str, Any] = e.interval_state.as_dict()
+        out.update(e.telemetry.as_dict())
         return out
 
     def reset_step_clock(self) -> None:
         """Forget the end time of the last step (so a pause, e.g. evaluation, is not counted as compute)."""
-        self.extended._sc_last_end.assign(0.0)
+        self.extended.telemetry.reset_clock()

@@ -19,10 +19,10 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.distribute import values as _values
-from tensorflow.python.ops import resource_variable_ops
-from tensorflow.python.saved_model import save_context
-from tensorflow.python.trackable import base as _trackable
+
+from tf_commopt._compat import resource_variable_ops, save_context
+from tf_commopt._compat import trackable_base as _trackable
+from tf_commopt._compat import values as _values
 
 from tf_commopt.errors import InputError
 
@@ -95,12 +95,9 @@ class SkipCorrectState(_trackable.Trackable):
         out: Dict[str, Any] = {
             "local_steps": self.local_steps.read_value(),
             "num_replicas": tf.constant(self._strategy.num_replicas_in_sync, tf.int64),
-            "interval": ext._sc_interval.read_value(),
         }
-        if ext._sc_auto:  # interval="auto": whether H was chosen and the agreed timings it was chosen from
-            out["interval_chosen"] = ext._sc_auto_done.read_value()
-            out["interval_t_comm_s"] = ext._sc_t_comm.read_value()
-            out["interval_t_comp_s"] = ext._sc_t_comp.read_value()
+        # H; for interval="auto" also whether it was chosen and the agreed timings it was chosen from
+        out.update(ext.interval_state.checkpoint_tensors())
         if self.deltas is not None:
             for j, d in enumerate(self.deltas):
                 out["delta_%d" % j] = self._stacked(d)
@@ -121,14 +118,9 @@ class SkipCorrectState(_trackable.Trackable):
                 f"the checkpoint was written with {int(saved)} replicas but this SkipCorrectStrategy has {here}; "
                 "the per-replica corrections cannot be mapped", where="SkipCorrectStrategy restore"))
         ops.append(self.local_steps.assign(restored_tensors["local_steps"]))
-        if ext._sc_auto:
-            # a restored "auto" run keeps the H it chose (no new measurement); a checkpoint written
-            # before H was chosen (or by an older version without the flag) measures again
-            ops.append(ext._sc_interval.assign(restored_tensors["interval"]))
-            for key, var in (("interval_chosen", ext._sc_auto_done), ("interval_t_comm_s", ext._sc_t_comm),
-                             ("interval_t_comp_s", ext._sc_t_comp)):
-                if key in restored_tensors:
-                    ops.append(var.assign(restored_tensors[key]))
+        # a restored "auto" run keeps the H it chose (no new measurement); a checkpoint written before H
+        # was chosen (or by an older version without the flag) measures again
+        ops.extend(ext.interval_state.restore_ops(restored_tensors))
         if self.deltas is not None:
             off = self._global_offset()
             for j, d in enumerate(self.deltas):

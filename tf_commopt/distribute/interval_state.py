@@ -1,0 +1,188 @@
+"""The communication interval H of a SkipCorrectStrategy, and how ``interval="auto"`` chooses it.
+
+Example:
+    >>> s = IntervalState("auto")                 # doctest: +SKIP
+    >>> int(s.interval.numpy()), s.auto           # doctest: +SKIP
+    (1, True)
+
+A fixed H is one host variable. ``interval="auto"`` (thesis 001's rule, measured robustly) goes
+through three phases, counted in steps t = 1, 2, ... of this strategy:
+
+1. **warm-up** (t ≤ ``warmup_steps``, default 2): H = 1 — tracing and collective set-up happen here
+   and are not measured;
+2. **probe**: H = ``probe_interval`` (default 4) until ``measure_syncs`` (default 3) scheduled syncs
+   are done. Every step's local computation time is a t_comp sample (wall time between two steps'
+   bookkeeping, so input and loop overhead count) and every sync's wall time a t_comm sample. Syncs
+   after ``probe_interval − 1`` idle local steps are timed as they will run later (a sync right after
+   another one finds TCP's congestion window open and is faster than one after idle steps);
+3. **chosen**: at the last probe sync every worker takes the medians of its own samples, the workers
+   average the two medians (one MEAN all-reduce of two floats, the agreement), and every worker sets
+   H = clip(round(t̃_comm / (target_ratio · t̃_comp)), 1, max_interval)
+   (:func:`tf_commopt.core.interval.first_iteration_interval`) and keeps it.
+
+``stats()`` reports the agreed medians, this worker's samples (the spread) and the seconds the
+selection cost (``interval_overhead_s``: agreement + policy; ``interval_selection_comm_s``: all sync
+seconds before H was fixed).
+
+Checkpoints (``SkipCorrectState``) hold H, whether it was chosen and the agreed medians: a restored
+run keeps its H; one restored before H was chosen measures again.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Union
+
+import numpy as np
+import tensorflow as tf
+
+from tf_commopt._compat import host_variable
+from tf_commopt.core.interval import first_iteration_interval
+
+__all__ = ["IntervalState", "median"]
+
+
+def median(values: tf.Tensor) -> tf.Tensor:
+    """Median of a 1-D float tensor with at least one element (mean of the middle two for even n).
+
+    >>> float(median(tf.constant([3.0, 1.0, 2.0, 10.0])))   # doctest: +SKIP
+    2.5
+    """
+    s = tf.sort(values)
+    n = tf.shape(s)[0]
+    return (s[(n - 1) // 2] + s[n // 2]) / 2
+
+
+class IntervalState:
+    """H, and for ``interval="auto"`` the probe samples, the agreed medians and the selection cost."""
+
+    def __init__(self, interval: Union[int, str], target_ratio: float = 1.0, max_interval: int = 256,
+                 warmup_steps: int = 2, probe_interval: int = 4, measure_syncs: int = 3) -> None:
+        self.auto = interval == "auto"
+        self.target_ratio = float(target_ratio)
+        self.max_interval = int(max_interval)
+        self.warmup_steps = int(warmup_steps)
+        self.probe_interval = int(probe_interval)
+        self.measure_syncs = int(measure_syncs)
+        self.interval = host_variable(1 if self.auto else int(interval), tf.int64, "skip_correct/interval")
+        self.chosen = host_variable(0, tf.int64, "skip_correct/auto_done")
+        self.t_comm = host_variable(0.0, tf.float64, "skip_correct/t_comm")
+        self.t_comp = host_variable(0.0, tf.float64, "skip_correct/t_comp")
+        self.overhead_s = host_variable(0.0, tf.float64, "skip_correct/interval_overhead_s")
+        self.selection_comm_s = host_variable(0.0, tf.float64, "skip_correct/selection_comm_s")
+        # probe samples: enough room for every step of the probe phase
+        self._comp_cap = self.probe_interval * self.measure_syncs + 1
+        self.comp_samples = host_variable(np.zeros(self._comp_cap), tf.float64, "skip_correct/comp_samples")
+        self.comm_samples = host_variable(np.zeros(self.measure_syncs), tf.float64, "skip_correct/comm_samples")
+        self.n_comp = host_variable(0, tf.int64, "skip_correct/n_comp")
+        self.n_comm = host_variable(0, tf.int64, "skip_correct/n_comm")
+
+    # ---- in the traced step ------------------------------------------------------------------------
+    def effective(self, steps: tf.Tensor) -> tf.Tensor:
+        """H for the step numbered ``steps`` (1-based, this strategy's count)."""
+        h = self.interval.read_value()
+        if not self.auto:
+            return h
+        probing = tf.logical_and(self.chosen.read_value() == 0, steps > self.warmup_steps)
+        return tf.where(probing, tf.constant(self.probe_interval, tf.int64), h)
+
+    def probing(self, steps: tf.Tensor) -> tf.Tensor:
+        """Whether this step's timings are probe samples (auto only)."""
+        return tf.logical_and(self.chosen.read_value() == 0, steps > self.warmup_steps)
+
+    def record(self, steps: tf.Tensor, step_dt: tf.Tensor, did_sync: tf.Tensor, sync_dt: tf.Tensor,
+               comm_total: tf.Tensor, agree: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
+        """Record this step's samples while probing; at the last probe sync choose H (every worker takes
+        this branch at the same step: same counters). ``agree`` MEAN-all-reduces a [2] float64 vector.
+        Returns H chosen at this step, or 0."""
+        probing = self.probing(steps)
+
+        def sample() -> tf.Tensor:
+            i = self.n_comp.read_value()
+            ops = [tf.cond(i < self._comp_cap, lambda: self._put(self.comp_samples, i, step_dt),
+                           lambda: tf.constant(0, tf.int64)),
+                   self.n_comp.assign_add(1)]
+            with tf.control_dependencies(ops):
+                return tf.cond(did_sync, lambda: self._on_sync(sync_dt, comm_total, agree),
+                               lambda: tf.constant(0, tf.int64))
+
+        return tf.cond(probing, sample, lambda: tf.constant(0, tf.int64))
+
+    @staticmethod
+    def _put(buf: Any, i: tf.Tensor, value: tf.Tensor) -> tf.Tensor:
+        upd = buf.scatter_nd_update(tf.reshape(i, [1, 1]), tf.reshape(tf.cast(value, tf.float64), [1]))
+        with tf.control_dependencies([upd]):
+            return tf.constant(0, tf.int64)
+
+    def _on_sync(self, sync_dt: tf.Tensor, comm_total: tf.Tensor,
+                 agree: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
+        j = self.n_comm.read_value()
+        put = self._put(self.comm_samples, j, sync_dt)
+        with tf.control_dependencies([put]):
+            n = self.n_comm.assign_add(1)
+        return tf.cond(n >= self.measure_syncs, lambda: self._choose(comm_total, agree),
+                       lambda: tf.constant(0, tf.int64))
+
+    def _choose(self, comm_total: tf.Tensor, agree: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
+        t0 = tf.timestamp()
+        with tf.control_dependencies([t0]):
+            n_comp = tf.minimum(self.n_comp.read_value(), self._comp_cap)
+            comp = median(self.comp_samples.read_value()[:n_comp])
+            comm = median(self.comm_samples.read_value())
+        agreed = agree(tf.stack([comm, comp]))
+        ratio, cap = self.target_ratio, self.max_interval
+
+        def policy(c: np.ndarray, p: np.ndarray) -> np.ndarray:
+            return np.int64(first_iteration_interval(float(c), float(p), ratio, cap))
+
+        with tf.device("/CPU:0"):
+            h = tf.reshape(tf.numpy_function(policy, [agreed[0], agreed[1]], tf.int64, stateful=True), [])
+        ops = [self.interval.assign(h), self.t_comm.assign(agreed[0]), self.t_comp.assign(agreed[1]),
+               self.chosen.assign(1), self.selection_comm_s.assign(comm_total)]
+        with tf.control_dependencies(ops):
+            t1 = tf.timestamp()
+        self.overhead_s.assign_add(t1 - t0)
+        with tf.control_dependencies(ops):
+            return tf.identity(h)
+
+    # ---- eager -------------------------------------------------------------------------------------
+    def set(self, interval: int) -> None:
+        """Set H from outside (``strategy.set_interval``): an "auto" selection still under way ends here,
+        the caller's H wins."""
+        self.interval.assign(int(interval))
+        if self.auto:
+            self.chosen.assign(1)
+
+    def as_dict(self) -> Dict[str, Any]:
+        """``interval`` and, for auto, the selection's figures (see the module docstring)."""
+        out: Dict[str, Any] = {"interval": int(self.interval.numpy())}
+        if self.auto:
+            n_comp = min(int(self.n_comp.numpy()), self._comp_cap)
+            n_comm = min(int(self.n_comm.numpy()), self.measure_syncs)
+            out.update({
+                "interval_chosen": int(self.chosen.numpy()),
+                "interval_t_comm_s": float(self.t_comm.numpy()),
+                "interval_t_comp_s": float(self.t_comp.numpy()),
+                "interval_overhead_s": float(self.overhead_s.numpy()),
+                "interval_selection_comm_s": float(self.selection_comm_s.numpy()),
+                "interval_t_comm_samples_s": [round(float(x), 6) for x in self.comm_samples.numpy()[:n_comm]],
+                "interval_t_comp_samples_s": [round(float(x), 6) for x in self.comp_samples.numpy()[:n_comp]],
+            })
+        return out
+
+    # ---- checkpoint --------------------------------------------------------------------------------
+    def checkpoint_tensors(self) -> Dict[str, tf.Tensor]:
+        out = {"interval": self.interval.read_value()}
+        if self.auto:
+            out.update({"interval_chosen": self.chosen.read_value(), "interval_t_comm_s": self.t_comm.read_value(),
+                        "interval_t_comp_s": self.t_comp.read_value()})
+        return out
+
+    def restore_ops(self, restored: Dict[str, Any]) -> list:
+        """A restored auto run keeps the H it chose; a fixed H is the constructor's, not the file's."""
+        if not self.auto:
+            return []
+        ops = [self.interval.assign(restored["interval"])]
+        for key, var in (("interval_chosen", self.chosen), ("interval_t_comm_s", self.t_comm),
+                         ("interval_t_comp_s", self.t_comp)):
+            if key in restored:
+                ops.append(var.assign(restored[key]))
+        return ops

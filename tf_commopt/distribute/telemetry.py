@@ -1,0 +1,64 @@
+"""Telemetry of a SkipCorrectStrategy: what one process did (steps, syncs, bytes, seconds).
+
+The counters are plain host variables (on ``/CPU:0``, outside any strategy), updated inside the traced
+step, read eagerly by :meth:`Telemetry.as_dict` (``strategy.stats()``). They are telemetry, not model
+state: checkpoints do not hold them.
+
+Example:
+    >>> t = Telemetry()                       # doctest: +SKIP
+    >>> t.as_dict()["syncs"]                  # doctest: +SKIP
+    0
+
+Clocks: ``compute_s`` adds, for every step, the wall time from the end of the previous step's
+bookkeeping to the start of this one's (forward, backward, local update, input and loop overhead;
+the first step after :meth:`reset_clock` adds nothing); ``comm_s`` adds the wall time of every
+averaging (read, fused all-reduce, assign).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import tensorflow as tf
+
+from tf_commopt._compat import host_variable
+
+__all__ = ["Telemetry"]
+
+
+class Telemetry:
+    """Counters and clocks of one process's skip-and-correct steps."""
+
+    def __init__(self) -> None:
+        self.steps = host_variable(0, tf.int64, "skip_correct/steps")
+        self.syncs = host_variable(0, tf.int64, "skip_correct/syncs")
+        self.bytes = host_variable(0, tf.int64, "skip_correct/bytes")
+        self.comm_s = host_variable(0.0, tf.float64, "skip_correct/comm_s")
+        self.compute_s = host_variable(0.0, tf.float64, "skip_correct/compute_s")
+        self.last_end = host_variable(0.0, tf.float64, "skip_correct/last_end")
+        # 1 when the latest step synced: metric reads in that step may use a collective (see _reduce)
+        self.synced = host_variable(0, tf.int64, "skip_correct/synced")
+        # 1 while the fit hook wants global metric values (the step that ends an epoch)
+        self.force_global = host_variable(0, tf.int64, "skip_correct/force_global")
+
+    def step_time(self) -> tf.Tensor:
+        """In a traced step: seconds since the end of the previous step (0 after a clock reset); adds
+        them to ``compute_s``."""
+        now = tf.timestamp()
+        last = self.last_end.read_value()
+        dt = tf.where(last > 0.0, now - last, tf.constant(0.0, tf.float64))
+        self.compute_s.assign_add(dt)
+        return dt
+
+    def reset_clock(self) -> None:
+        """Forget the end of the last step (a pause, e.g. evaluation, is not compute)."""
+        self.last_end.assign(0.0)
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The counters as Python numbers (eager)."""
+        return {
+            "steps": int(self.steps.numpy()),
+            "syncs": int(self.syncs.numpy()),
+            "comm_s": float(self.comm_s.numpy()),
+            "compute_s": float(self.compute_s.numpy()),
+            "bytes_communicated": int(self.bytes.numpy()),
+        }
