@@ -380,9 +380,11 @@ class _SkipCorrectMixin:
         variable (tf-keras metric totals and counts read by ``Metric.result()``).
 
         On a multi-worker cluster, inside a traced step that runs skip-and-correct updates, a metric read
-        is reduced over this worker's replicas only — no collective — unless the step synced (or the fit
-        hook asked for global values at an epoch's last step); then, and everywhere else (evaluate,
-        eager reads), it is the usual reduction over all workers.
+        is reduced over this worker's replicas only — no collective — unless the step synced; then, and
+        everywhere else (evaluate, eager reads), it is the usual reduction over all workers. So the
+        per-batch values Keras shows between syncs are this worker's running means, and the epoch's
+        values (History, the progress bar's final line: tf-keras re-reads every metric eagerly at the
+        epoch end) are global, as under MultiWorkerMirroredStrategy.
         """
         parent = super()._reduce
         if (getattr(self, "_num_workers", 1) > 1 and isinstance(value, _values.SyncOnReadVariable)
@@ -399,9 +401,7 @@ class _SkipCorrectMixin:
             def glob() -> tf.Tensor:
                 return tf.identity(parent(reduce_op, value))
 
-            tel = self.telemetry
-            go_global = tf.logical_or(tel.synced.read_value() > 0, tel.force_global.read_value() > 0)
-            return tf.cond(go_global, glob, local)
+            return tf.cond(self.telemetry.synced.read_value() > 0, glob, local)
         return parent(reduce_op, value)
 
     def _sc_regroup(self, comps: List[Any]) -> Any:

@@ -37,8 +37,6 @@ class Telemetry:
         self.last_end = host_variable(0.0, tf.float64, "skip_correct/last_end")
         # 1 when the latest step synced: metric reads in that step may use a collective (see _reduce)
         self.synced = host_variable(0, tf.int64, "skip_correct/synced")
-        # 1 while the fit hook wants global metric values (the step that ends an epoch)
-        self.force_global = host_variable(0, tf.int64, "skip_correct/force_global")
 
     def step_time(self) -> tf.Tensor:
         """In a traced step: seconds since the end of the previous step (0 after a clock reset); adds
