@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from tf_commopt.errors import ClusterError, InputError
+from tf_commopt.threads import thread_env
 
 __all__ = ["run_cluster", "ClusterResult", "TOPOLOGIES", "main"]
 
@@ -380,7 +381,8 @@ def _validate(command: Sequence[str], workers: int, ps: int, bandwidth_mbit: Opt
 def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool = False,
                 bandwidth_mbit: Optional[float] = None, topology: str = "switch", timeout: Optional[float] = None,
                 env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
-                echo: bool = True, stream: Optional[TextIO] = None) -> ClusterResult:
+                echo: bool = True, stream: Optional[TextIO] = None,
+                threads_per_task: Optional[int] = None) -> ClusterResult:
     """Run ``command`` once per task of a local TF_CONFIG cluster and wait for it to finish.
 
     Example:
@@ -398,6 +400,9 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         env: extra environment variables for every task (on top of this process's environment).
         cwd: working directory of the tasks.
         echo: print each task's lines, prefixed ``[task:i] ``, as they come (to ``stream``, default stdout).
+        threads_per_task: TensorFlow/OpenMP threads of each task (:mod:`tf_commopt.threads`); None = the
+            machine's cores divided among the tasks, 0 = leave TensorFlow's defaults. Variables already
+            set in ``env`` or this process's environment win.
 
     Returns:
         A ClusterResult; task failures are reported in it, not raised.
@@ -408,6 +413,9 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         network removed.
     """
     _validate(command, workers, ps, bandwidth_mbit, topology, timeout)
+    if threads_per_task is not None and (isinstance(threads_per_task, bool) or not isinstance(threads_per_task, int)
+                                         or threads_per_task < 0):
+        raise InputError(f"must be an integer >= 0 or None, got {threads_per_task!r}", where="threads_per_task")
     out = (stream or sys.stdout) if echo else None
     specs = _task_names(workers, ps, chief)
     names = [f"{t}:{i}" for t, i in specs]
@@ -433,6 +441,9 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         base_env = dict(os.environ)
         base_env.update(env or {})
         base_env.setdefault("PYTHONUNBUFFERED", "1")
+        if threads_per_task != 0:
+            for var, value in thread_env(len(specs), per_task=threads_per_task).items():
+                base_env.setdefault(var, value)
         for i, (name, cfg) in enumerate(zip(names, configs)):
             task_env = dict(base_env, TF_CONFIG=json.dumps(cfg))
             argv = net.wrap(i, list(command)) if net else list(command)
@@ -518,6 +529,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", default="switch", help="switch (a shaped link per task) or shared (one shaped loopback)")
     p.add_argument("--timeout", type=_positive_float("seconds"), default=None, help="kill every task after S seconds")
     p.add_argument("--quiet", action="store_true", help="do not echo the tasks' output")
+    p.add_argument("--threads-per-task", type=int, default=None,
+                   help="TensorFlow/OpenMP threads per task (default: the cores divided among the tasks; "
+                        "0 = TensorFlow's defaults)")
     return p
 
 
@@ -542,12 +556,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"argument --workers: must be >= 1, got {args.workers}")
     if args.ps < 0:
         parser.error(f"argument --ps: must be >= 0, got {args.ps}")
+    if args.threads_per_task is not None and args.threads_per_task < 0:
+        parser.error(f"argument --threads-per-task: must be >= 0, got {args.threads_per_task}")
     if args.topology not in TOPOLOGIES:
         parser.error(f"argument --topology: unknown topology {args.topology!r}; choose switch or shared")
     try:
         r = run_cluster(command, workers=args.workers, ps=args.ps, chief=args.chief,
                         bandwidth_mbit=args.bandwidth_mbit, topology=args.topology, timeout=args.timeout,
-                        echo=not args.quiet)
+                        echo=not args.quiet, threads_per_task=args.threads_per_task)
     except (InputError, ClusterError) as e:
         sys.stderr.write(f"tf_commopt.cluster: error: {e}\n")
         return 2
