@@ -67,6 +67,8 @@ flags.DEFINE_integer("max_interval", 256, "--interval=auto: cap on the chosen H"
 flags.DEFINE_string("correction_lr", "effective", "skip_correct: the lr in the vrl update: effective "
                     "(lr/(1-momentum)) or optimizer (the optimizer's lr; see docs/skip_correct.md)")
 flags.DEFINE_float("bench_allreduce_mb", 0.0, "after training, time an all-reduce of this many MB (0 = off)")
+flags.DEFINE_integer("steps_per_execution", 1, "training steps per call of the traced train function (tf-keras "
+                     "compile(steps_per_execution=...)); skip_correct keeps its exact H rhythm inside a call")
 flags.DEFINE_integer("bench_repeats", 3, "timed repetitions of the all-reduce benchmark")
 flags.DEFINE_string("backup_dir", "", "resume: every task checkpoints here at each epoch end and a restarted run "
                     "continues from the last epoch every task completed (per-epoch seeded data order)")
@@ -96,6 +98,7 @@ class Config:
     bench_allreduce_mb: float = 0.0
     bench_repeats: int = 3
     backup_dir: str = ""
+    steps_per_execution: int = 1
 
 
 @dataclass
@@ -115,7 +118,7 @@ def validate(cfg: Config) -> Config:
     if cfg.dataset not in DATASETS:
         raise InputError(f"unknown dataset {cfg.dataset!r}; choose one of {', '.join(DATASETS)}", where="--dataset")
     for name, low in (("batch_size", 1), ("epochs", 1), ("steps", 0), ("replicas", 1), ("warmup_steps", 0),
-                      ("bench_repeats", 1), ("max_interval", 1)):
+                      ("bench_repeats", 1), ("max_interval", 1), ("steps_per_execution", 1)):
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise InputError(f"must be an integer >= {low}, got {v!r}", where=f"--{name}")
@@ -384,7 +387,7 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
         model = build_model(cfg.model, data.input_shape, data.num_classes)
         model.compile(optimizer=tf_keras.optimizers.SGD(cfg.learning_rate, momentum=cfg.momentum),
                       loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"])
+                      metrics=["accuracy"], steps_per_execution=cfg.steps_per_execution)
     callbacks, first_epoch = [], 0
     if cfg.backup_dir:
         tasks = ([f"{t}-{i}" for t in ("chief", "worker") for i in range(len(tfc.cluster.get(t, [])))]

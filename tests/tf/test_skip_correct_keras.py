@@ -180,3 +180,23 @@ def test_auto_interval_policy_hook_sets_h_from_measured_times():
     # H = 1 for steps 1-2 (2 warm-up syncs); step 3 starts the built-in probe (H = 4, k = 1); the policy
     # then sets H = 3, which ends the built-in selection: syncs after steps 5, 8 and 11
     assert strategy.interval == 3 and strategy.stats()["syncs"] == 5
+
+
+@pytest.mark.parametrize("spe", [2, 4])
+def test_steps_per_execution_keeps_the_exact_rule_and_rhythm(spe):
+    # several local steps per call: syncs still land on every H-th step (H = 3 does not divide spe = 2 or 4)
+    rng = np.random.RandomState(8)
+    w0, b0 = rng.randn(F, C).astype(np.float32) * 0.3, np.zeros(C, np.float32)
+    steps, h = 10, 3
+    batches = make_batches(steps, R, B, F, C, seed=23)
+    ref = run_rule(w0, b0, batches, h, "vrl", LR)
+    strategy = SkipCorrectStrategy(interval=h, correction="vrl", devices=DEVICES)
+    with strategy.scope():
+        model = _softmax_model(w0, b0, tf.keras.optimizers.SGD(LR))
+        model.compile(model.optimizer, model.loss, steps_per_execution=spe)
+    x, y = _global_batches(batches)
+    model.fit(x, y, batch_size=R * B, epochs=1, shuffle=False, verbose=0)
+    for i in range(R):  # step 10 is one step after the sync at 9
+        np.testing.assert_allclose(model.layers[0].kernel.values[i].numpy(), ref[-1][0][i], rtol=1e-5, atol=1e-5)
+    st = strategy.stats()
+    assert st["steps"] == steps and st["syncs"] == steps // h

@@ -76,15 +76,33 @@ class SkipCorrectState(_trackable.Trackable):
         ext = self._strategy.extended
         return int(getattr(ext, "_id_in_cluster", 0)) * len(ext.worker_devices)
 
-    def _stacked(self, d: Any) -> tf.Tensor:
+    def _stacked_all(self) -> List[tf.Tensor]:
+        """Δ of every variable stacked over all replicas of the cluster: [R, *shape] per variable.
+
+        On a cluster the Δs of one dtype travel in one flat all-gather (a fixed shape, so the gather
+        is traced once, not once per variable shape at every checkpoint)."""
+        assert self.deltas is not None
         ext = self._strategy.extended
-        comps = list(d.values)
-        if getattr(ext, "_num_workers", 1) > 1:
+        if getattr(ext, "_num_workers", 1) <= 1:
+            with tf.device("/CPU:0"):
+                return [tf.stack([c.read_value() for c in d.values]) for d in self.deltas]
+        out: List[Any] = [None] * len(self.deltas)
+        by_dtype: Dict[Any, List[int]] = {}
+        for j, d in enumerate(self.deltas):
+            by_dtype.setdefault(d.dtype, []).append(j)
+        n_local = len(self.deltas[0].values)
+        for idx in by_dtype.values():
+            sizes = [int(self.deltas[j].shape.num_elements()) for j in idx]
+            bufs = []
+            for i in range(n_local):
+                comps = [self.deltas[j].values[i] for j in idx]
+                with tf.device(comps[0].device):
+                    bufs.append(tf.expand_dims(tf.concat([tf.reshape(c.read_value(), [-1]) for c in comps], 0), 0))
             with self._strategy.scope():
-                per = _values.PerReplica(tuple(tf.expand_dims(c.read_value(), 0) for c in comps))
-                return self._strategy.gather(per, axis=0)
-        with tf.device("/CPU:0"):
-            return tf.stack([c.read_value() for c in comps])
+                rows = self._strategy.gather(_values.PerReplica(tuple(bufs)), axis=0)  # [R, sum(sizes)]
+            for j, piece in zip(idx, tf.split(rows, sizes, axis=1)):
+                out[j] = tf.reshape(piece, [-1] + self.deltas[j].shape.as_list())
+        return out
 
     def _serialize_to_tensors(self) -> Dict[str, Any]:
         if save_context.in_save_context():
@@ -99,8 +117,8 @@ class SkipCorrectState(_trackable.Trackable):
         # H; for interval="auto" also whether it was chosen and the agreed timings it was chosen from
         out.update(ext.interval_state.checkpoint_tensors())
         if self.deltas is not None:
-            for j, d in enumerate(self.deltas):
-                out["delta_%d" % j] = self._stacked(d)
+            for j, rows in enumerate(self._stacked_all()):
+                out["delta_%d" % j] = rows
         return out
 
     def _restore_from_tensors(self, restored_tensors: Dict[str, Any]) -> Any:
