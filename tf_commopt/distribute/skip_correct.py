@@ -125,6 +125,11 @@ class _SkipCorrectMixin:
 
     # ---- variables -------------------------------------------------------------------------------
     def _create_variable(self, next_creator, **kwargs):
+        if self._sc_internal and isinstance(self, _cars.CollectiveAllReduceExtended):
+            # our own state (the Δ_i, zeros on every worker): the one-device-per-worker mirrored creator,
+            # without MultiWorkerMirrored's broadcast of the initial value (a round trip per variable
+            # at start-up)
+            return _ms.MirroredExtended._create_variable(self, next_creator, **kwargs)
         v = super()._create_variable(next_creator, **kwargs)
         if type(v) is _values.MirroredVariable and not self._sc_internal:
             v.__class__ = _SkipCorrectMirroredVariable
@@ -360,8 +365,7 @@ class _SkipCorrectMixin:
                     ops.append(c.assign(means[j][i]))
         with tf.control_dependencies(ops):
             t1 = tf.timestamp()
-        self.telemetry.comm_s.assign_add(t1 - t0)
-        self.telemetry.syncs.assign_add(1)
+        self.telemetry.add_sync(t1 - t0)
         return t1 - t0
 
     # ---- metrics: per worker between syncs --------------------------------------------------------

@@ -12,7 +12,8 @@ Example:
 Clocks: ``compute_s`` adds, for every step, the wall time from the end of the previous step's
 bookkeeping to the start of this one's (forward, backward, local update, input and loop overhead;
 the first step after :meth:`reset_clock` adds nothing); ``comm_s`` adds the wall time of every
-averaging (read, fused all-reduce, assign).
+averaging (read, fused all-reduce, assign); ``first_sync_s`` is the first averaging's (it also sets
+up the collective group), so a steady per-sync time is ``(comm_s − first_sync_s) / (syncs − 1)``.
 """
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ class Telemetry:
         self.comm_s = host_variable(0.0, tf.float64, "skip_correct/comm_s")
         self.compute_s = host_variable(0.0, tf.float64, "skip_correct/compute_s")
         self.last_end = host_variable(0.0, tf.float64, "skip_correct/last_end")
+        # the first averaging also sets up the collective group: kept apart so a steady per-sync time is
+        # (comm_s - first_sync_s) / (syncs - 1)
+        self.first_sync_s = host_variable(0.0, tf.float64, "skip_correct/first_sync_s")
         # 1 when the latest step synced: metric reads in that step may use a collective (see _reduce)
         self.synced = host_variable(0, tf.int64, "skip_correct/synced")
 
@@ -46,6 +50,13 @@ class Telemetry:
         dt = tf.where(last > 0.0, now - last, tf.constant(0.0, tf.float64))
         self.compute_s.assign_add(dt)
         return dt
+
+    def add_sync(self, seconds: tf.Tensor) -> None:
+        """In a traced step: one averaging took ``seconds``."""
+        first = self.syncs.read_value() == 0
+        self.first_sync_s.assign(tf.where(first, seconds, self.first_sync_s.read_value()))
+        self.comm_s.assign_add(seconds)
+        self.syncs.assign_add(1)
 
     def reset_clock(self) -> None:
         """Forget the end of the last step (a pause, e.g. evaluation, is not compute)."""
@@ -59,4 +70,5 @@ class Telemetry:
             "comm_s": float(self.comm_s.numpy()),
             "compute_s": float(self.compute_s.numpy()),
             "bytes_communicated": int(self.bytes.numpy()),
+            "first_sync_s": float(self.first_sync_s.numpy()),
         }
