@@ -45,7 +45,7 @@ from tf_commopt.errors import InputError, TfCommoptError  # noqa: E402
 from experiments.models import MODELS  # noqa: E402
 
 STRATEGIES = ("single", "ssgd", "skip_correct", "local_sgd")
-CORRECTIONS = ("vrl", "none")
+from tf_commopt.distribute.correction import CORRECTIONS  # noqa: E402  (pure: no TensorFlow import)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("strategy", "ssgd", f"one of {', '.join(STRATEGIES)}")
@@ -60,7 +60,8 @@ flags.DEFINE_string("model_dir", "", "write weights and result.json here (chief 
 flags.DEFINE_float("learning_rate", 0.05, "SGD learning rate")
 flags.DEFINE_float("momentum", 0.9, "SGD momentum")
 flags.DEFINE_string("interval", "4", "skip_correct/local_sgd: steps between averagings, or 'auto'")
-flags.DEFINE_string("correction", "vrl", "skip_correct: vrl or none (local_sgd forces none)")
+flags.DEFINE_string("correction", "auto", "skip_correct: auto (vrl for plain SGD, gradient otherwise), gradient, "
+                    "vrl or none (local_sgd forces none)")
 flags.DEFINE_integer("warmup_steps", 0, "skip_correct/local_sgd: synchronous steps before skipping")
 flags.DEFINE_float("target_ratio", 1.0, "--interval=auto: aimed communication/computation time ratio")
 flags.DEFINE_integer("max_interval", 256, "--interval=auto: cap on the chosen H")
@@ -90,7 +91,7 @@ class Config:
     learning_rate: float = 0.05
     momentum: float = 0.9
     interval: Union[int, str] = 4
-    correction: str = "vrl"
+    correction: str = "auto"
     warmup_steps: int = 0
     correction_lr: str = "effective"
     target_ratio: float = 1.0

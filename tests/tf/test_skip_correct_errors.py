@@ -11,7 +11,7 @@ from tf_commopt.errors import InputError
     (dict(interval=2.5), "must be a positive integer or 'auto', got 2.5"),
     (dict(interval="often"), "must be a positive integer or 'auto', got 'often'"),
     (dict(interval=True), "must be a positive integer or 'auto'"),
-    (dict(correction="scaffold"), "correction=...): unknown correction 'scaffold'; expected one of vrl, none"),
+    (dict(correction="scaffold"), "correction=...): unknown correction 'scaffold'; expected one of auto, gradient, vrl, none"),
     (dict(warmup_steps=-1), "warmup_steps=...): must be a non-negative integer"),
     (dict(correction_lr="adaptive"), "correction_lr=...): must be 'optimizer' or 'effective', got 'adaptive'"),
 ])

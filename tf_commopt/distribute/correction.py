@@ -17,10 +17,26 @@ gradient at every local step (replica i applies ``g_i − Δ_i``) and updated at
   gap between its local gradient and the global one; subtracting it removes the between-replica
   gradient variance that makes plain local SGD drift on non-identical data.
 
+* ``"gradient"``: the same control variate in gradient space, for every optimizer. Replica i sums
+  the raw gradient estimates it saw during the period, G_i = Σ_t R·g_i^t (before the correction and
+  before the optimizer); at a sync after k local steps the sums travel in the same fused all-reduce as
+  the model (it doubles the bytes of a sync), Ḡ = mean_i G_i, and::
+
+      Δ_i ← (G_i − Ḡ) / k,    G_i ← 0
+
+  i.e. Δ_i is replica i's average gradient over the last period minus the average over all replicas.
+  The local step feeds R·g_i − Δ_i to the user's optimizer (momentum, Nesterov, Adam, RMSprop, ... see
+  the corrected gradient, not the raw one). Σ_i Δ_i = 0 still. For plain SGD with a constant lr during
+  the period this *is* the vrl rule: x_i after k steps is x̄_0 − lr(G_i − kΔ_i), so
+  (x̄ − x_i)/(k·lr) = (G_i − Ḡ)/k − Δ_i and vrl's Δ_i + (x̄ − x_i)/(k·lr) = (G_i − Ḡ)/k.
+* ``"auto"`` (the default): ``"vrl"`` for plain SGD (a tf-keras ``SGD`` with momentum 0, where the two
+  are equal and vrl costs no extra bytes), ``"gradient"`` for every other optimizer. Resolved per
+  optimizer when its correction state is created (:func:`resolve_correction`).
+
 Example:
     >>> from tf_commopt.distribute.correction import validate_correction, CORRECTIONS
     >>> validate_correction("vrl"), CORRECTIONS
-    ('vrl', ('vrl', 'none'))
+    ('vrl', ('auto', 'gradient', 'vrl', 'none'))
 """
 from __future__ import annotations
 
@@ -28,9 +44,10 @@ from typing import Any
 
 from tf_commopt.errors import InputError
 
-__all__ = ["CORRECTIONS", "validate_correction", "uses_delta", "vrl_delta_update"]
+__all__ = ["CORRECTIONS", "validate_correction", "uses_delta", "resolve_correction", "vrl_delta_update",
+           "gradient_delta"]
 
-CORRECTIONS = ("vrl", "none")
+CORRECTIONS = ("auto", "gradient", "vrl", "none")
 
 
 def validate_correction(correction: object, where: str = "correction") -> str:
@@ -43,7 +60,31 @@ def validate_correction(correction: object, where: str = "correction") -> str:
 
 def uses_delta(correction: str) -> bool:
     """Whether the rule keeps a Δ_i term (and so needs per-replica state in checkpoints)."""
-    return correction == "vrl"
+    return correction != "none"
+
+
+def resolve_correction(correction: str, optimizer_class: str, momentum: float, nesterov: bool = False) -> str:
+    """The rule ``correction`` means for an optimizer: ``"auto"`` is ``"vrl"`` for plain SGD and
+    ``"gradient"`` otherwise; the other names mean themselves.
+
+    >>> resolve_correction("auto", "SGD", 0.0), resolve_correction("auto", "Adam", 0.0)
+    ('vrl', 'gradient')
+    >>> resolve_correction("auto", "SGD", 0.9), resolve_correction("none", "Adam", 0.0)
+    ('gradient', 'none')
+    """
+    if correction != "auto":
+        return correction
+    return "vrl" if optimizer_class == "SGD" and float(momentum) == 0.0 and not nesterov else "gradient"
+
+
+def gradient_delta(grad_sum_i: Any, grad_sum_mean: Any, local_steps: Any) -> Any:
+    """The gradient-space control variate after k local steps: (G_i − Ḡ)/k.
+
+    >>> import numpy as np
+    >>> gradient_delta(np.array([4.0, 0.0]), np.array([2.0, 2.0]), 2)
+    array([ 1., -1.])
+    """
+    return (grad_sum_i - grad_sum_mean) / local_steps
 
 
 def vrl_delta_update(delta: Any, x_bar: Any, x_i: Any, local_steps: Any, lr: Any) -> Any:

@@ -208,6 +208,10 @@ class ParameterServerSkipCorrect:
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise InputError(f"must be an integer >= 1, got {interval!r}", where="interval")
         validate_correction(correction)
+        if correction == "gradient":
+            raise InputError("the gradient-space correction is not implemented on the parameter-server path; "
+                             "use 'vrl' (its SGD/momentum rule) or 'none'", where="correction")
+        correction = "vrl" if correction == "auto" else correction  # this path is SGD (+ momentum): vrl
         if not (isinstance(learning_rate, (int, float)) and learning_rate > 0):
             raise InputError(f"must be a number > 0, got {learning_rate!r}", where="learning_rate")
         if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):

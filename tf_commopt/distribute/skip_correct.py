@@ -25,7 +25,10 @@ estimate of the gradient is therefore R·g_i.
 * when k == H (i.e. (t − warmup_steps) mod H == 0 for a fixed H): x̄ = mean_i x_i — one fused
   all-reduce of all trainable variables packed into one flat buffer per dtype, plus the non-trainable
   MEAN-aggregated state (BatchNorm moving statistics) and, if ``average_optimizer_state``, the
-  optimizer slots; for ``vrl``: Δ_i ← Δ_i + (x̄ − x_i)/(k·lr); then x_i ← x̄ and k ← 0.
+  optimizer slots; for ``vrl``: Δ_i ← Δ_i + (x̄ − x_i)/(k·lr); for ``gradient`` (the raw gradients
+  R·g_i summed over the period, G_i, travel in the same all-reduce): Δ_i ← (G_i − Ḡ)/k, G_i ← 0; then
+  x_i ← x̄ and k ← 0. The default ``correction="auto"`` is ``vrl`` for plain SGD (where the two are
+  equal) and ``gradient`` for every other optimizer (tf_commopt/distribute/correction.py).
 
 With ``correction="none"`` and H = 1 this is exactly synchronous SGD (for plain SGD; with stateful
 optimizers the slots stay local unless ``average_optimizer_state=True``).
@@ -173,15 +176,16 @@ class _SkipCorrectMixin:
         state = self._sc_states.get(key)
         if state is None:
             with tf.init_scope():
+                rule = _corr.resolve_correction(self._sc_correction, type(optimizer).__name__,
+                                                float(_momentum(optimizer)), bool(getattr(optimizer, "nesterov", False)))
                 self._sc_internal = True
                 try:
-                    state = SkipCorrectState(self._container_strategy(), list(var_list),
-                                             _corr.uses_delta(self._sc_correction), optimizer)
+                    state = SkipCorrectState(self._container_strategy(), list(var_list), rule, optimizer)
                 finally:
                     self._sc_internal = False
                 self._sc_states[key] = state
                 optimizer._track_trackable(state, name="skip_correct_state", overwrite=True)
-            if self._sc_correction == "vrl" and self._sc_correction_lr == "optimizer":
+            if state.rule == "vrl" and self._sc_correction_lr == "optimizer":
                 with tf.init_scope():
                     beta = float(_momentum(optimizer))
                 if beta > 0:
@@ -228,10 +232,13 @@ class _SkipCorrectMixin:
         r = float(self._num_replicas_in_sync)
         per_var = [_components(g) for g in grads]
         n_local = len(per_var[0])
+        index = {id(v): j for j, v in enumerate(state.variables)}
         deltas = state.delta_components()
         if deltas is not None:
-            index = {id(v): j for j, v in enumerate(state.variables)}
             deltas = [deltas[index[id(v)]] for v in var_list]
+        sums = state.grad_sum_components()
+        if sums is not None:
+            sums = [sums[index[id(v)]] for v in var_list]
 
         def local() -> List[Any]:
             out = []
@@ -240,6 +247,10 @@ class _SkipCorrectMixin:
                 for i, g in enumerate(comps):
                     with tf.device(_device_of(comps[i], self.worker_devices[i])):
                         g = tf.convert_to_tensor(g) * tf.cast(r, g.dtype)
+                        if sums is not None:  # "gradient": G_i += R·g_i (the raw estimate)
+                            acc = sums[j][i].assign_add(tf.cast(g, sums[j][i].dtype))
+                            with tf.control_dependencies([acc]):
+                                g = tf.identity(g)
                         if deltas is not None:
                             g = g - tf.cast(deltas[j][i].read_value(), g.dtype)
                     row.append(g)
@@ -349,8 +360,12 @@ class _SkipCorrectMixin:
         if not variables:
             return tf.constant(0.0, tf.float64)
         t0 = tf.timestamp()
+        rule = state.rule if state is not None else "none"
+        sums = state.grad_sum_components() if rule == "gradient" else None
         with tf.control_dependencies([t0]):
             comps = [[c.read_value() for c in v.values] for v in variables]
+            if sums is not None:  # G_i travel in the same fused all-reduce as the model
+                comps += [[c.read_value() for c in row] for row in sums]
         means = self._sc_fused_reduce(tf.distribute.ReduceOp.MEAN, comps)
         deltas = state.delta_components() if state is not None else None
         ops = []
@@ -359,9 +374,15 @@ class _SkipCorrectMixin:
                 with tf.device(c.device):
                     if deltas is not None and j < n_trainable:
                         d = deltas[j][i]
-                        scale = tf.cast(local_steps, d.dtype) * tf.cast(lr, d.dtype)
-                        ops.append(d.assign(_corr.vrl_delta_update(d.read_value(), tf.cast(means[j][i], d.dtype),
-                                                                   tf.cast(comps[j][i], d.dtype), 1.0, scale)))
+                        if rule == "vrl":
+                            scale = tf.cast(local_steps, d.dtype) * tf.cast(lr, d.dtype)
+                            new_d = _corr.vrl_delta_update(d.read_value(), tf.cast(means[j][i], d.dtype),
+                                                           tf.cast(comps[j][i], d.dtype), 1.0, scale)
+                        else:  # "gradient": Δ_i = (G_i − Ḡ)/k, then G_i ← 0
+                            g_i, g_bar = comps[len(variables) + j][i], means[len(variables) + j][i]
+                            new_d = _corr.gradient_delta(g_i, g_bar, tf.cast(local_steps, d.dtype))
+                            ops.append(sums[j][i].assign(tf.zeros_like(g_i)))
+                        ops.append(d.assign(tf.cast(new_d, d.dtype)))
                     ops.append(c.assign(means[j][i]))
         with tf.control_dependencies(ops):
             t1 = tf.timestamp()
@@ -461,8 +482,11 @@ def _current_lr(optimizer: Any) -> tf.Tensor:
 
 
 def _momentum(optimizer: Any) -> tf.Tensor:
-    """Heavy-ball momentum β of a tf-keras SGD optimizer (0 for other optimizers or Nesterov)."""
-    if getattr(optimizer, "nesterov", False) or type(optimizer).__name__ != "SGD":
+    """Momentum β of a tf-keras SGD optimizer, heavy-ball or Nesterov (0 for other optimizers).
+
+    Both move lr/(1 − β) per unit of a steady gradient (Nesterov: v ← βv − lr·g, x ← x + βv − lr·g),
+    so both get the effective lr lr/(1 − β) in the vrl update."""
+    if type(optimizer).__name__ != "SGD":
         return tf.constant(0.0, tf.float32)
     beta = getattr(optimizer, "momentum", None)
     if beta is None and hasattr(optimizer, "_get_hyper"):  # legacy OptimizerV2
@@ -542,7 +566,11 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             sets H = clip(round(t̃_comm / (target_ratio·t̃_comp)), 1, max_interval) and keeps it. Works in
             model.fit and custom loops (it lives in the step counting); see ``stats()`` and
             :mod:`tf_commopt.distribute.interval_state`.
-        correction: ``"vrl"`` (VRL-SGD, Liang et al. 2019) or ``"none"`` (plain local SGD).
+        correction: ``"auto"`` (default: ``"vrl"`` for plain SGD, ``"gradient"`` for any other
+            optimizer), ``"gradient"`` (the control variate from the period's averaged raw gradients,
+            applied before the optimizer: momentum, Nesterov, Adam, RMSprop, ...; the gradient sums
+            double a sync's bytes), ``"vrl"`` (VRL-SGD, Liang et al. 2019: the model-space form, exact
+            for plain SGD) or ``"none"`` (plain local SGD).
         warmup_steps: steps of plain synchronous SGD before local steps begin (post-local SGD).
         average_optimizer_state: also average the optimizer slots (momentum, Adam moments) at each
             sync; by default they stay local.
@@ -562,7 +590,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
     _collective_key_base = 0
     _made = 0
 
-    def __init__(self, interval: Union[int, str] = 4, correction: str = "vrl", warmup_steps: int = 0,
+    def __init__(self, interval: Union[int, str] = 4, correction: str = "auto", warmup_steps: int = 0,
                  average_optimizer_state: bool = False, devices: Optional[Sequence[str]] = None,
                  cluster_resolver: Any = None, correction_lr: str = "effective", target_ratio: float = 1.0,
                  max_interval: int = 256, auto_warmup_steps: int = 2, auto_probe_interval: int = 4,

@@ -38,19 +38,24 @@ def _pass_through(error: Exception) -> Exception:
 class SkipCorrectState(_trackable.Trackable):
     """Δ_i per trainable variable (one component per replica) and the local-step counter k."""
 
-    def __init__(self, strategy: Any, variables: Sequence[Any], with_delta: bool, optimizer: Any = None):
+    def __init__(self, strategy: Any, variables: Sequence[Any], rule: str, optimizer: Any = None):
         self._strategy = strategy
+        self.rule = rule  # the resolved correction: "vrl", "gradient" or "none"
         self.variables = list(variables)
         self._optimizer_ref = weakref.ref(optimizer) if optimizer is not None else (lambda: None)
         with tf.device("/CPU:0"):
             self.local_steps = resource_variable_ops.ResourceVariable(
                 tf.constant(0, tf.int64), name="skip_correct/local_steps", trainable=False)
         self.deltas: Optional[List[Any]] = None
-        if with_delta:
-            with strategy.scope():
-                self.deltas = [
-                    tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
-                                name="skip_correct/delta_%d" % j,
+        self.grad_sums: Optional[List[Any]] = None  # "gradient": G_i, the raw gradients summed this period
+        if rule != "none":
+            self.deltas = self._per_replica_zeros("delta")
+        if rule == "gradient":
+            self.grad_sums = self._per_replica_zeros("grad_sum")
+
+    def _per_replica_zeros(self, what: str) -> List[Any]:
+        with self._strategy.scope():
+            return [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"skip_correct/{what}_{j}",
                                 synchronization=tf.VariableSynchronization.ON_WRITE,
                                 aggregation=tf.VariableAggregation.NONE)
                     for j, v in enumerate(self.variables)]
@@ -65,6 +70,12 @@ class SkipCorrectState(_trackable.Trackable):
             return None
         return [list(d.values) for d in self.deltas]
 
+    def grad_sum_components(self) -> Optional[List[List[Any]]]:
+        """grad_sums[j][i]: G of variable j on local replica i (None unless the rule is "gradient")."""
+        if self.grad_sums is None:
+            return None
+        return [list(d.values) for d in self.grad_sums]
+
     def delta_numpy(self) -> List[np.ndarray]:
         """Δ of every variable as a numpy array [local replicas, *shape] (eager)."""
         if self.deltas is None:
@@ -76,32 +87,31 @@ class SkipCorrectState(_trackable.Trackable):
         ext = self._strategy.extended
         return int(getattr(ext, "_id_in_cluster", 0)) * len(ext.worker_devices)
 
-    def _stacked_all(self) -> List[tf.Tensor]:
+    def _stacked_all(self, per_replica: List[Any]) -> List[tf.Tensor]:
         """Δ of every variable stacked over all replicas of the cluster: [R, *shape] per variable.
 
         On a cluster the Δs of one dtype travel in one flat all-gather (a fixed shape, so the gather
         is traced once, not once per variable shape at every checkpoint)."""
-        assert self.deltas is not None
         ext = self._strategy.extended
         if getattr(ext, "_num_workers", 1) <= 1:
             with tf.device("/CPU:0"):
-                return [tf.stack([c.read_value() for c in d.values]) for d in self.deltas]
-        out: List[Any] = [None] * len(self.deltas)
+                return [tf.stack([c.read_value() for c in d.values]) for d in per_replica]
+        out: List[Any] = [None] * len(per_replica)
         by_dtype: Dict[Any, List[int]] = {}
-        for j, d in enumerate(self.deltas):
+        for j, d in enumerate(per_replica):
             by_dtype.setdefault(d.dtype, []).append(j)
-        n_local = len(self.deltas[0].values)
+        n_local = len(per_replica[0].values)
         for idx in by_dtype.values():
-            sizes = [int(self.deltas[j].shape.num_elements()) for j in idx]
+            sizes = [int(per_replica[j].shape.num_elements()) for j in idx]
             bufs = []
             for i in range(n_local):
-                comps = [self.deltas[j].values[i] for j in idx]
+                comps = [per_replica[j].values[i] for j in idx]
                 with tf.device(comps[0].device):
                     bufs.append(tf.expand_dims(tf.concat([tf.reshape(c.read_value(), [-1]) for c in comps], 0), 0))
             with self._strategy.scope():
                 rows = self._strategy.gather(_values.PerReplica(tuple(bufs)), axis=0)  # [R, sum(sizes)]
             for j, piece in zip(idx, tf.split(rows, sizes, axis=1)):
-                out[j] = tf.reshape(piece, [-1] + self.deltas[j].shape.as_list())
+                out[j] = tf.reshape(piece, [-1] + per_replica[j].shape.as_list())
         return out
 
     def _serialize_to_tensors(self) -> Dict[str, Any]:
@@ -117,8 +127,11 @@ class SkipCorrectState(_trackable.Trackable):
         # H; for interval="auto" also whether it was chosen and the agreed timings it was chosen from
         out.update(ext.interval_state.checkpoint_tensors())
         if self.deltas is not None:
-            for j, rows in enumerate(self._stacked_all()):
+            for j, rows in enumerate(self._stacked_all(self.deltas)):
                 out["delta_%d" % j] = rows
+        if self.grad_sums is not None:
+            for j, rows in enumerate(self._stacked_all(self.grad_sums)):
+                out["grad_sum_%d" % j] = rows
         return out
 
     def _restore_from_tensors(self, restored_tensors: Dict[str, Any]) -> Any:
@@ -139,12 +152,14 @@ class SkipCorrectState(_trackable.Trackable):
         # a restored "auto" run keeps the H it chose (no new measurement); a checkpoint written before H
         # was chosen (or by an older version without the flag) measures again
         ops.extend(ext.interval_state.restore_ops(restored_tensors))
-        if self.deltas is not None:
-            off = self._global_offset()
-            for j, d in enumerate(self.deltas):
-                key = "delta_%d" % j
+        off = self._global_offset()
+        for prefix, per_replica, hint in (("delta", self.deltas, "written with correction 'none'?"),
+                                          ("grad_sum", self.grad_sums, "written with another correction than "
+                                           "'gradient' (or 'auto' with another optimizer)?")):
+            for j, d in enumerate(per_replica or []):
+                key = "%s_%d" % (prefix, j)
                 if key not in restored_tensors:
-                    raise _pass_through(InputError(f"checkpoint has no {key} (written with correction 'none'?)",
+                    raise _pass_through(InputError(f"checkpoint has no {key} ({hint})",
                                                    where="SkipCorrectStrategy restore"))
                 rows = restored_tensors[key]
                 for i, c in enumerate(d.values):
