@@ -215,7 +215,28 @@ def worker(settings: Sequence[Dict[str, Any]]) -> None:
         for name in order:
             times[name].append(timed(name))
     print(json.dumps({"rank": rank, "ranks": ranks, "nbytes": n * 4, "times": times, "warmup": warm,
-                      "order": order_log}), flush=True)
+                      "order": order_log, "qdisc": qdisc_stats()}), flush=True)
+
+
+def qdisc_stats() -> Dict[str, int]:
+    """Sent bytes and dropped packets of this namespace's shaped device (``eth0``, else ``lo``); {} if none.
+
+    In the switch topology this is the task's egress; the shared loopback's counters are the segment's.
+    """
+    import re
+    import subprocess
+
+    for dev in ("eth0", "lo"):
+        try:
+            p = subprocess.run(["tc", "-s", "qdisc", "show", "dev", dev], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        m = re.search(r"qdisc tbf.*?Sent (\d+) bytes (\d+) pkt \(dropped (\d+), overlimits (\d+)", p.stdout, re.S)
+        if m:
+            return {"dev_" + dev: 1, "sent_bytes": int(m.group(1)), "packets": int(m.group(2)),
+                    "dropped": int(m.group(3)), "overlimits": int(m.group(4))}
+    return {}
 
 
 # ----------------------------------------------------------------------------------------------- parent
@@ -264,15 +285,20 @@ def parent(settings: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     nbytes = per_rank[0]["nbytes"]
     bound = ring_bound_s(nbytes, FLAGS.workers, FLAGS.bandwidth_mbit, FLAGS.topology)
     rows = summarize(per_rank, settings, bound)
+    if FLAGS.topology == "shared":     # one qdisc: every rank reads the same counters
+        drops = per_rank[0].get("qdisc", {}).get("dropped")
+    else:
+        drops = sum(r.get("qdisc", {}).get("dropped", 0) for r in per_rank) if per_rank[0].get("qdisc") else None
     _, burst, limit = tbf_params(FLAGS.bandwidth_mbit)
     rec = {"command": "python -m experiments.allreduce_bench " + " ".join(sys.argv[1:]),
            "workers": FLAGS.workers, "topology": FLAGS.topology, "bandwidth_mbit": FLAGS.bandwidth_mbit,
            "nbytes": nbytes, "bound_s": round(bound, 4), "repeats": FLAGS.repeats, "idle_s": FLAGS.idle_s, "barrier": FLAGS.barrier,
-           "tbf_burst": burst, "tbf_limit": limit, "sysctls": list(cluster.SYSCTLS), "loadavg_1m_before": round(load, 2),
+           "tbf_burst": burst, "tbf_limit": limit, "sysctls": list(cluster.SYSCTLS), "tbf_dropped_packets": drops, "loadavg_1m_before": round(load, 2),
            "loadavg_1m_after": round(os.getloadavg()[0], 2), "wall_s": round(r.wall_s, 1),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
     print(f"{FLAGS.workers} workers, {FLAGS.topology}, {FLAGS.bandwidth_mbit:g} Mbit/s, all-reduce of "
-          f"{nbytes / 1e6:g} MB: ring bound {bound:.3f} s (tbf burst {burst} B, limit {limit} B)")
+          f"{nbytes / 1e6:g} MB: ring bound {bound:.3f} s (tbf burst {burst} B, limit {limit} B; "
+          f"packets the shaper dropped in the whole run: {drops})")
     print(f"{'setting':<14} {'median s':>9} {'min s':>8} {'max s':>8} {'/bound':>7}")
     for row in rows:
         print(f"{row['setting']:<14} {row['median_s']:>9.3f} {row['min_s']:>8.3f} {row['max_s']:>8.3f} "
@@ -308,7 +334,9 @@ def write_page(path: str, jsonl: str) -> None:
                 f"{rec['nbytes'] / 1e6:g} MB ({rec['date']})", "",
                 f"`{rec['command']}`", "",
                 f"Ring bound {rec['bound_s']:.3f} s; tbf burst {rec['tbf_burst']} B, limit {rec['tbf_limit']} B, "
-                f"sysctls {', '.join(rec.get('sysctls', [])) or 'none'}; {rec['repeats']} repeats, {how}; load "
+                f"sysctls {', '.join(rec.get('sysctls', [])) or 'none'}; packets dropped by the shaper"
+                f"{' (task egress)' if rec['topology'] == 'switch' else ''} over the run: "
+                f"{rec.get('tbf_dropped_packets', 'not recorded')}; {rec['repeats']} repeats, {how}; load "
                 f"average {rec['loadavg_1m_before']} before, {rec['loadavg_1m_after']} after (2 cores, shared).", "",
                 "| setting (impl:bytes_per_pack:chunks) | median s | min s | max s | /bound |",
                 "| --- | ---: | ---: | ---: | ---: |"]
