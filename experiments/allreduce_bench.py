@@ -324,9 +324,20 @@ def write_page(path: str, jsonl: str) -> None:
         keep = text[k:] if k >= 0 else ""
     recs = [json.loads(x) for x in open(jsonl, encoding="utf-8") if x.strip()]
     out = ["# All-reduce efficiency vs the ring bound (MultiWorkerMirroredStrategy, CPU, gRPC)", "",
-           "Written by `experiments/allreduce_bench.py` (one section per run, newest last). Times are the slowest",
-           "rank's per repeat, median over the repeats; `/bound` = median / ring bound on payload bytes. The",
-           "settings run interleaved in a shuffled order per repeat, each after a barrier and an idle gap.", ""]
+           "Written by `experiments/allreduce_bench.py` (one section per run, newest last; the Findings at the end",
+           "are written by hand). A setting `impl:bytes_per_pack:chunks` all-reduces B bytes of float32 per worker,",
+           "passed as `chunks` equal tensors to `ReplicaContext.all_reduce(SUM, ..., options=CommunicationOptions(",
+           "implementation=impl, bytes_per_pack=...))`; TF concatenates the tensors of a pack and runs one",
+           "collective per pack, in order. The settings run interleaved in a shuffled order per repeat, each after",
+           "a barrier and an idle gap. Times are the slowest rank's per repeat, median over the repeats.",
+           "`/bound` = median / ring bound on payload bytes, R = the cap in bytes/s:",
+           "",
+           "* shared segment (one shaped loopback carries every rank's traffic): 2(N-1) x B / R;",
+           "* switch (each rank's own link shaped, each direction): 2(N-1)/N x B / R per link.",
+           "",
+           "The wire carries more than the payload: 1514 bytes per 1448-byte TCP segment (Ethernet, IP and TCP",
+           "headers with timestamps; tbf counts from the Ethernet header) plus the reverse flow's ACKs (66 bytes",
+           "per two segments), so ~1.068 x the bound is the floor for any TCP transport.", ""]
     for rec in recs:
         how = (f"barrier and idle {rec['idle_s']:g} s before each" if rec.get("barrier", True)
                else "back to back (no barrier: ranks may start skewed)")

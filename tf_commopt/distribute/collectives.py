@@ -26,7 +26,7 @@ with the others, a barrier and an idle gap before each timed all-reduce, the slo
   few ms of ring round trips, so splitting small payloads on fast links is clearly worse.
 * 2 workers, switch 10 Mbit/s per link, 0.4 MB: one collective 0.35-0.49 s (median ~0.39 s, 1.20 x the
   (N-1)/N 2 B 8 / R = 0.326 s bound); 2-4 packs of 100-200 kB: median 0.35 s (1.08 x) with the launcher's
-  100 ms queue, but with a 16 KiB queue the order flipped (one collective 0.353 s, 2 packs 0.371 s). The
+  100 ms queue, but with a 16 KiB queue the order flipped (one collective 0.364 s, 2 packs 0.373 s). The
   minimum of every setting is the same 0.35 s (the wire floor); what differs is a tail from TCP/gRPC
   flow-control dynamics behind a queue, which depends on the queue, not on the options. Not robust enough
   to recommend, and it costs ~10 ms per extra pack on fast links (above).
