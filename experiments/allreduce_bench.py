@@ -64,7 +64,8 @@ flags.DEFINE_integer("seed", 0, "seed of the per-repeat order of the settings")
 flags.DEFINE_float("timeout", 1200.0, "kill the cluster after this many seconds")
 flags.DEFINE_integer("tbf_burst", 0, "comparison only: tbf burst in bytes instead of the launcher's (0 = its own)")
 flags.DEFINE_integer("tbf_limit", 0, "comparison only: tbf limit in bytes instead of the launcher's (0 = its own)")
-flags.DEFINE_bool("slow_start_after_idle", False, "comparison only: keep net.ipv4.tcp_slow_start_after_idle=1")
+flags.DEFINE_bool("slow_start_after_idle", True, "TCP restarts slow start after idle (the kernel's and the launcher's "
+                  "default); --noslow_start_after_idle sets net.ipv4.tcp_slow_start_after_idle=0 in every namespace")
 flags.DEFINE_string("out", "", "append the result to OUT's .jsonl and rewrite the OUT page (markdown)")
 
 
@@ -193,18 +194,24 @@ def worker(settings: Sequence[Dict[str, Any]]) -> None:
 
     steps = {s["name"]: make(s) for s in settings}
 
-    def timed(name: str) -> float:
+    tcp: Dict[str, List[Dict[str, int]]] = {name: [] for name in steps}
+
+    def timed(name: str, record: bool = True) -> float:
         if FLAGS.barrier:
             barrier()
             time.sleep(FLAGS.idle_s)
+        before = tcp_counters()
         t = time.perf_counter()
         got = strategy.experimental_local_results(steps[name]())[0].numpy()
         dt = time.perf_counter() - t
+        after = tcp_counters()
+        if record:
+            tcp[name].append({k: after[k] - before.get(k, 0) for k in after})
         if not np.all(got == expect):   # the reduce really happened, over every rank
             raise RuntimeError(f"{name}: all-reduce returned {got.tolist()}, expected {expect}")
         return dt
 
-    warm = {name: timed(name) for name in steps}     # trace, set up the collective groups
+    warm = {name: timed(name, record=False) for name in steps}     # trace, set up the collective groups
     rng = random.Random(FLAGS.seed)
     times: Dict[str, List[float]] = {name: [] for name in steps}
     order_log = []
@@ -215,7 +222,27 @@ def worker(settings: Sequence[Dict[str, Any]]) -> None:
         for name in order:
             times[name].append(timed(name))
     print(json.dumps({"rank": rank, "ranks": ranks, "nbytes": n * 4, "times": times, "warmup": warm,
-                      "order": order_log, "qdisc": qdisc_stats()}), flush=True)
+                      "order": order_log, "qdisc": qdisc_stats(), "tcp": tcp}), flush=True)
+
+
+TCP_COUNTERS = {"Tcp": ("RetransSegs",), "TcpExt": ("TCPTimeouts", "TCPLossProbes")}
+
+
+def tcp_counters() -> Dict[str, int]:
+    """This network namespace's TCP retransmitted segments, retransmission time-outs and tail-loss probes
+    (``/proc/net/snmp``, ``/proc/net/netstat``); {} where unreadable."""
+    out: Dict[str, int] = {}
+    for path in ("/proc/net/snmp", "/proc/net/netstat"):
+        try:
+            lines = open(path, encoding="ascii").read().splitlines()
+        except OSError:
+            continue
+        for head, vals in zip(lines[::2], lines[1::2]):
+            names, numbers = head.split(), vals.split()
+            for key in TCP_COUNTERS.get(names[0].rstrip(":"), ()):
+                if key in names:
+                    out[key] = int(numbers[names.index(key)])
+    return out
 
 
 def qdisc_stats() -> Dict[str, int]:
@@ -240,8 +267,8 @@ def qdisc_stats() -> Dict[str, int]:
 
 
 # ----------------------------------------------------------------------------------------------- parent
-def summarize(per_rank: Sequence[Dict[str, Any]], settings: Sequence[Dict[str, Any]], bound_s: float
-              ) -> List[Dict[str, Any]]:
+def summarize(per_rank: Sequence[Dict[str, Any]], settings: Sequence[Dict[str, Any]], bound_s: float,
+              shared_ns: bool = False) -> List[Dict[str, Any]]:
     """Per setting: the slowest rank's time per repeat -> median, min, max, ratio to the bound.
 
     >>> rows = summarize([{"times": {"a": [1.0, 3.0, 2.0]}}, {"times": {"a": [1.5, 2.0, 2.0]}}],
@@ -253,9 +280,15 @@ def summarize(per_rank: Sequence[Dict[str, Any]], settings: Sequence[Dict[str, A
     for s in settings:
         reps = [max(r["times"][s["name"]][k] for r in per_rank) for k in range(len(per_rank[0]["times"][s["name"]]))]
         med = statistics.median(reps)
-        rows.append({"setting": s["name"], "median_s": round(med, 4), "min_s": round(min(reps), 4),
-                     "max_s": round(max(reps), 4), "ratio": round(med / bound_s, 3) if bound_s else None,
-                     "times_s": [round(x, 4) for x in reps]})
+        row = {"setting": s["name"], "median_s": round(med, 4), "min_s": round(min(reps), 4),
+               "max_s": round(max(reps), 4), "ratio": round(med / bound_s, 3) if bound_s else None,
+               "times_s": [round(x, 4) for x in reps]}
+        ranks_tcp = [r["tcp"][s["name"]] for r in per_rank if r.get("tcp", {}).get(s["name"])]
+        if ranks_tcp:   # per repeat, summed over the ranks' namespaces (shared topology: one namespace)
+            src = ranks_tcp[:1] if shared_ns else ranks_tcp
+            row["retrans_segs"] = [sum(t[k].get("RetransSegs", 0) for t in src) for k in range(len(reps))]
+            row["rto_timeouts"] = [sum(t[k].get("TCPTimeouts", 0) for t in src) for k in range(len(reps))]
+        rows.append(row)
     return rows
 
 
@@ -268,8 +301,8 @@ def parent(settings: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         cluster.TBF_BURST_S, cluster.TBF_MIN_BURST = 0.0, FLAGS.tbf_burst
     if FLAGS.tbf_limit:
         cluster.TBF_LIMIT_S, cluster.TBF_MIN_LIMIT = 0.0, FLAGS.tbf_limit
-    if FLAGS.slow_start_after_idle:
-        cluster.SYSCTLS = tuple(x for x in cluster.SYSCTLS if "tcp_slow_start_after_idle" not in x)
+    if not FLAGS.slow_start_after_idle:
+        cluster.SYSCTLS = tuple(cluster.SYSCTLS) + ("net.ipv4.tcp_slow_start_after_idle=0",)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cmd = [sys.executable, "-m", "experiments.allreduce_bench", "--worker", f"--megabytes={FLAGS.megabytes!r}",
            f"--settings={','.join(s['name'] for s in settings)}", f"--repeats={FLAGS.repeats}",
@@ -284,7 +317,7 @@ def parent(settings: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         raise RuntimeError(f"cluster failed: {r.message}\n{tail}")
     nbytes = per_rank[0]["nbytes"]
     bound = ring_bound_s(nbytes, FLAGS.workers, FLAGS.bandwidth_mbit, FLAGS.topology)
-    rows = summarize(per_rank, settings, bound)
+    rows = summarize(per_rank, settings, bound, shared_ns=FLAGS.topology == "shared")
     if FLAGS.topology == "shared":     # one qdisc: every rank reads the same counters
         drops = per_rank[0].get("qdisc", {}).get("dropped")
     else:
@@ -299,10 +332,10 @@ def parent(settings: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     print(f"{FLAGS.workers} workers, {FLAGS.topology}, {FLAGS.bandwidth_mbit:g} Mbit/s, all-reduce of "
           f"{nbytes / 1e6:g} MB: ring bound {bound:.3f} s (tbf burst {burst} B, limit {limit} B; "
           f"packets the shaper dropped in the whole run: {drops})")
-    print(f"{'setting':<14} {'median s':>9} {'min s':>8} {'max s':>8} {'/bound':>7}")
+    print(f"{'setting':<14} {'median s':>9} {'min s':>8} {'max s':>8} {'/bound':>7} {'retrans':>8} {'RTOs':>5}")
     for row in rows:
         print(f"{row['setting']:<14} {row['median_s']:>9.3f} {row['min_s']:>8.3f} {row['max_s']:>8.3f} "
-              f"{row['ratio']:>7.3f}")
+              f"{row['ratio']:>7.3f} {sum(row.get('retrans_segs', [])):>8} {sum(row.get('rto_timeouts', [])):>5}")
     if FLAGS.out:
         jsonl = os.path.splitext(FLAGS.out)[0] + ".jsonl"
         with open(jsonl, "a", encoding="utf-8") as f:
@@ -337,7 +370,11 @@ def write_page(path: str, jsonl: str) -> None:
            "",
            "The wire carries more than the payload: 1514 bytes per 1448-byte TCP segment (Ethernet, IP and TCP",
            "headers with timestamps; tbf counts from the Ethernet header) plus the reverse flow's ACKs (66 bytes",
-           "per two segments), so ~1.068 x the bound is the floor for any TCP transport.", ""]
+           "per two segments), so ~1.068 x the bound is the floor for any TCP transport. TCP retransmitted",
+           "segments: summed over the timed repeats and the ranks' namespaces (one namespace when shared).", "",
+           "Runs before 02:58 UTC on 2026-12-01 were made while the launcher set net.ipv4.tcp_slow_start_after_idle=0",
+           "by default (and `--slow_start_after_idle` meant keeping 1); their commands are given in today's flags",
+           "(`--noslow_start_after_idle` where 0 was set); each run's `sysctls set` says what was set.", ""]
     for rec in recs:
         how = (f"barrier and idle {rec['idle_s']:g} s before each" if rec.get("barrier", True)
                else "back to back (no barrier: ranks may start skewed)")
@@ -345,15 +382,16 @@ def write_page(path: str, jsonl: str) -> None:
                 f"{rec['nbytes'] / 1e6:g} MB ({rec['date']})", "",
                 f"`{rec['command']}`", "",
                 f"Ring bound {rec['bound_s']:.3f} s; tbf burst {rec['tbf_burst']} B, limit {rec['tbf_limit']} B, "
-                f"sysctls {', '.join(rec.get('sysctls', [])) or 'none'}; packets dropped by the shaper"
+                f"sysctls set: {', '.join(rec.get('sysctls', [])) or 'none'}; packets dropped by the shaper"
                 f"{' (task egress)' if rec['topology'] == 'switch' else ''} over the run: "
                 f"{rec.get('tbf_dropped_packets', 'not recorded')}; {rec['repeats']} repeats, {how}; load "
                 f"average {rec['loadavg_1m_before']} before, {rec['loadavg_1m_after']} after (2 cores, shared).", "",
-                "| setting (impl:bytes_per_pack:chunks) | median s | min s | max s | /bound |",
-                "| --- | ---: | ---: | ---: | ---: |"]
+                "| setting (impl:bytes_per_pack:chunks) | median s | min s | max s | /bound | TCP retransmitted segments |",
+                "| --- | ---: | ---: | ---: | ---: | ---: |"]
         for row in rec["rows"]:
+            rt = sum(row["retrans_segs"]) if "retrans_segs" in row else "not recorded"
             out.append(f"| {row['setting']} | {row['median_s']:.3f} | {row['min_s']:.3f} | {row['max_s']:.3f} | "
-                       f"{row['ratio']:.3f} |")
+                       f"{row['ratio']:.3f} | {rt} |")
         out.append("")
     if keep:
         out.append(keep.rstrip("\n"))

@@ -27,10 +27,12 @@ few full frames, because tbf drops a packet larger than its bucket for ever: wit
 1514-byte frame (or the loopback's 64 KiB MTU and a small bucket) TCP stalls and TF's collectives abort
 ("tasks are unhealthy (stopped sending heartbeats)") — that, not gRPC, is why MTU 1500 is needed. The
 queue limit only has to be bounded and larger than a few frames (20 kB still ran TF collectives at the
-cap); 100 ms of traffic keeps drops rare without a bufferbloated queue. In every namespace the launcher
-also sets ``sysctl net.ipv4.tcp_slow_start_after_idle=0`` (as datacenter hosts do; it does not change
-the cap; with this machine's microsecond RTTs it made no measurable difference, 0 vs the default 1:
-0.74 vs 0.71 s for 4 MB at 50 Mbit/s, 93 vs 89 ms for 0.2 MB at 20 Mbit/s, i.e. noise). See docs/cluster.md.
+cap); 100 ms of traffic keeps drops rare without a bufferbloated queue. ``net.ipv4.tcp_slow_start_after_idle``
+stays at the Linux default 1: setting it to 0 (as many datacenter hosts do) was measured and did not help
+here — with microsecond RTTs the 10-segment restart window already fills the pipe — and it sent more
+retransmissions into the queue (0 vs 1: 0.734 vs 0.719 s for 4 MB at 50 Mbit/s, 2.042 vs 2.043 s for
+40 MB over 4 ranks at 1 Gbit/s, 0.379 vs 0.373 s and 297 vs 140 retransmitted segments for 0.4 MB at
+10 Mbit/s). ``SYSCTLS`` lists sysctls to set in every namespace (none by default). See docs/cluster.md.
 
 Namespaces (and with them their links and qdiscs) are deleted when the cluster ends, whatever the
 reason. Only private addresses inside namespaces made here are used; no traffic leaves the machine.
@@ -76,7 +78,7 @@ TBF_BURST_S = 0.001          # token bucket depth: 1 ms of traffic at the rate .
 TBF_MIN_BURST = 4 * ETH_FRAME  # ... but at least 4 full frames (a bucket smaller than a frame drops it)
 TBF_LIMIT_S = 0.1            # queue: 100 ms of traffic at the rate ...
 TBF_MIN_LIMIT = 128 * 1024   # ... but at least 128 KiB
-SYSCTLS = ("net.ipv4.tcp_slow_start_after_idle=0",)  # set in every namespace (datacenter hosts do)
+SYSCTLS: Tuple[str, ...] = ()  # "key=value" sysctls set in every namespace (e.g. net.ipv4.tcp_slow_start_after_idle=0)
 LAST_LINES = 20
 _NS_PREFIX = "tfco"
 _KILL_GRACE_S = 3.0

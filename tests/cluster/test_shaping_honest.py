@@ -98,4 +98,5 @@ def test_launcher_applies_the_documented_qdisc_and_sysctl():
             assert qdisc.split()[:2] == ["qdisc", "tbf"] and "rate 20Mbit" in qdisc, (topology, task, qdisc)
             assert any(f"burst {b}b" in qdisc for b in (burst - 1, burst, burst + 1)), qdisc
             assert "lat 97.6ms" in qdisc, qdisc
-            assert (ssai, mtu) == ("0", "1500"), (topology, task, ssai, mtu)
+            # the launcher leaves TCP's slow start after idle at the kernel default (tf_commopt.cluster docstring)
+            assert (ssai, mtu) == ("1", "1500"), (topology, task, ssai, mtu)
