@@ -8,18 +8,34 @@ worker task has exited 0 (``ps`` tasks never finish by themselves and are then s
 
 With ``bandwidth_mbit`` the tasks run in private network namespaces (root, ``ip`` and ``tc`` needed):
 
-* ``topology="switch"`` (default): one namespace per task holding ``eth0`` (``10.213.0.<i+1>/24``),
-  joined by a veth pair to a bridge in a switch namespace; both ends of every veth are shaped with
-  ``tc tbf``, so each task's link runs at ``bandwidth_mbit`` in each direction (hosts with their own
-  NIC on a switch). TF_CONFIG names the tasks by those addresses.
+* ``topology="switch"`` (default): one namespace per task holding ``eth0`` (``10.213.0.<i+1>/24``, MTU
+  1500), joined by a veth pair to a bridge in a switch namespace; both ends of every veth are shaped
+  with ``tc tbf``, so each task's link runs at ``bandwidth_mbit`` in each direction (hosts with their
+  own NIC on a switch). TF_CONFIG names the tasks by those addresses.
 * ``topology="shared"``: all tasks in one namespace whose loopback is shaped
-  (``ip link set lo mtu 1500 up``; ``tc qdisc add dev lo root tbf rate R burst 256kb limit 64mb``):
-  the *sum* of all traffic shares one segment of ``bandwidth_mbit``.
+  (``ip link set lo mtu 1500 up``): the *sum* of all traffic shares one segment of ``bandwidth_mbit``.
 
-The MTU of 1500 and the large burst/limit matter: with the loopback's 64 KiB MTU or a small
-burst/limit, gRPC collectives time out. Namespaces (and with them their links and qdiscs) are deleted
-when the cluster ends, whatever the reason. Only private addresses inside namespaces made here are
-used; no traffic leaves the machine.
+Every shaped device gets (``tbf_command``; R in bytes/s)::
+
+    tc qdisc add dev DEV root tbf rate <R x 8>bit burst max(R x 1 ms, 4 x 1514) limit max(R x 100 ms, 128 KiB)
+
+e.g. ``rate 20000000bit burst 6056 limit 250000`` at 20 Mbit/s, ``burst 125000 limit 12500000`` at 1 Gbit/s.
+Why: a token bucket passes ``burst`` bytes at full speed after an idle gap, so a deep bucket (the old
+256 KiB) let a small model's whole sync through unthrottled (0.2 MB at 20 Mbit/s in 5 ms instead of
+>= 80 ms). 1 ms of traffic is what a real NIC's line-rate pacing allows; the bucket must still hold a
+few full frames, because tbf drops a packet larger than its bucket for ever: with a bucket below one
+1514-byte frame (or the loopback's 64 KiB MTU and a small bucket) TCP stalls and TF's collectives abort
+("tasks are unhealthy (stopped sending heartbeats)") — that, not gRPC, is why MTU 1500 is needed. The
+queue limit only has to be bounded and larger than a few frames (20 kB still ran TF collectives at the
+cap); 100 ms of traffic keeps drops rare without a bufferbloated queue. ``net.ipv4.tcp_slow_start_after_idle``
+stays at the Linux default 1: setting it to 0 (as many datacenter hosts do) was measured and did not help
+here — with microsecond RTTs the 10-segment restart window already fills the pipe — and it sent more
+retransmissions into the queue (0 vs 1: 0.734 vs 0.719 s for 4 MB at 50 Mbit/s, 2.042 vs 2.043 s for
+40 MB over 4 ranks at 1 Gbit/s, 0.379 vs 0.373 s and 297 vs 140 retransmitted segments for 0.4 MB at
+10 Mbit/s). ``SYSCTLS`` lists sysctls to set in every namespace (none by default). See docs/cluster.md.
+
+Namespaces (and with them their links and qdiscs) are deleted when the cluster ends, whatever the
+reason. Only private addresses inside namespaces made here are used; no traffic leaves the machine.
 
 Example:
     >>> from tf_commopt.cluster import run_cluster
@@ -54,12 +70,16 @@ from typing import Deque, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 from tf_commopt.errors import ClusterError, InputError
 from tf_commopt.threads import thread_env
 
-__all__ = ["run_cluster", "ClusterResult", "TOPOLOGIES", "main"]
+__all__ = ["run_cluster", "ClusterResult", "TOPOLOGIES", "tbf_params", "tbf_command", "main"]
 
 TOPOLOGIES = ("switch", "shared")
 SUBNET = "10.213.0"          # private addresses, only inside namespaces this module creates
-TBF_BURST = "256kb"
-TBF_LIMIT = "64mb"
+ETH_FRAME = 1514             # bytes of a full Ethernet frame at MTU 1500 (what tbf counts per packet)
+TBF_BURST_S = 0.001          # token bucket depth: 1 ms of traffic at the rate ...
+TBF_MIN_BURST = 4 * ETH_FRAME  # ... but at least 4 full frames (a bucket smaller than a frame drops it)
+TBF_LIMIT_S = 0.1            # queue: 100 ms of traffic at the rate ...
+TBF_MIN_LIMIT = 128 * 1024   # ... but at least 128 KiB
+SYSCTLS: Tuple[str, ...] = ()  # "key=value" sysctls set in every namespace (e.g. net.ipv4.tcp_slow_start_after_idle=0)
 LAST_LINES = 20
 _NS_PREFIX = "tfco"
 _KILL_GRACE_S = 3.0
@@ -164,6 +184,35 @@ def _reap_stale_namespaces() -> None:
             subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
 
 
+def tbf_params(bandwidth_mbit: float) -> Tuple[int, int, int]:
+    """``(rate bit/s, burst bytes, limit bytes)`` of the token bucket that shapes a link to ``bandwidth_mbit``.
+
+    burst = max(rate x ``TBF_BURST_S``, ``TBF_MIN_BURST``); limit = max(rate x ``TBF_LIMIT_S``,
+    ``TBF_MIN_LIMIT``), rates in bytes/s. See the module docstring for why.
+
+    >>> tbf_params(20)        # 20 Mbit/s: 2,500 B per ms < 4 frames
+    (20000000, 6056, 250000)
+    >>> tbf_params(1000)      # 1 Gbit/s
+    (1000000000, 125000, 12500000)
+    """
+    rate_bit = max(1000, int(round(float(bandwidth_mbit) * 1e6)))
+    rate_bytes = rate_bit / 8.0
+    burst = max(int(round(rate_bytes * TBF_BURST_S)), TBF_MIN_BURST)
+    limit = max(int(round(rate_bytes * TBF_LIMIT_S)), TBF_MIN_LIMIT)
+    return rate_bit, burst, limit
+
+
+def tbf_command(dev: str, bandwidth_mbit: float) -> List[str]:
+    """The ``tc`` argv that shapes ``dev`` to ``bandwidth_mbit`` (sizes in bytes, as tc reads plain numbers).
+
+    >>> " ".join(tbf_command("eth0", 20))
+    'tc qdisc add dev eth0 root tbf rate 20000000bit burst 6056 limit 250000'
+    """
+    rate_bit, burst, limit = tbf_params(bandwidth_mbit)
+    return ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{rate_bit}bit",
+            "burst", str(burst), "limit", str(limit)]
+
+
 class _Network:
     """Namespaces, links and qdiscs of one shaped cluster; ``close()`` removes them (idempotent)."""
 
@@ -175,7 +224,7 @@ class _Network:
         self.base = f"{_NS_PREFIX}{os.getpid()}-{_Network._serial}"
         self.namespaces: List[str] = []
         self.topology = topology
-        self.rate = f"{max(1, int(round(bandwidth_mbit * 1000)))}kbit"
+        self.bandwidth_mbit = bandwidth_mbit
         self._closed = False
         atexit.register(self.close)
         try:
@@ -197,12 +246,16 @@ class _Network:
         return name
 
     def _tbf(self, ns: str, dev: str) -> None:
-        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
-              "rate", self.rate, "burst", TBF_BURST, "limit", TBF_LIMIT])
+        _run(["ip", "netns", "exec", ns] + tbf_command(dev, self.bandwidth_mbit))
+
+    def _sysctls(self, ns: str) -> None:
+        for setting in SYSCTLS:
+            _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", setting])
 
     def _shared(self, n: int) -> None:
         ns = self._add_ns(f"{self.base}-shared")
         _run(["ip", "-n", ns, "link", "set", "lo", "mtu", "1500", "up"])
+        self._sysctls(ns)
         self._tbf(ns, "lo")
         self.task_ns = [ns] * n
         self.hosts = ["127.0.0.1"] * n
@@ -220,6 +273,7 @@ class _Network:
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
             _run(["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0"])
             _run(["ip", "-n", ns, "link", "set", "eth0", "mtu", "1500", "up"])
+            self._sysctls(ns)
             self._tbf(ns, "eth0")        # task -> switch
             self._tbf(sw, f"p{i}")       # switch -> task
             self.task_ns.append(ns)
