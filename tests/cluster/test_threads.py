@@ -21,8 +21,8 @@ def _env_seen(monkeypatch, **kw):
 
 def test_each_task_gets_its_share_of_the_cores(monkeypatch):
     share = str(max(1, available_cores() // 3))
-    seen = _env_seen(monkeypatch, workers=2, ps=1)
-    assert seen == {t: ",".join([share] * 3) for t in ("worker:0", "worker:1", "ps:0")}
+    seen = _env_seen(monkeypatch, workers=2, chief=True)
+    assert seen == {t: ",".join([share] * 3) for t in ("worker:0", "worker:1", "chief:0")}
 
 
 def test_explicit_count_zero_and_caller_env(monkeypatch):
