@@ -124,3 +124,71 @@ def softmax_step(strategy, w, b, opt, global_batch: int):
         return step(xs, ys)
 
     return run_row
+
+
+class _NumpyOpt:
+    """tf-keras SGD (momentum, nesterov) and Adam update rules on float64 arrays, one instance per replica."""
+
+    def __init__(self, kind: str, lr: float, momentum: float = 0.0, nesterov: bool = False,
+                 beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7):
+        self.kind, self.lr, self.mu, self.nesterov = kind, lr, momentum, nesterov
+        self.b1, self.b2, self.eps = beta_1, beta_2, epsilon
+        self.t = 0
+        self.slots = {}
+
+    def step(self, key: str, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        if self.kind == "sgd":
+            if self.mu == 0.0:
+                return x - self.lr * g
+            m = self.slots.get(key, np.zeros_like(x))
+            m = self.mu * m - self.lr * g
+            self.slots[key] = m
+            return x + (self.mu * m - self.lr * g if self.nesterov else m)
+        assert self.kind == "adam"
+        m, v = self.slots.get(key, (np.zeros_like(x), np.zeros_like(x)))
+        t = self.t + 1
+        m = m + (g - m) * (1 - self.b1)
+        v = v + (g * g - v) * (1 - self.b2)
+        self.slots[key] = (m, v)
+        alpha = self.lr * np.sqrt(1 - self.b2 ** t) / (1 - self.b1 ** t)
+        return x - m * alpha / (np.sqrt(v) + self.eps)
+
+    def done_step(self) -> None:
+        self.t += 1
+
+
+def run_gradient_rule(w0: np.ndarray, b0: np.ndarray, batches, interval: int, make_opt):
+    """The "gradient" correction (docs/skip_correct.md): replica i applies u = g_i − Δ_i with its own
+    optimizer (``make_opt()``, local slots), sums the raw g_i over the period (G_i); at a sync after k
+    steps x ← mean x_i and Δ_i ← (G_i − mean G)/k, G_i ← 0. Returns per-step (w_i, b_i, dw_i)."""
+    r = len(batches[0])
+    ws = [w0.astype(np.float64).copy() for _ in range(r)]
+    bs = [b0.astype(np.float64).copy() for _ in range(r)]
+    dws = [np.zeros_like(ws[0]) for _ in range(r)]
+    dbs = [np.zeros_like(bs[0]) for _ in range(r)]
+    gws = [np.zeros_like(ws[0]) for _ in range(r)]
+    gbs = [np.zeros_like(bs[0]) for _ in range(r)]
+    opts = [make_opt() for _ in range(r)]
+    k, history = 0, []
+    for step in batches:
+        for i in range(r):
+            gw, gb = softmax_grads(ws[i], bs[i], *step[i])
+            gws[i] += gw
+            gbs[i] += gb
+            ws[i] = opts[i].step("w", ws[i], gw - dws[i])
+            bs[i] = opts[i].step("b", bs[i], gb - dbs[i])
+            opts[i].done_step()
+        k += 1
+        if k == interval:
+            wbar, bbar = sum(ws) / r, sum(bs) / r
+            gwbar, gbbar = sum(gws) / r, sum(gbs) / r
+            for i in range(r):
+                dws[i] = (gws[i] - gwbar) / k
+                dbs[i] = (gbs[i] - gbbar) / k
+            gws = [np.zeros_like(g) for g in gws]
+            gbs = [np.zeros_like(g) for g in gbs]
+            ws = [wbar.copy() for _ in range(r)]
+            bs = [bbar.copy() for _ in range(r)]
+            k = 0
+        history.append(([w.copy() for w in ws], [b.copy() for b in bs], [d.copy() for d in dws]))
+    return history
