@@ -70,22 +70,15 @@ def main(argv: List[str]) -> None:
     import tf_keras as k
 
     from experiments.models import build_model
+    from tf_commopt._compat import fresh_mirrored_strategy
     from tf_commopt.datasets import load_dataset, split_non_iid
     from tf_commopt.distribute import SkipCorrectStrategy
 
     devices = [d.name for d in tf.config.list_logical_devices("CPU")][:FLAGS.replicas]
-    made = [0]
 
     def strategy_for(variant: str, h: int):
-        made[0] += 1
         if variant == "ssgd":
-            cls = tf.distribute.MirroredStrategy
-            old = cls._collective_key_base
-            cls._collective_key_base = 1_000_000 + 100_000 * made[0]  # a fresh group per strategy
-            try:
-                return cls(devices)
-            finally:
-                cls._collective_key_base = old
+            return fresh_mirrored_strategy(devices)
         return SkipCorrectStrategy(interval=h, correction=variant, devices=devices)
 
     def optimizer(name: str):

@@ -173,27 +173,11 @@ def configure_local_cpus(n: int) -> List[str]:
     return devices[:n]
 
 
-_mirrored_made = 0
-
-
 def _fresh_mirrored(devices: List[str]):
-    """A MirroredStrategy whose collective group keys differ from every earlier one in this process.
+    """A MirroredStrategy whose collective keys differ from every other strategy's in this process."""
+    from tf_commopt._compat import fresh_mirrored_strategy
 
-    Two MirroredStrategy objects over different device sets in one process both start at group key 1
-    and the second one's collectives abort ("joining a group with size 2, but that group has size 4").
-    TensorFlow's own tests shift ``_collective_key_base`` per strategy; so do we.
-    """
-    import tensorflow as tf
-
-    global _mirrored_made
-    _mirrored_made += 1
-    cls = tf.distribute.MirroredStrategy
-    old = cls._collective_key_base
-    cls._collective_key_base = 1_000_000 + 100_000 * _mirrored_made
-    try:
-        return cls(devices)
-    finally:
-        cls._collective_key_base = old
+    return fresh_mirrored_strategy(devices)
 
 
 def make_strategy(cfg: Config, tfc: Optional[TFConfig]):

@@ -84,3 +84,34 @@ def host_variable(value: Any, dtype: tf.DType, name: str) -> tf.Variable:
     """
     with tf.init_scope(), tf.device("/CPU:0"):
         return resource_variable_ops.ResourceVariable(tf.constant(value, dtype), name=name, trainable=False)
+
+
+# ---- collective keys ------------------------------------------------------------------------------------
+_KEY_BASES = {"next": 0}
+
+
+def next_collective_key_base() -> int:
+    """A collective-key base no other strategy of this process uses (the one allocator of the package).
+
+    Two strategies over overlapping devices in one process otherwise both start at group key 1 and the
+    second one's collectives abort ("joining a group with size 2, but that group has size 4"); TensorFlow's
+    own tests shift ``_collective_key_base`` per strategy. Every worker of a cluster that builds its
+    strategies in the same order gets the same sequence.
+
+    >>> a, b = next_collective_key_base(), next_collective_key_base()   # doctest: +SKIP
+    >>> b - a                                                          # doctest: +SKIP
+    100000
+    """
+    _KEY_BASES["next"] += 1
+    return 10_000_000 + 100_000 * _KEY_BASES["next"]
+
+
+def fresh_mirrored_strategy(devices: Any) -> tf.distribute.MirroredStrategy:
+    """A ``tf.distribute.MirroredStrategy`` over ``devices`` with its own collective keys."""
+    cls = tf.distribute.MirroredStrategy
+    old = cls._collective_key_base
+    cls._collective_key_base = next_collective_key_base()
+    try:
+        return cls(devices)
+    finally:
+        cls._collective_key_base = old

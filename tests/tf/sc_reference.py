@@ -84,22 +84,12 @@ def make_batches(steps: int, replicas: int, per_replica: int, features: int, cla
     return out
 
 
-_made = [0]
-
-
 def fresh_mirrored(devices):
     """A tf.distribute.MirroredStrategy with collective keys no other strategy in this process uses
     (two instances over the same devices otherwise share instance keys and abort each other)."""
-    import tensorflow as tf
+    from tf_commopt._compat import fresh_mirrored_strategy
 
-    _made[0] += 1
-    cls = tf.distribute.MirroredStrategy
-    old = cls._collective_key_base
-    cls._collective_key_base = 7_000_000 + 100_000 * _made[0]
-    try:
-        return cls(devices)
-    finally:
-        cls._collective_key_base = old
+    return fresh_mirrored_strategy(devices)
 
 
 def softmax_step(strategy, w, b, opt, global_batch: int):

@@ -53,6 +53,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from tf_commopt._compat import collective_all_reduce_strategy as _cars
+from tf_commopt._compat import next_collective_key_base
 from tf_commopt._compat import collective_util, distribute_lib, tfconfig_cluster_resolver
 from tf_commopt._compat import mirrored_strategy as _ms
 from tf_commopt._compat import values as _values
@@ -588,7 +589,6 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
     """
 
     _collective_key_base = 0
-    _made = 0
 
     def __init__(self, interval: Union[int, str] = 4, correction: str = "auto", warmup_steps: int = 0,
                  average_optimizer_state: bool = False, devices: Optional[Sequence[str]] = None,
@@ -618,8 +618,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
                   auto_probe_interval=auto_probe_interval, auto_measure_syncs=auto_measure_syncs)
         # distinct collective group keys per instance (as TensorFlow's tests do), the same sequence on
         # every worker when they build their strategies in the same order
-        SkipCorrectStrategy._made += 1
-        self._collective_key_base = 3_000_000 + 100_000 * SkipCorrectStrategy._made
+        self._collective_key_base = next_collective_key_base()
         if cluster_resolver is not None or (devices is None and _tf_config_has_cluster()):
             if devices is not None:
                 raise InputError("give devices or cluster_resolver, not both", where="SkipCorrectStrategy")
