@@ -39,6 +39,8 @@ flags.DEFINE_integer("steps", 400, "training steps")
 flags.DEFINE_integer("per_replica_batch", 32, "examples per replica per step")
 flags.DEFINE_list("seeds", ["0", "1"], "seeds (weights, shard split, order)")
 flags.DEFINE_string("model", "mlp", "experiments.models name")
+flags.DEFINE_bool("average_optimizer_state", False, "skip-and-correct variants: also average the optimizer slots "
+                  "at each sync")
 flags.DEFINE_string("out", "", "append one JSON record per run to this .jsonl")
 
 
@@ -79,7 +81,8 @@ def main(argv: List[str]) -> None:
     def strategy_for(variant: str, h: int):
         if variant == "ssgd":
             return fresh_mirrored_strategy(devices)
-        return SkipCorrectStrategy(interval=h, correction=variant, devices=devices)
+        return SkipCorrectStrategy(interval=h, correction=variant, devices=devices,
+                                   average_optimizer_state=FLAGS.average_optimizer_state)
 
     def optimizer(name: str):
         lr = OPTIMIZERS[name]
@@ -122,6 +125,7 @@ def main(argv: List[str]) -> None:
                         "interval": h, "seed": seed, "test_accuracy": round(float(acc), 4), "wall_s": round(wall, 2),
                         "replicas": FLAGS.replicas, "classes_per_shard": FLAGS.classes_per_shard,
                         "steps": FLAGS.steps, "per_replica_batch": b, "model": FLAGS.model,
+                        "average_optimizer_state": FLAGS.average_optimizer_state,
                         "command": "python -m experiments.correction_bench " + " ".join(sys.argv[1:]),
                     }
                     if hasattr(strategy, "stats"):
