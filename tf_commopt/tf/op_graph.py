@@ -79,6 +79,53 @@ def _shape_variable_reads(graph_def: Any) -> Dict[str, str]:
     return reads
 
 
+_SHAPELESS = (tf.resource, tf.variant, tf.string)
+
+
+def _unknown_shapes(kept: List[Any]) -> List[Tuple[Any, Any]]:
+    """(op, tensor) pairs where a costed op reads or writes a numeric tensor of unknown shape."""
+    out = []
+    for op in kept:
+        if op.type in FREE_OPS:
+            continue
+        outs = [t for i, t in enumerate(op.outputs) if i == 0 or t.consumers()]  # unused aux outputs do not count
+        for t in ([] if op.type == "Placeholder" else list(op.inputs)) + outs:
+            if t.dtype in _SHAPELESS:
+                continue
+            if t.shape.rank is None or not t.shape.is_fully_defined():
+                out.append((op, t))
+                break
+    return out
+
+
+def _root_cause(t: Any) -> str:
+    """Why ``t`` has no shape: walk up plumbing to a variable read or a placeholder."""
+    seen = 0
+    op = t.op
+    while op.type in PLUMBING_OPS and op.type != "ReadVariableOp" and op.inputs and seen < 50:
+        op, seen = op.inputs[0].op, seen + 1
+    if op.type == "ReadVariableOp":
+        return (f"it reads variable {op.inputs[0].op.name!r}, whose shape the GraphDef does not carry "
+                "(export with graph.as_graph_def(add_shapes=True), freeze with convert_variables_to_constants_v2, "
+                "or import the SavedModel/concrete function)")
+    if op.type == "Placeholder":
+        return f"input {op.name!r} has shape {t.shape}: pass batch_size (or a static input signature)"
+    return f"shape inference left {t.name} as {t.shape}"
+
+
+def _unknown_shape_message(pairs: List[Tuple[Any, Any]], batch_size: Optional[int]) -> str:
+    op, t = pairs[0]
+    others = f" (and {len(pairs) - 1} more op(s))" if len(pairs) > 1 else ""
+    if op.type == "Placeholder" and batch_size is None:
+        cause = f"input {op.name!r} has shape {t.shape}: pass batch_size"
+    else:
+        cause = _root_cause(t) if t.op is not op else f"shape inference left output {t.name} as {t.shape}"
+        if t.op is not op and t.op.type not in PLUMBING_OPS and t.op.type != "Placeholder":
+            cause = f"its input {t.name} has shape {t.shape}"
+    return (f"op {op.name!r} ({op.type}) has a tensor of unknown shape{others}, so its FLOPs and bytes "
+            f"would be wrong: {cause}; or pass unknown_shapes='estimate' to accept estimates")
+
+
 def _is_plumbing(op: Any) -> bool:
     if op.type in PLUMBING_OPS:
         return True
@@ -89,7 +136,7 @@ def _is_plumbing(op: Any) -> bool:
 
 def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth: Optional[int],
                            batch_size: Optional[int], roofline: Roofline, unknown_flops: str,
-                           name: str, source: Optional[str]) -> CostGraph:
+                           name: str, source: Optional[str], unknown_shapes: str = "error") -> CostGraph:
     """See :func:`tf_commopt.tf.graph_import.from_graph_def`."""
     where = source or (f"graph {name!r}" if name else "GraphDef")
     if batch_size is not None:
@@ -109,6 +156,17 @@ def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth:
     kept_names = {op.name for op in kept}
     if not kept:
         raise InputError("no computational ops in the graph (only constants/plumbing)", where=where)
+    unknown_shaped = _unknown_shapes(kept)
+    if unknown_shaped and unknown_shapes == "error":
+        raise InputError(_unknown_shape_message(unknown_shaped, batch_size), where=where)
+    if unknown_shaped:
+        from tf_commopt.tf.op_costs import CostEstimateWarning
+
+        kinds = Counter(op.type for op, _ in unknown_shaped)
+        warnings.warn(f"{where}: {len(unknown_shaped)} op(s) have tensors of unknown shape; their unknown tensors "
+                      f"count 0 bytes (unknown_shapes='estimate'): "
+                      + ", ".join(f"{k} ({v})" for k, v in kinds.most_common()),
+                      CostEstimateWarning, stacklevel=_caller_stacklevel())
 
     memo: Dict[str, Tuple[frozenset, Optional[str]]] = {}
 
