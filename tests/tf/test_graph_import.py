@@ -247,10 +247,14 @@ def test_graphdef_round_trip(tmp_path, as_text, fname):
     frozen = convert_variables_to_constants_v2(cf)
     path2 = tf.io.write_graph(frozen.graph, str(tmp_path), "frozen_" + fname, as_text=as_text)
     _same(ref, from_graphdef_file(path2))
-    # written from the Graph itself: no variable shapes, same DAG, FLOPs of the ops reading them unknown
+    # written from the Graph itself: no variable shapes. An error naming the variable, unless the caller
+    # opts into estimates: then the same DAG, FLOPs of the ops reading the variables unknown
     path3 = tf.io.write_graph(cf.graph, str(tmp_path), "plain_" + fname, as_text=as_text)
+    with pytest.raises(InputError, match=r"m/fc1/MatMul.*reads variable .*does not carry.*add_shapes") as e:
+        from_graphdef_file(path3)
+    assert path3 in str(e.value) and "\n" not in str(e.value)
     with pytest.warns(CostEstimateWarning, match="MatMul"):
-        plain = from_graphdef_file(path3)
+        plain = from_graphdef_file(path3, unknown_shapes="estimate")
     assert set(plain.edges) == set(ref.edges) and set(plain.nodes) == set(ref.nodes)
 
 

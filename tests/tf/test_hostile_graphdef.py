@@ -77,7 +77,7 @@ def test_the_valid_file_imports(tmp_path):
     ("text.pbtxt", "node { name: 'a' op: ", "invalid text GraphDef"),
     ("other.pbtxt", "intra_op_parallelism_threads: 2\n", "invalid text GraphDef"),
     ("binary.pbtxt", b"\xff\xfe\x00garbage", "not a text GraphDef"),
-    ("profile.pb", "n0 -- Linear -- forward_compute_time=1\n", "invalid text GraphDef"),
+    ("profile.pb", "n0 -- Linear -- forward_compute_time=1\n", "not a GraphDef: this is a PipeDream graph.txt profile"),
 ])
 def test_broken_files_are_one_line_errors(tmp_path, name, data, match):
     path = _file(tmp_path, name, data)
