@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.errors import InputError
+from tf_commopt.tf.train_graph import attribute, classify
 from tf_commopt.tf.op_costs import (FREE_OPS, PARAM_SOURCES, PLUMBING_OPS, Roofline, _caller_stacklevel, op_flops,
                                     tensor_bytes, warn_unknown)
 
@@ -82,6 +83,18 @@ def _shape_variable_reads(graph_def: Any) -> Dict[str, str]:
 _SHAPELESS = (tf.resource, tf.variant, tf.string)
 
 
+def _opaque(t: Any) -> bool:
+    """Scratch tensors whose shape TensorFlow leaves unknown by design (FusedBatchNorm reserve spaces)."""
+    for _ in range(8):
+        if t.op.type.startswith("FusedBatchNorm") and not t.op.type.startswith("FusedBatchNormGrad"):
+            return t.value_index >= 3
+        if t.op.type in ("ZerosLike", "OnesLike", "Identity") and t.op.inputs:   # their zero gradients
+            t = t.op.inputs[0]
+            continue
+        return False
+    return False
+
+
 def _unknown_shapes(kept: List[Any]) -> List[Tuple[Any, Any]]:
     """(op, tensor) pairs where a costed op reads or writes a numeric tensor of unknown shape."""
     out = []
@@ -90,7 +103,7 @@ def _unknown_shapes(kept: List[Any]) -> List[Tuple[Any, Any]]:
             continue
         outs = [t for i, t in enumerate(op.outputs) if i == 0 or t.consumers()]  # unused aux outputs do not count
         for t in ([] if op.type == "Placeholder" else list(op.inputs)) + outs:
-            if t.dtype in _SHAPELESS:
+            if t.dtype in _SHAPELESS or _opaque(t):
                 continue
             if t.shape.rank is None or not t.shape.is_fully_defined():
                 out.append((op, t))
@@ -152,7 +165,8 @@ def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"cannot import the GraphDef: {first}", where=where) from None
     ops = g.get_operations()
-    kept = [op for op in ops if not (op.name in var_reads or _is_plumbing(op))]
+    kind = classify(ops)
+    kept = [op for op in ops if not (op.name in var_reads or _is_plumbing(op) or kind[op.name] == "dead")]
     kept_names = {op.name for op in kept}
     if not kept:
         raise InputError("no computational ops in the graph (only constants/plumbing)", where=where)
@@ -195,23 +209,30 @@ def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth:
         memo[op.name] = (frozenset(found), None if found else root)
         return memo[op.name]
 
+    training = any(k == "gradient" for k in kind.values())
     nodes: List[Node] = []
     edges: List[Tuple[str, str]] = []
     counted: Set[str] = set()
+    var_owner: Dict[str, str] = {}
     unknown: List[str] = []
+    pending: List[Tuple[str, float]] = []   # training graphs: (gradient/optimizer op, ms) to attribute
     for op in kept:
+        is_fwd = not training or kind[op.name] == "forward"
         params, moved = 0.0, 0.0
         for t in op.inputs:
             b, _ = tensor_bytes(t)
             moved += 0.0 if op.type in FREE_OPS else b
             p = t.op
             if p.name in kept_names:
-                edges.append((p.name, op.name))
+                if is_fwd and (not training or kind[p.name] == "forward"):
+                    edges.append((p.name, op.name))
                 continue
             ups, root = resolve(p)
-            edges.extend((u, op.name) for u in sorted(ups))
-            if root is not None and root not in counted and t.dtype.is_floating and t.shape.rank:
+            if is_fwd:
+                edges.extend((u, op.name) for u in sorted(ups) if not training or kind[u] == "forward")
+            if is_fwd and root is not None and root not in counted and t.dtype.is_floating and t.shape.rank:
                 counted.add(root)
+                var_owner[root] = op.name
                 params += b
         out_bytes = sum(tensor_bytes(t)[0] for t in op.outputs)
         if op.type == "Placeholder":
@@ -221,12 +242,34 @@ def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth:
         if not known:
             unknown.append(op.type)
         fwd = roofline.forward_ms(flops, 0.0 if op.type in FREE_OPS else moved + out_bytes)
-        nodes.append(Node(op.name, fwd, roofline.backward_ms(fwd), params, out_bytes, op.type))
+        if not is_fwd:
+            pending.append((op.name, fwd))
+            continue
+        nodes.append(Node(op.name, fwd, 0.0 if training else roofline.backward_ms(fwd), params, out_bytes, op.type))
+    if training:
+        nodes = _attribute_backward(ops, kind, nodes, pending, var_owner, var_reads,
+                                    lambda op: {op.name} if op.name in kept_names else set(resolve(op)[0]))
     warn_unknown(unknown, unknown_flops, where=where)
     op_graph = CostGraph(nodes, edges, name=name)
     if not group_by_scope:
         return op_graph
     return _group(op_graph, scope_depth, name, {op.name for op in ops})
+
+
+def _attribute_backward(ops: List[Any], kind: Dict[str, str], nodes: List[Node], pending: List[Tuple[str, float]],
+                        var_owner: Dict[str, str], var_reads: Dict[str, str], up: Any) -> List[Node]:
+    """Training graphs: each forward node's backward = the times of the gradient and optimizer ops
+    attributed to it (:mod:`tf_commopt.tf.train_graph`); ops tied to nothing go to the last node."""
+    forward = [n.name for n in nodes if n.label != "Placeholder"]
+    owners = dict(var_owner)
+    owners.update({r: var_owner[h] for r, h in var_reads.items() if h in var_owner})
+    owner = attribute(ops, kind, forward, owners, up, reads=var_reads)
+    bwd: Counter = Counter()
+    for name, ms in pending:
+        o = owner.get(name)
+        bwd[o if o is not None else (forward[-1] if forward else nodes[-1].name)] += ms
+    return [Node(n.name, n.forward_ms, bwd.get(n.name, 0.0), n.param_bytes, n.activation_bytes, n.label)
+            for n in nodes]
 
 
 def _group_key(op_name: str, depth: Optional[int], op_names: Set[str]) -> str:
