@@ -9,6 +9,8 @@ name            GFLOP/s           GB/s        source
 ``h200``        67,000            4,800       datasheet, fp32 (alias ``h200-fp32``)
 ``h200-tf32``   494,700           4,800       datasheet, tf32 tensor cores (dense)
 ``h200-bf16``   989,000           4,800       datasheet, bf16 tensor cores (dense)
+``h200-fit``    35,200            4,800       fitted to the H200 fp32 profiles (+0.08 ms/layer, bwd 1x)
+``h200-bf16-fit`` 173,300         4,800       fitted to the H200 bf16 profiles (+0.08 ms/layer, bwd 1x)
 ``cpu``         100               20          stated: a guess for a small x86 box
 ``cpu-here``    measured          measured    :func:`tf_commopt.tf.profiler.measure_roofline` on /CPU:0,
                                               once per process
@@ -40,6 +42,10 @@ DEVICE_PRESETS: Dict[str, Tuple[Roofline, str]] = {
     "h200-fp32": (Roofline(67_000.0, 4_800.0), "datasheet peaks, fp32"),
     "h200-tf32": (Roofline(494_700.0, 4_800.0), "datasheet peaks, tf32 tensor cores (dense)"),
     "h200-bf16": (Roofline(989_000.0, 4_800.0), "datasheet peaks, bf16 tensor cores (dense)"),
+    "h200-fit": (Roofline(35_200.0, 4_800.0, backward_factor=1.0, overhead_ms=0.08),
+                 "fitted to the bundled H200 fp32 per-layer profiles (6 models; docs/importing.md)"),
+    "h200-bf16-fit": (Roofline(173_300.0, 4_800.0, backward_factor=1.0, overhead_ms=0.08),
+                      "fitted to the bundled H200 bf16 per-layer profiles (6 models; docs/importing.md)"),
     "cpu": (Roofline(100.0, 20.0), "stated guess for a small x86 machine, not measured"),
 }
 
