@@ -21,7 +21,8 @@ Example:
 
 Command line (prints the tables of ``docs/importing.md``)::
 
-    python -m tf_commopt.tf.calibrate --fit-on resnet50 --stages 4
+    python -m tf_commopt.tf.calibrate                      # leave-one-out fits, 4 stages, fp32 and bf16
+    TF_USE_LEGACY_KERAS=1 python -m tf_commopt.tf.calibrate --keras resnet50,vgg16   # + tf-keras imports
 """
 from __future__ import annotations
 
@@ -187,6 +188,41 @@ def fit_roofline(profiles: Sequence[str]) -> Tuple[Roofline, float]:
     return best[1], best[0]
 
 
+#: tf-keras application and input size of each profiled torchvision model
+KERAS_APPS = {"resnet50": ("ResNet50", 224), "resnet101": ("ResNet101", 224), "vgg16": ("VGG16", 224),
+              "inception_v3": ("InceptionV3", 299), "densenet121": ("DenseNet121", 224),
+              "mobilenet_v2": ("MobileNetV2", 224)}
+
+
+def keras_application_totals(model: str, modes: Sequence[str] = ("fp32", "bf16")) -> List[Dict[str, Any]]:
+    """The tf-keras application of ``model`` (weights=None, batch 32) imported with ``from_keras_model`` under
+    the datasheet and fitted H200 presets, next to the measured totals (imports TensorFlow and tf-keras)."""
+    import json as _json
+    import os
+
+    import tf_keras as keras
+
+    from tf_commopt.core.profiles import bundled_profile_path, load_profile
+    from tf_commopt.tf.devices import roofline_preset
+    from tf_commopt.tf.graph_import import from_keras_model
+
+    app, size = KERAS_APPS[model]
+    m = getattr(keras.applications, app)(weights=None, input_shape=(size, size, 3))
+    rows = []
+    for mode in modes:
+        meas = load_profile(f"h200/{model}.{mode}")
+        meta_path = os.path.join(os.path.dirname(bundled_profile_path(f"h200/{model}.{mode}")),
+                                 f"{model}.{mode}.b32.meta.json")
+        with open(meta_path, encoding="utf-8") as f:
+            whole = _json.load(f)["whole_fwd_bwd_ms"]
+        sheet = {"fp32": "h200", "tf32": "h200-tf32", "bf16": "h200-bf16"}[mode]
+        for preset in (sheet, "h200-fit" if mode != "bf16" else "h200-bf16-fit"):
+            g = from_keras_model(m, batch_size=32, roofline=roofline_preset(preset)[0])
+            rows.append({"model": model, "mode": mode, "preset": preset, "keras_layers": len(g), "est_ms": g.total_ms(),
+                         "meas_nodes_ms": meas.total_ms(), "meas_whole_ms": whole})
+    return rows
+
+
 def _fmt(x: float) -> str:
     return f"{100 * x:+.0f}%"
 
@@ -200,6 +236,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--stages", type=int, default=4)
     ap.add_argument("--modes", default="fp32,bf16")
     ap.add_argument("--json", default=None, help="also write all numbers here")
+    ap.add_argument("--keras", default=None,
+                    help="comma-separated models: also import their tf-keras applications (needs TensorFlow)")
     a = ap.parse_args(argv)
     from tf_commopt.core.profiles import load_profile
     from tf_commopt.tf.devices import roofline_preset
@@ -235,6 +273,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                         f"+{r.overhead_ms} ms, bwd {r.backward_factor:g}x")
                 print(f"| {model} | {label} | {le['weighted']:.0%} | {le['median']:.0%} | {_fmt(le['total'])} | "
                       f"{', '.join(_fmt(x) for x in se['rel_err'])} | {se['max_abs_err']:.0%} | {se['share_err']:.1%} |")
+    if a.keras:
+        print("\n| model | mode | preset | Keras layers | estimate ms | measured: sum of layers | "
+              "measured: whole model | est / layer sum |\n|---|---|---|---|---|---|---|---|")
+        for model in a.keras.split(","):
+            for r in keras_application_totals(model, a.modes.split(",")):
+                out[f"keras.{model}.{r['mode']}.{r['preset']}"] = r
+                print(f"| {model} | {r['mode']} | `{r['preset']}` | {r['keras_layers']} | {r['est_ms']:.1f} | "
+                      f"{r['meas_nodes_ms']:.1f} | {r['meas_whole_ms']:.1f} | {r['est_ms'] / r['meas_nodes_ms']:.2f} |")
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
