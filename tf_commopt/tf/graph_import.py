@@ -160,7 +160,7 @@ def from_concrete_function(fn: Any, *, group_by_scope: bool = False, scope_depth
 def from_graph_def(graph_def: Any, *, group_by_scope: bool = False, scope_depth: Optional[int] = None,
                    batch_size: Optional[int] = None, roofline: Optional[Roofline] = None,
                    unknown_flops: str = "elements", unknown_shapes: str = "error", name: str = "",
-                   source: Optional[str] = None) -> CostGraph:
+                   source: Optional[str] = None, input_shapes: Optional[Dict[str, Any]] = None) -> CostGraph:
     """Op-level (or scope-level) CostGraph of a ``tf.compat.v1.GraphDef``.
 
     Args:
@@ -170,6 +170,8 @@ def from_graph_def(graph_def: Any, *, group_by_scope: bool = False, scope_depth:
             cycle is split into ``scope``, ``scope#2``... so the result stays a DAG.
         scope_depth: with ``group_by_scope``, group by the first ``scope_depth`` name components.
         batch_size: replaces an unknown first dimension of every Placeholder before shape inference.
+        input_shapes: ``{placeholder name: full static shape}`` for inputs with other unknown
+            dimensions (``{"x": [32, 224, 224, 3]}``), applied before shape inference.
         roofline, unknown_flops: as in :func:`from_keras_model`.
         unknown_shapes: ``"error"`` (default): a computational op with a tensor whose shape is
             still unknown after shape inference (an unknown batch without ``batch_size``,
@@ -189,7 +191,7 @@ def from_graph_def(graph_def: Any, *, group_by_scope: bool = False, scope_depth:
     return graph_def_to_costgraph(graph_def, group_by_scope=group_by_scope, scope_depth=scope_depth,
                                   batch_size=batch_size, roofline=roofline or Roofline(),
                                   unknown_flops=unknown_flops, unknown_shapes=unknown_shapes,
-                                  name=name, source=source)
+                                  name=name, source=source, input_shapes=input_shapes)
 
 
 def _not_a_graphdef(path: str) -> Optional[InputError]:
@@ -279,7 +281,8 @@ def read_graphdef(path: Union[str, os.PathLike]) -> Any:
 def from_graphdef_file(path: Union[str, os.PathLike], group_by_scope: bool = False, *,
                        scope_depth: Optional[int] = None, batch_size: Optional[int] = None,
                        roofline: Optional[Roofline] = None, unknown_flops: str = "elements",
-                       unknown_shapes: str = "error", name: Optional[str] = None) -> CostGraph:
+                       unknown_shapes: str = "error", name: Optional[str] = None,
+                       input_shapes: Optional[Dict[str, Any]] = None) -> CostGraph:
     """Op-level CostGraph of a GraphDef file written by ``tf.io.write_graph`` (``.pb`` or ``.pbtxt``).
 
     Example:
@@ -292,4 +295,5 @@ def from_graphdef_file(path: Union[str, os.PathLike], group_by_scope: bool = Fal
     gd = read_graphdef(path)
     return from_graph_def(gd, group_by_scope=group_by_scope, scope_depth=scope_depth, batch_size=batch_size,
                           roofline=roofline, unknown_flops=unknown_flops, unknown_shapes=unknown_shapes,
-                          name=name if name is not None else os.path.basename(path), source=path)
+                          name=name if name is not None else os.path.basename(path), source=path,
+                          input_shapes=input_shapes)

@@ -55,6 +55,32 @@ def _with_batch(graph_def: Any, batch_size: int) -> Any:
     return gd
 
 
+def _with_input_shapes(graph_def: Any, input_shapes: Dict[str, Any], where: str) -> Any:
+    """Set the static shape of named Placeholders (before shape inference)."""
+    by_name = {nd.name: nd for nd in graph_def.node if nd.op == "Placeholder"}
+    for name, shape in input_shapes.items():
+        nd = by_name.get(name)
+        if nd is None:
+            data = sorted(n for n, d in by_name.items() if d.attr["dtype"].type not in (20, 21))  # not resource/variant
+            raise InputError(f"no Placeholder {name!r} in the graph; its inputs: {', '.join(data[:8]) or 'none'}",
+                             where="input_shapes")
+        try:
+            dims = [int(d) for d in shape]
+        except (TypeError, ValueError):
+            raise InputError(f"shape of {name!r} must be a list of positive integers, got {shape!r}",
+                             where="input_shapes") from None
+        if any(d <= 0 for d in dims):
+            raise InputError(f"shape of {name!r} must be a list of positive integers, got {shape!r}", where="input_shapes")
+        old = nd.attr["shape"].shape
+        if not old.unknown_rank and len(old.dim) != len(dims):
+            raise InputError(f"{name!r} has rank {len(old.dim)}, input_shapes gives {dims}", where="input_shapes")
+        del old.dim[:]
+        old.unknown_rank = False
+        for d in dims:
+            old.dim.add(size=d)
+    return graph_def
+
+
 def _shape_variable_reads(graph_def: Any) -> Dict[str, str]:
     """Turn ReadVariableOps whose ``_output_shapes`` attr is known into Placeholders of that shape.
 
@@ -122,15 +148,22 @@ def _root_cause(t: Any) -> str:
                 "(export with graph.as_graph_def(add_shapes=True), freeze with convert_variables_to_constants_v2, "
                 "or import the SavedModel/concrete function)")
     if op.type == "Placeholder":
-        return f"input {op.name!r} has shape {t.shape}: pass batch_size (or a static input signature)"
+        return _placeholder_hint(op.name, t.shape)
     return f"shape inference left {t.name} as {t.shape}"
+
+
+def _placeholder_hint(name: str, shape: Any) -> str:
+    dims = shape.as_list() if shape.rank is not None else None
+    if dims is not None and dims and dims[0] is None and all(d is not None for d in dims[1:]):
+        return f"input {name!r} has shape {shape}: pass batch_size"
+    return f"input {name!r} has shape {shape}: pass input_shapes={{{name!r}: [...]}}"
 
 
 def _unknown_shape_message(pairs: List[Tuple[Any, Any]], batch_size: Optional[int]) -> str:
     op, t = pairs[0]
     others = f" (and {len(pairs) - 1} more op(s))" if len(pairs) > 1 else ""
-    if op.type == "Placeholder" and batch_size is None:
-        cause = f"input {op.name!r} has shape {t.shape}: pass batch_size"
+    if op.type == "Placeholder":
+        cause = _placeholder_hint(op.name, t.shape)
     else:
         cause = _root_cause(t) if t.op is not op else f"shape inference left output {t.name} as {t.shape}"
         if t.op is not op and t.op.type not in PLUMBING_OPS and t.op.type != "Placeholder":
@@ -149,13 +182,16 @@ def _is_plumbing(op: Any) -> bool:
 
 def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth: Optional[int],
                            batch_size: Optional[int], roofline: Roofline, unknown_flops: str,
-                           name: str, source: Optional[str], unknown_shapes: str = "error") -> CostGraph:
+                           name: str, source: Optional[str], unknown_shapes: str = "error",
+                           input_shapes: Optional[Dict[str, Any]] = None) -> CostGraph:
     """See :func:`tf_commopt.tf.graph_import.from_graph_def`."""
     where = source or (f"graph {name!r}" if name else "GraphDef")
     if batch_size is not None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}", where="batch_size")
     graph_def = _with_batch(graph_def, batch_size) if batch_size is not None else copy.deepcopy(graph_def)
+    if input_shapes:
+        graph_def = _with_input_shapes(graph_def, dict(input_shapes), where)
     var_reads = _shape_variable_reads(graph_def)
     g = tf.Graph()
     try:
