@@ -11,7 +11,11 @@ Three sources:
   by ``tf.io.write_graph`` (op-level nodes; ``group_by_scope=True`` contracts name scopes).
 
 Times are roofline estimates (:class:`~tf_commopt.tf.op_costs.Roofline`, backward = 2x forward
-by default); :func:`tf_commopt.tf.profiler.profile_keras_model` measures them instead.
+by default; presets by name in :mod:`tf_commopt.tf.devices`); :func:`tf_commopt.tf.profiler.profile_keras_model`
+measures them instead. Training-step graphs (a ``tf.function`` with a GradientTape and an optimizer)
+import as their forward graph with the gradient and optimizer ops' costs as each node's backward
+(:mod:`tf_commopt.tf.train_graph`). SavedModels and ``.keras``/``.h5`` files:
+:mod:`tf_commopt.tf.model_files`.
 
 Example:
     >>> import tf_keras as keras                                    # doctest: +SKIP
@@ -180,6 +184,10 @@ def from_graph_def(graph_def: Any, *, group_by_scope: bool = False, scope_depth:
             ops (unknown tensors count 0 bytes, FLOPs as ``unknown_flops``) with one
             :class:`CostEstimateWarning`.
         name: graph name. source: file name used in error messages.
+
+    A training step (gradient ops present) keeps only its forward ops as nodes; each node's
+    ``backward_ms`` is the roofline time of the gradient and optimizer ops attributed to it
+    (:mod:`tf_commopt.tf.train_graph`), not ``backward_factor x forward``.
 
     Plumbing ops (Const, Identity, NoOp, ReadVariableOp, resource Placeholders...) are dropped and
     edges contracted through them; floating-point constants and variable reads feeding an op are
