@@ -12,6 +12,7 @@ from tf_commopt.tf.devices import DEVICE_PRESETS, roofline_preset
 from tf_commopt.tf.op_costs import Roofline
 
 FLOPS_ONLY = Roofline(peak_gflops=1.0, mem_gbps=1e15)   # forward_ms * 1e6 == FLOPs
+pytestmark = pytest.mark.filterwarnings("ignore::tf_commopt.tf.op_costs.CostEstimateWarning")
 
 
 def test_layer_cost_closed_forms():
@@ -77,3 +78,15 @@ def test_cpu_here_is_measured():
     r, note = roofline_preset("cpu-here")
     assert note.startswith("measured now on /CPU:0") and r.peak_gflops > 0.1 and r.mem_gbps > 0.1
     assert roofline_preset("cpu-here")[0] is r                  # measured once per process
+
+
+def test_a_plan_on_the_keras_import_meets_the_stage_goal():
+    """tf-keras ResNet-50 (batch 32) imported with the fitted preset, planned in 4 stages; the stages, carried to
+    the measured torchvision graph by cumulative FLOPs, are each within 20% of their measured time."""
+    pytest.importorskip("tf_keras")
+    from tf_commopt.tf.calibrate import keras_stage_errors
+
+    ks = keras_stage_errors("resnet50", "fp32", roofline_preset("h200-fit")[0], 4)
+    assert len(ks["est_ms"]) == 4 and ks["max_abs_err"] <= 0.2, ks["rel_err"]
+    assert sum(ks["meas_ms"]) == pytest.approx(load_profile("h200/resnet50.fp32").total_ms())
+    assert 0 < ks["flop_fractions"][0] < ks["flop_fractions"][1] < ks["flop_fractions"][2] < 1

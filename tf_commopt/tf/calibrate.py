@@ -223,6 +223,49 @@ def keras_application_totals(model: str, modes: Sequence[str] = ("fp32", "bf16")
     return rows
 
 
+def keras_stage_errors(model: str, mode: str, roofline: Roofline, stages: int = 4,
+                       bandwidth_gbps: float = 100.0) -> Dict[str, Any]:
+    """Plan ``stages`` stages on the tf-keras application's import and time them on the measured profile.
+
+    Keras and torchvision layers do not correspond one to one, so each stage boundary is carried over
+    by **cumulative forward FLOPs**: a Keras stage ending at fraction ``f`` of the model's FLOPs (in
+    topological order) ends, in the measured graph, at the first node where the cumulative FLOPs reach
+    ``f``. Returns the stage times of both and their relative errors (imports TensorFlow).
+    """
+    import tf_keras as keras
+
+    from tf_commopt.core.partition.api import evaluate, partition
+    from tf_commopt.core.profiles import load_profile
+    from tf_commopt.tf.graph_import import from_keras_model
+
+    app, size = KERAS_APPS[model]
+    m = keras.applications.__dict__[app](weights=None, input_shape=(size, size, 3))
+    est = from_keras_model(m, batch_size=32, roofline=roofline)
+    kflops = from_keras_model(m, batch_size=32, roofline=Roofline(peak_gflops=1.0, mem_gbps=1e15))
+    plan = partition(est, stages, method="balanced", bandwidth_gbps=bandwidth_gbps)
+    order = est.topological_order()
+    total = sum(kflops[n].forward_ms for n in order)
+    ends, acc = [], 0.0
+    for i, n in enumerate(order):
+        acc += kflops[n].forward_ms
+        if i + 1 < len(order) and plan.stage_of_node[order[i + 1]] != plan.stage_of_node[n]:
+            ends.append(acc / total)
+    meas = load_profile(f"h200/{model}.{mode}")
+    F, _, _ = _features(meas, mode)
+    morder = meas.topological_order()
+    cum = np.cumsum(F) / F.sum()
+    stage_of, s = {}, 0
+    for i, n in enumerate(morder):
+        stage_of[n] = s
+        while s < len(ends) and cum[i] >= ends[s] - 1e-12 and i + 1 < len(morder):
+            s += 1
+    on_meas = evaluate(meas, stage_of, bandwidth_gbps=bandwidth_gbps)
+    e, mm = list(plan.stage_compute_ms), list(on_meas.stage_compute_ms)
+    rel = [(a - b) / b for a, b in zip(e, mm)]
+    return {"model": model, "mode": mode, "est_ms": e, "meas_ms": mm, "rel_err": rel,
+            "max_abs_err": max(abs(r) for r in rel), "flop_fractions": ends}
+
+
 def _fmt(x: float) -> str:
     return f"{100 * x:+.0f}%"
 
@@ -236,6 +279,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--stages", type=int, default=4)
     ap.add_argument("--modes", default="fp32,bf16")
     ap.add_argument("--json", default=None, help="also write all numbers here")
+    ap.add_argument("--keras-stages", action="store_true",
+                    help="with --keras: also plan on each Keras import and time the stages on the measurement")
     ap.add_argument("--keras", default=None,
                     help="comma-separated models: also import their tf-keras applications (needs TensorFlow)")
     a = ap.parse_args(argv)
@@ -281,6 +326,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                 out[f"keras.{model}.{r['mode']}.{r['preset']}"] = r
                 print(f"| {model} | {r['mode']} | `{r['preset']}` | {r['keras_layers']} | {r['est_ms']:.1f} | "
                       f"{r['meas_nodes_ms']:.1f} | {r['meas_whole_ms']:.1f} | {r['est_ms'] / r['meas_nodes_ms']:.2f} |")
+        if a.keras_stages:
+            print(f"\n| model | mode | roofline (fitted on the other models) | {a.stages}-stage errors (Keras est vs "
+                  "meas) | max stage err |\n|---|---|---|---|---|")
+            for model in a.keras.split(","):
+                for mode in a.modes.split(","):
+                    f = out.get(f"fitted.{mode}.{model}")
+                    r = Roofline(f["peak_gflops"], f["mem_gbps"], f["backward_factor"], f["overhead_ms"])
+                    ks = keras_stage_errors(model, mode, r, a.stages)
+                    out[f"keras_stages.{model}.{mode}"] = ks
+                    print(f"| {model} | {mode} | {r.peak_gflops / 1e3:,.0f} TFLOP/s, {r.mem_gbps:,.0f} GB/s, "
+                          f"+{r.overhead_ms} ms, bwd {r.backward_factor:g}x | "
+                          f"{', '.join(_fmt(x) for x in ks['rel_err'])} | {ks['max_abs_err']:.0%} |", flush=True)
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
