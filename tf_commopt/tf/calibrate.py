@@ -10,8 +10,10 @@ elementwise layers 1 per element, pure reshapes free), bytes moved = inputs + ou
 timed on the measurement (per-stage error).
 
 :func:`fit_roofline` fits an effective roofline (peak GFLOP/s, GB/s, a per-layer overhead and the
-backward factor) to one profile by a grid search minimising the time-weighted absolute error;
-``docs/importing.md`` reports it fitted on ResNet-50 and checked on the five other models.
+backward factor) to profiles by a grid search minimising the time-weighted absolute error;
+``docs/importing.md`` scores each model with a roofline fitted on the five others (leave one out).
+:func:`keras_stage_errors` does the same for the tf-keras applications of the six models: a 4-stage plan
+made on ``from_keras_model``'s import, its boundaries carried to the measured graph by cumulative FLOPs.
 
 Example:
     >>> from tf_commopt.tf.calibrate import estimate_profile, layer_errors      # doctest: +SKIP
@@ -39,7 +41,8 @@ from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.errors import InputError
 from tf_commopt.tf.op_costs import Roofline
 
-__all__ = ["layer_cost", "estimate_profile", "layer_errors", "stage_errors", "fit_roofline", "MODELS", "MODES"]
+__all__ = ["layer_cost", "estimate_profile", "layer_errors", "stage_errors", "fit_roofline", "keras_application_totals",
+           "keras_stage_errors", "MODELS", "MODES", "KERAS_APPS"]
 
 MODELS = ("resnet50", "resnet101", "vgg16", "inception_v3", "densenet121", "mobilenet_v2")
 MODES = ("fp32", "tf32", "bf16")
