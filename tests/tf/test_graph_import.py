@@ -14,7 +14,7 @@ import keras as keras3
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from tf_commopt.errors import InputError
-from tf_commopt.tf.graph_import import (CostEstimateWarning, Roofline, from_concrete_function,
+from tf_commopt.tf.graph_import import (CostEstimateWarning, Roofline, from_concrete_function, from_graph_def,
                                         from_graphdef_file, from_keras_model)
 
 pytestmark = pytest.mark.filterwarnings("ignore::tf_commopt.tf.op_costs.CostEstimateWarning")
@@ -247,10 +247,14 @@ def test_graphdef_round_trip(tmp_path, as_text, fname):
     frozen = convert_variables_to_constants_v2(cf)
     path2 = tf.io.write_graph(frozen.graph, str(tmp_path), "frozen_" + fname, as_text=as_text)
     _same(ref, from_graphdef_file(path2))
-    # written from the Graph itself: no variable shapes, same DAG, FLOPs of the ops reading them unknown
+    # written from the Graph itself: no variable shapes. An error naming the variable, unless the caller
+    # opts into estimates: then the same DAG, FLOPs of the ops reading the variables unknown
     path3 = tf.io.write_graph(cf.graph, str(tmp_path), "plain_" + fname, as_text=as_text)
+    with pytest.raises(InputError, match=r"m/fc1/MatMul.*reads variable .*does not carry.*add_shapes") as e:
+        from_graphdef_file(path3)
+    assert path3 in str(e.value) and "\n" not in str(e.value)
     with pytest.warns(CostEstimateWarning, match="MatMul"):
-        plain = from_graphdef_file(path3)
+        plain = from_graphdef_file(path3, unknown_shapes="estimate")
     assert set(plain.edges) == set(ref.edges) and set(plain.nodes) == set(ref.nodes)
 
 
@@ -260,6 +264,41 @@ def test_unknown_batch_is_filled_in():
     g = from_concrete_function(cf, batch_size=7, roofline=FLOPS_ONLY)
     assert g["m/fc1/MatMul"].forward_ms * 1e6 == pytest.approx(2 * 7 * 6 * 5)
     assert g["m/out/BiasAdd"].activation_bytes == 4 * 7 * 2
+
+
+def test_unknown_input_dimensions_need_input_shapes():
+    """An input with unknown spatial dimensions: an error naming it, then exact FLOPs with input_shapes."""
+    import numpy as np
+
+    w = tf.constant(np.ones([3, 3, 3, 4], "float32"))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32, name="img")])
+    def f(img):
+        return tf.nn.relu(tf.nn.conv2d(img, w, 1, "SAME"))
+
+    gd = f.get_concrete_function().graph.as_graph_def()
+    with pytest.raises(InputError, match=r"input 'img' has shape \(2, None, None, 3\): pass input_shapes=") as e:
+        from_graph_def(gd, batch_size=2)
+    assert "\n" not in str(e.value)
+    with pytest.raises(InputError, match=r"input 'img' has shape \(None, 5, 7, 3\): pass batch_size"):
+        from_graph_def(_fixed(gd, "img", [-1, 5, 7, 3]))
+    g = from_graph_def(gd, input_shapes={"img": [2, 5, 7, 3]}, roofline=FLOPS_ONLY, unknown_flops="zero")
+    conv = next(n for n in g if g[n].label == "Conv2D")
+    assert g[conv].forward_ms * 1e6 == pytest.approx(2 * 2 * 5 * 7 * 4 * 3 * 3 * 3)
+    with pytest.raises(InputError, match=r"input_shapes: no Placeholder 'image' in the graph; its inputs: img"):
+        from_graph_def(gd, input_shapes={"image": [2, 5, 7, 3]})
+    with pytest.raises(InputError, match=r"input_shapes: 'img' has rank 4"):
+        from_graph_def(gd, input_shapes={"img": [2, 5, 7]})
+
+
+def _fixed(gd, name, dims):
+    out = tf.compat.v1.GraphDef()
+    out.CopyFrom(gd)
+    nd = next(n for n in out.node if n.name == name)
+    del nd.attr["shape"].shape.dim[:]
+    for d in dims:
+        nd.attr["shape"].shape.dim.add(size=d)
+    return out
 
 
 def test_group_by_scope_gives_the_layer_graph():

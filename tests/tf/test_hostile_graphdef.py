@@ -77,7 +77,7 @@ def test_the_valid_file_imports(tmp_path):
     ("text.pbtxt", "node { name: 'a' op: ", "invalid text GraphDef"),
     ("other.pbtxt", "intra_op_parallelism_threads: 2\n", "invalid text GraphDef"),
     ("binary.pbtxt", b"\xff\xfe\x00garbage", "not a text GraphDef"),
-    ("profile.pb", "n0 -- Linear -- forward_compute_time=1\n", "invalid text GraphDef"),
+    ("profile.pb", "n0 -- Linear -- forward_compute_time=1\n", "not a GraphDef: this is a PipeDream graph.txt profile"),
 ])
 def test_broken_files_are_one_line_errors(tmp_path, name, data, match):
     path = _file(tmp_path, name, data)
@@ -239,3 +239,19 @@ def test_skip_correct_strategy_refuses_a_malformed_tf_config(monkeypatch, text, 
     with pytest.raises(InputError, match=match) as e:
         SkipCorrectStrategy(interval=2)
     assert "\n" not in str(e.value)
+
+
+@FUZZ
+@given(st.binary(max_size=2048), st.sampled_from(["x.pb", "x.pbtxt", "saved_model.pb", "x.index", "x.keras", "x"]))
+def test_fuzz_file_kind_sniffing(tmp_path_factory, data, name):
+    """sniff() names any bytes without raising; the loaders turn anything not a model into one line."""
+    from tf_commopt.tf.file_kinds import KINDS, sniff
+    from tf_commopt.tf.model_files import load_graph
+
+    path = _file(tmp_path_factory.mktemp("sniff"), name, data)
+    kind, what = sniff(path)
+    assert kind in KINDS and what
+    if kind not in ("graphdef", "graphdef_text", "profile_json", "pipedream"):
+        with pytest.raises(InputError) as e:
+            load_graph(path)
+        assert "\n" not in str(e.value)

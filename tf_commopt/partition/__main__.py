@@ -8,7 +8,11 @@ Example::
         --schedule 1f1b --microbatches 32      # return the candidate best in the simulator
 
 ``--profile`` takes a PipeDream graph.txt, our JSON, or a bundled name (``pipedream/resnet50``,
-``h200/resnet50.bf16``; ``h200/resnet50`` loads all three kinds, chosen per device with ``--kinds``).
+``h200/resnet50.bf16``; ``h200/resnet50`` loads all three kinds, chosen per device with ``--kinds``),
+or a model to import: a SavedModel directory, a ``.keras``/``.h5`` file or a GraphDef, costed at
+``--batch-size`` with the roofline of ``--device`` (printed on stderr and kept in the plan's ``extra``).
+When fewer stages than asked are busy the plan's ``extra`` and stderr say why and from which
+bandwidth pipelining pays.
 Progress of the genetic algorithm goes to stderr; bad input exits with code 2 and one line on stderr.
 """
 from __future__ import annotations
@@ -24,7 +28,6 @@ from tf_commopt.core.devices import parse_capacities
 from tf_commopt.core.partition.api import METHODS, partition
 from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.core.partition.simrank import SCORES, SIM_SCHEDULES
-from tf_commopt.core.profiles import load_profile
 from tf_commopt.errors import InputError, TfCommoptError
 
 _PALETTE = ["#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
@@ -56,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--microbatches", default=None,
                     help="for --score simulated: micro-batches simulated (default 4*stages gpipe, 8*stages 1f1b)")
     ap.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    ap.add_argument("--batch-size", default=None, help="for model files (SavedModel, .keras, .h5, GraphDef): batch size (default 32)")
+    ap.add_argument("--device", default=None, help="for model files: roofline preset (v100, h200, h200-bf16, cpu, cpu-here...)")
     return ap
 
 
@@ -123,7 +128,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         memory = _number(args.memory_gb, "--memory-gb") * 1e9 if args.memory_gb is not None else None
         if stages > n_dev:
             raise InputError(f"{stages} stages need at least as many devices; --capacities gives {n_dev}", where="--stages")
-        graph = load_profile(args.profile)
+        from tf_commopt.tf.model_files import load_graph  # profiles, or SavedModel/.keras/.h5/GraphDef imports
+        graph, source = load_graph(args.profile, device=args.device, batch_size=None if args.batch_size is None
+                                   else _number(args.batch_size, "--batch-size", int))
+        if "summary" in source and not args.quiet:
+            print(source["summary"], file=sys.stderr)
         if stages > len(graph):
             raise InputError(f"{stages} stages for a graph of {len(graph)} nodes", where="--stages")
         if kinds is not None:
@@ -146,6 +155,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                          score=args.score, schedule=args.schedule, microbatches=micro)
         if progress is not None and sys.stderr.isatty():
             print("", file=sys.stderr)
+        from tf_commopt.tf.stage_use import idle_stage_report
+        idle = idle_stage_report(graph, plan, bw, lat, capacity=max(caps) if caps else 1.0)
+        plan.extra.update({"cost_model": source} if "summary" in source else {})
+        if idle is not None:
+            plan.extra.update(idle)
+            print(f"note: {idle['message']}", file=sys.stderr)
         if not plan.extra.get("feasible", True):
             over = [i for i, q in enumerate(plan.extra.get("stage_penalty_ms", [])) if q > 0]
             print(f"warning: the plan exceeds the memory cap on stage(s) {over} (see stage_memory_bytes)",

@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer-ms", type=_non_negative, default=0.0, help="cost of each optimizer step")
     p.add_argument("--micro-profile", default=None, help="profile measured at the micro-batch size (not divided)")
     p.add_argument("--events", action="store_true", help="include the full timeline in the JSON")
+    p.add_argument("--batch-size", type=_positive_int, default=None, help="for model files: batch size (default 32)")
+    p.add_argument("--device", default=None, help="for model files: roofline preset (v100, h200, h200-bf16, cpu-here...)")
     p.add_argument("--png", default=None, help="write a Gantt chart of the timeline here")
     return p
 
@@ -76,7 +78,8 @@ def _run(argv: Optional[List[str]]) -> dict:
     a = build_parser().parse_args(argv)
     if a.bandwidth_gbps <= 0:
         raise InputError("must be > 0", where="--bandwidth-gbps")
-    graph = load_profile(a.profile)
+    from tf_commopt.tf.model_files import load_graph  # profiles, or SavedModel/.keras/.h5/GraphDef imports
+    graph, source = load_graph(a.profile, batch_size=a.batch_size, device=a.device)
     plan = PartitionPlan.load(a.plan)
     ndev = max(plan.device_of_stage) + 1
     caps = parse_capacities(a.capacities) if a.capacities else [1.0] * ndev
@@ -96,6 +99,8 @@ def _run(argv: Optional[List[str]]) -> dict:
                             micro_profile=micro, optimizer_ms=a.optimizer_ms)
     out = res.to_dict(events=a.events)
     out.update(profile=a.profile, plan=a.plan, bandwidth_gbps=a.bandwidth_gbps, latency_ms=a.latency_ms)
+    if "summary" in source:
+        out["cost_model"] = source
     if a.png:
         from tf_commopt.sim.gantt import draw_gantt
 

@@ -10,7 +10,11 @@ Example:
 Modules: :mod:`~tf_commopt.tf.graph_import` (the importers), :mod:`~tf_commopt.tf.keras_walk`
 (Keras layer graph), :mod:`~tf_commopt.tf.op_graph` (GraphDef to op/scope DAG),
 :mod:`~tf_commopt.tf.op_costs` (FLOPs, bytes, roofline), :mod:`~tf_commopt.tf.profiler`
-(timing, capacities), :mod:`~tf_commopt.tf.slowdown` (emulated slow devices).
+(timing, capacities), :mod:`~tf_commopt.tf.slowdown` (emulated slow devices),
+:mod:`~tf_commopt.tf.model_files` (SavedModel, .keras/.h5, CLI loading), :mod:`~tf_commopt.tf.file_kinds`
+(what a file is), :mod:`~tf_commopt.tf.train_graph` (gradient/optimizer ops of training steps),
+:mod:`~tf_commopt.tf.devices` (roofline presets), :mod:`~tf_commopt.tf.calibrate` (vs the H200 profiles),
+:mod:`~tf_commopt.tf.stage_use` (idle stages, break-even bandwidth; pure Python).
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ from typing import Any
 _WHERE = {
     "from_keras_model": "graph_import", "from_concrete_function": "graph_import",
     "from_graph_def": "graph_import", "from_graphdef_file": "graph_import", "read_graphdef": "graph_import",
+    "from_saved_model": "model_files", "from_model_file": "model_files", "load_graph": "model_files",
+    "roofline_preset": "devices", "DEVICE_PRESETS": "devices",
     "Roofline": "op_costs", "PRESETS": "op_costs", "CostEstimateWarning": "op_costs",
     "profile_keras_model": "profiler", "device_capacity": "profiler", "relative_capacities": "profiler",
     "measure_roofline": "profiler", "time_keras_model": "profiler", "model_capacities": "profiler",

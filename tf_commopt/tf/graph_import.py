@@ -11,7 +11,11 @@ Three sources:
   by ``tf.io.write_graph`` (op-level nodes; ``group_by_scope=True`` contracts name scopes).
 
 Times are roofline estimates (:class:`~tf_commopt.tf.op_costs.Roofline`, backward = 2x forward
-by default); :func:`tf_commopt.tf.profiler.profile_keras_model` measures them instead.
+by default; presets by name in :mod:`tf_commopt.tf.devices`); :func:`tf_commopt.tf.profiler.profile_keras_model`
+measures them instead. Training-step graphs (a ``tf.function`` with a GradientTape and an optimizer)
+import as their forward graph with the gradient and optimizer ops' costs as each node's backward
+(:mod:`tf_commopt.tf.train_graph`). SavedModels and ``.keras``/``.h5`` files:
+:mod:`tf_commopt.tf.model_files`.
 
 Example:
     >>> import tf_keras as keras                                    # doctest: +SKIP
@@ -129,7 +133,8 @@ def from_keras_model(model: Any, batch_size: int = 32, roofline: Optional[Roofli
 
 def from_concrete_function(fn: Any, *, group_by_scope: bool = False, scope_depth: Optional[int] = None,
                            batch_size: Optional[int] = None, roofline: Optional[Roofline] = None,
-                           unknown_flops: str = "elements", name: Optional[str] = None) -> CostGraph:
+                           unknown_flops: str = "elements", unknown_shapes: str = "error",
+                           name: Optional[str] = None) -> CostGraph:
     """Op-level CostGraph of a ``tf.function`` (with an input signature) or a ConcreteFunction.
 
     Example:
@@ -153,12 +158,13 @@ def from_concrete_function(fn: Any, *, group_by_scope: bool = False, scope_depth
     return from_graph_def(fn.graph.as_graph_def(add_shapes=True), group_by_scope=group_by_scope,
                           scope_depth=scope_depth,
                           batch_size=batch_size, roofline=roofline, unknown_flops=unknown_flops,
-                          name=name if name is not None else fname, source=None)
+                          unknown_shapes=unknown_shapes, name=name if name is not None else fname, source=None)
 
 
 def from_graph_def(graph_def: Any, *, group_by_scope: bool = False, scope_depth: Optional[int] = None,
                    batch_size: Optional[int] = None, roofline: Optional[Roofline] = None,
-                   unknown_flops: str = "elements", name: str = "", source: Optional[str] = None) -> CostGraph:
+                   unknown_flops: str = "elements", unknown_shapes: str = "error", name: str = "",
+                   source: Optional[str] = None, input_shapes: Optional[Dict[str, Any]] = None) -> CostGraph:
     """Op-level (or scope-level) CostGraph of a ``tf.compat.v1.GraphDef``.
 
     Args:
@@ -168,17 +174,53 @@ def from_graph_def(graph_def: Any, *, group_by_scope: bool = False, scope_depth:
             cycle is split into ``scope``, ``scope#2``... so the result stays a DAG.
         scope_depth: with ``group_by_scope``, group by the first ``scope_depth`` name components.
         batch_size: replaces an unknown first dimension of every Placeholder before shape inference.
+        input_shapes: ``{placeholder name: full static shape}`` for inputs with other unknown
+            dimensions (``{"x": [32, 224, 224, 3]}``), applied before shape inference.
         roofline, unknown_flops: as in :func:`from_keras_model`.
+        unknown_shapes: ``"error"`` (default): a computational op with a tensor whose shape is
+            still unknown after shape inference (an unknown batch without ``batch_size``,
+            variables whose shapes the GraphDef does not carry) raises an InputError naming it,
+            since its FLOPs and bytes would silently be near zero; ``"estimate"`` accepts such
+            ops (unknown tensors count 0 bytes, FLOPs as ``unknown_flops``) with one
+            :class:`CostEstimateWarning`.
         name: graph name. source: file name used in error messages.
+
+    A training step (gradient ops present) keeps only its forward ops as nodes; each node's
+    ``backward_ms`` is the roofline time of the gradient and optimizer ops attributed to it
+    (:mod:`tf_commopt.tf.train_graph`), not ``backward_factor x forward``.
 
     Plumbing ops (Const, Identity, NoOp, ReadVariableOp, resource Placeholders...) are dropped and
     edges contracted through them; floating-point constants and variable reads feeding an op are
     its ``param_bytes`` (each counted once, on its first consumer).
     """
     check_unknown_flops(unknown_flops)
+    if unknown_shapes not in ("error", "estimate"):
+        raise InputError(f"unknown_shapes must be 'error' or 'estimate', got {unknown_shapes!r}", where="unknown_shapes")
     return graph_def_to_costgraph(graph_def, group_by_scope=group_by_scope, scope_depth=scope_depth,
                                   batch_size=batch_size, roofline=roofline or Roofline(),
-                                  unknown_flops=unknown_flops, name=name, source=source)
+                                  unknown_flops=unknown_flops, unknown_shapes=unknown_shapes,
+                                  name=name, source=source, input_shapes=input_shapes)
+
+
+def _not_a_graphdef(path: str) -> Optional[InputError]:
+    """An error naming what ``path`` is when it is recognisably something other than a GraphDef."""
+    from tf_commopt.tf.file_kinds import sniff
+
+    try:
+        kind, what = sniff(path)
+    except OSError:
+        return None
+    hints = {"savedmodel": "use from_saved_model(directory)",
+             "savedmodel_pb": "use from_saved_model on its directory",
+             "metagraph": "import its graph_def: from_graph_def(meta_graph_def.graph_def)",
+             "checkpoint": "it has no graph; export the model (SavedModel, .keras) instead",
+             "checkpoint_dir": "it has no graph; export the model (SavedModel, .keras) instead",
+             "keras": "use tf_commopt.tf.model_files.from_model_file", "h5": "use tf_commopt.tf.model_files.from_model_file",
+             "profile_json": "load it with tf_commopt.core.profiles.load_profile",
+             "pipedream": "load it with tf_commopt.core.profiles.load_profile"}
+    if kind in hints:
+        return InputError(f"not a GraphDef: this is {what}; {hints[kind]}", where=path)
+    return None
 
 
 def read_graphdef(path: Union[str, os.PathLike]) -> Any:
@@ -188,11 +230,17 @@ def read_graphdef(path: Union[str, os.PathLike]) -> Any:
     ``UserWarning``: cut exactly at a node boundary, a truncated file is still a valid GraphDef.
 
     Raises:
-        InputError: missing file, truncated/corrupt binary, or invalid text (``file:line``).
+        InputError: missing file, a file that is something else (SavedModel, MetaGraphDef,
+            checkpoint, Keras file, profile: the message says which), truncated/corrupt binary, or
+            invalid text (``file:line``).
     """
     from google.protobuf import message, text_format
 
+    from tf_commopt.tf.file_kinds import _plausible_graph
+
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise _not_a_graphdef(path) or InputError("no such GraphDef file (a directory)", where=path)
     if not os.path.isfile(path):
         raise InputError("no such GraphDef file", where=path)
     with open(path, "rb") as f:
@@ -202,12 +250,19 @@ def read_graphdef(path: Union[str, os.PathLike]) -> Any:
     if not textual:
         try:
             gd.ParseFromString(data)
+            if len(gd.node) and not _plausible_graph(gd):
+                other = _not_a_graphdef(path)
+                if other is not None:
+                    raise other
             if len(gd.node) and not gd.HasField("versions"):
                 warnings.warn(f"{path}: GraphDef has no 'versions' field, which TensorFlow serializes last: "
                               "the file may be truncated at a node boundary", UserWarning, stacklevel=3)
             return gd
         except message.DecodeError as e:
             binary_error = str(e) or "cannot decode"
+        other = _not_a_graphdef(path)
+        if other is not None:
+            raise other
         try:  # a text file with a .pb name?
             data.decode("utf-8")
         except UnicodeDecodeError:
@@ -220,6 +275,9 @@ def read_graphdef(path: Union[str, os.PathLike]) -> Any:
     try:
         text_format.Parse(text, gd)
     except text_format.ParseError as e:
+        other = _not_a_graphdef(path)
+        if other is not None:
+            raise other from None
         line = e.GetLine() if hasattr(e, "GetLine") else None
         msg = str(e)
         if ":" in msg and msg.split(":")[0].strip().isdigit():  # strip "line:col :" prefix
@@ -231,7 +289,8 @@ def read_graphdef(path: Union[str, os.PathLike]) -> Any:
 def from_graphdef_file(path: Union[str, os.PathLike], group_by_scope: bool = False, *,
                        scope_depth: Optional[int] = None, batch_size: Optional[int] = None,
                        roofline: Optional[Roofline] = None, unknown_flops: str = "elements",
-                       name: Optional[str] = None) -> CostGraph:
+                       unknown_shapes: str = "error", name: Optional[str] = None,
+                       input_shapes: Optional[Dict[str, Any]] = None) -> CostGraph:
     """Op-level CostGraph of a GraphDef file written by ``tf.io.write_graph`` (``.pb`` or ``.pbtxt``).
 
     Example:
@@ -243,5 +302,6 @@ def from_graphdef_file(path: Union[str, os.PathLike], group_by_scope: bool = Fal
     path = os.fspath(path)
     gd = read_graphdef(path)
     return from_graph_def(gd, group_by_scope=group_by_scope, scope_depth=scope_depth, batch_size=batch_size,
-                          roofline=roofline, unknown_flops=unknown_flops,
-                          name=name if name is not None else os.path.basename(path), source=path)
+                          roofline=roofline, unknown_flops=unknown_flops, unknown_shapes=unknown_shapes,
+                          name=name if name is not None else os.path.basename(path), source=path,
+                          input_shapes=input_shapes)

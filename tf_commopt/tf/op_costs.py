@@ -137,6 +137,8 @@ def op_flops(graph: Any, op: Any, unknown_flops: str = "elements") -> Tuple[floa
         value = stats.value
     except (ValueError, TypeError, KeyError):
         value = None
+    if value is None:
+        value = _formula_flops(op)
     if value is not None:
         return float(value), True
     if unknown_flops == "zero":
@@ -146,6 +148,29 @@ def op_flops(graph: Any, op: Any, unknown_flops: str = "elements") -> Tuple[floa
         if t.shape.rank is not None and t.shape.is_fully_defined() and t.dtype.is_floating:
             n += t.shape.num_elements()
     return float(n), False
+
+
+def _static(t: Any) -> Optional[List[int]]:
+    s = t.shape
+    return [int(d) for d in s] if s.rank is not None and s.is_fully_defined() else None
+
+
+def _formula_flops(op: Any) -> Optional[float]:
+    """FLOPs of ops TensorFlow has no statistics for but whose count is exact from shapes.
+
+    Depthwise-convolution gradients (2 FLOPs per multiply-add, as TensorFlow counts the forward
+    ``DepthwiseConv2dNative``): both cost ``2 * elements(out_backprop) * kh * kw``, the forward's count.
+    """
+    if op.type in ("DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter"):
+        grad = _static(op.inputs[2])
+        filt = _static(op.inputs[1]) if op.type.endswith("Input") else _static(op.outputs[0])
+        if grad is None or filt is None or len(filt) != 4:
+            return None
+        n = 1
+        for d in grad:
+            n *= d
+        return 2.0 * n * filt[0] * filt[1]
+    return None
 
 
 def graph_flops(graph: Any, unknown_flops: str = "elements") -> Tuple[float, List[str], bool]:
