@@ -136,10 +136,11 @@ def test_different_plans_make_chunks():
     g = chain([1, 1, 1, 1], [1, 1, 1, 1], params=[1e6, 2e6, 3e6, 4e6])
     cl = Cluster.from_capacities([1, 1, 1, 1], BW)
     plans = [plan_of([0, 1, 1, 1], [0, 1]), plan_of([0, 0, 0, 1], [1, 0])]
-    job, fr, chunks = grouped_hybrid_job(g, cl, [[0, 1], [2, 3]], plans, microbatches=2)
-    assert chunks == [((0, 0), 1e6), ((1, 0), 5e6), ((1, 1), 4e6)]
+    job, fr, prog = grouped_hybrid_job(g, cl, [[0, 1], [2, 3]], plans, microbatches=2, bucket_bytes=None)
+    assert [(b.stages, b.nodes, b.nbytes) for b in prog.buckets] == [
+        ((1, 1), ("n3",), 4e6), ((1, 0), ("n2", "n1"), 5e6), ((0, 0), ("n0",), 1e6)]
     assert job.ranks[2].device == 3 and job.ranks[3].device == 2  # the plan's device order is kept
-    r = simulate_grouped_hybrid(g, cl, [[0, 1], [2, 3]], microbatches=2, plans=plans)
+    r = simulate_grouped_hybrid(g, cl, [[0, 1], [2, 3]], microbatches=2, plans=plans, bucket_bytes=None)
     assert r.bytes_injected == pytest.approx(2 * 10e6)
     assert r.extra["allreduce_chunks"] == 3
 
@@ -158,8 +159,55 @@ def test_bounds_and_search_on_random_clusters():
         assert {c["num_groups"] for c in cands} == set(range(1, n + 1))
         assert best.iteration_ms >= ideal * (1 - 1e-9)
         assert simulate_dp(g, cl).iteration_ms >= ideal * (1 - 1e-9)
-        # G = N singletons is proportional data parallel, so the search never loses to it
-        assert best.iteration_ms <= simulate_dp(g, cl, "proportional").iteration_ms * (1 + 1e-9)
+        # G = N singletons is proportional data parallel (same overlap), so the search never loses to it
+        dpo = simulate_dp(g, cl, "proportional", overlap=True)
+        assert best.iteration_ms <= dpo.iteration_ms * (1 + 1e-9)
+        assert any(c["num_groups"] == n and c["iteration_ms"] == pytest.approx(dpo.iteration_ms) for c in cands)
+        assert dpo.iteration_ms <= simulate_dp(g, cl, "proportional").iteration_ms * (1 + 1e-9)
+
+
+def test_literal_overlap_streams():
+    """2 groups, plans (n0 | n1 n2) and (n0 n1 | n2), a bucket per node: stage ranks 0..3, piece ranks 4, 5."""
+    from tf_commopt.core.hybrid import hybrid_program
+    prog = hybrid_program(["n0", "n1", "n2"], {"n0": 1, "n1": 1, "n2": 1},
+                          [{"n0": 0, "n1": 1, "n2": 1}, {"n0": 0, "n1": 0, "n2": 1}], 2, overlap=True, bucket_bytes=1)
+    assert prog.schedule.compact(compute_only=False) == [
+        "F0 SA0>1 F1 SA1>1 RG1<1 B1 RG0<4 B0 AR(grads2:0,5) U",
+        "RA0<0 F0 RA1<0 F1 B1 SG1>0 B0 SG0>4 AR(grads0:1,3) RA0<4 U",
+        "F0 SA0>3 F1 SA1>3 RG1<3 B1 RG0<3 B0 SG0>5 AR(grads1:2,4) RA0<5 U",
+        "RA0<2 F0 RA1<2 F1 B1 SG1>2 B0 SG0>2 AR(grads0:1,3) U",
+        "RG0<1 B0 SG0>0 AR(grads1:2,4) SA0>1",
+        "RG0<2 B0 AR(grads2:0,5) SA0>2"]
+    assert [(x.group, x.stage, x.piece, x.nodes, x.bucket) for x in prog.roles] == [
+        (0, 0, 0, ("n0",), "grads2"), (0, 1, 0, ("n2",), "grads0"), (1, 0, 0, ("n1",), "grads1"),
+        (1, 1, 0, ("n2",), "grads0"), (0, 1, 1, ("n1",), "grads1"), (1, 0, 1, ("n0",), "grads2")]
+    no = hybrid_program(["n0", "n1", "n2"], {"n0": 1, "n1": 1, "n2": 1},
+                        [{"n0": 0, "n1": 1, "n2": 1}, {"n0": 0, "n1": 0, "n2": 1}], 2, overlap=False, bucket_bytes=1)
+    assert no.schedule.compact() == ["F0 F1 B1 B0 AR(grads2:0,2) U", "F0 F1 B1 B0 AR(grads0:1,3) AR(grads1:1,2) U",
+                                     "F0 F1 B1 B0 AR(grads1:1,2) AR(grads2:0,2) U", "F0 F1 B1 B0 AR(grads0:1,3) U"]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_data_parallel_overlap_against_a_recurrence(n):
+    """Proportional DP with one bucket per node: bucket k's ring starts when the backward has passed node
+    k and the previous ring has ended (they share the links); closed-form recurrence."""
+    fwd, bwd, params = [1.0, 2.0, 0.5, 1.5], [2.0, 3.0, 1.0, 2.5], [3e6, 0.0, 5e6, 2e6]
+    g = chain(fwd, bwd, params=params)
+    caps = [1.0, 0.5, 0.25][:n]
+    cl = Cluster.from_capacities(caps, BW)
+    share = sum(caps)  # device d gets caps[d] / share of the batch: every device takes total / share
+    F, t, ar = sum(fwd) / share, sum(fwd) / share, 0.0
+    for k in reversed(range(4)):
+        t += bwd[k] / share
+        if params[k] > 0:
+            ar = max(ar, t) + ring(params[k], n)
+    r = simulate_dp(g, cl, "proportional", overlap=True, bucket_bytes=1.0)
+    assert r.iteration_ms == pytest.approx(max(ar, t))
+    assert r.extra["allreduce_chunks"] == 3 and F < t
+    # one bucket ready only at the end of the backward (n0 has parameters): no overlap, the engine's DP
+    one = simulate_dp(g, cl, "proportional", overlap=True, bucket_bytes=None)
+    assert one.iteration_ms == pytest.approx(simulate_dp(g, cl, "proportional").iteration_ms)
+    assert r.iteration_ms < one.iteration_ms
 
 
 def test_groupings():
@@ -189,6 +237,8 @@ def test_bad_input():
         simulate_grouped_hybrid(g, cl, [[0, 1, 2]], plans=[plan_of([0, 1], [0, 1])], batch_fractions=[0.0])
     with pytest.raises(PlanError, match="a group of 3 devices needs a plan"):
         simulate_grouped_hybrid(g, cl, [[0, 1, 2]], plans=[plan_of([0, 1], [0, 1])])
+    with pytest.raises(InputError, match="bucket_bytes must be positive"):
+        simulate_grouped_hybrid(g, cl, [[0], [1, 2]], bucket_bytes=0)
     with pytest.raises(InputError, match="unknown grouping"):
         search_grouped_hybrid(g, cl, groupings=("random",))
 

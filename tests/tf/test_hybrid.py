@@ -65,12 +65,15 @@ def test_hybrid_step_equals_single_device_with_uneven_group_batches():
         PartitionPlan("hand", {"a": 0, "b": 1, "c": 1, "res": 1, "out": 1}, [0, 1], [0, 0], [0, 0], [0, 0], 0.0, 0.0),
     ]
     strategy = GroupedHybridStrategy(devices=CPUS, capacities=[1, 1, 1, 0.5], num_groups=2, microbatches=2,
-                                     plans=plans)
+                                     plans=plans, bandwidth_gbps=1e9)  # free links: the reference ignores them
     assert strategy.groups == [[0, 3], [1, 2]]
     with strategy.scope():
         strategy.compile(model, optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=LOSS)
-    assert strategy.group_batch_sizes(10) == [4, 6]  # capacities 1.5 : 2
-    batches = [data(10, seed) for seed in (1, 2)]
+    # the batch split: 1 / (each group's GPipe pipeline alone), from an independent recurrence
+    times = [_gpipe_alone(strategy, g) for g in range(2)]
+    assert strategy.group_batch_sizes(11) == split_batch(11, [1 / t for t in times])
+    assert len(set(strategy.group_batch_sizes(11))) == 2  # uneven
+    batches = [data(11, seed) for seed in (1, 2)]
     ref_grads, ref_w = single_device(model, batches)
 
     loss, reduced = tf.function(strategy.compute_gradients)(*batches[0])
@@ -89,6 +92,59 @@ def test_hybrid_step_equals_single_device_with_uneven_group_batches():
     for w, r in zip(model.trainable_weights, ref_w):
         np.testing.assert_allclose(w.numpy(), r, atol=1e-5, rtol=0)
     assert strategy.pipelines[0].stage_devices[0].endswith("CPU:3")
+
+
+def _gpipe_alone(strategy, g):
+    """Group g's GPipe iteration alone on the whole batch (free communication), by a numpy recurrence."""
+    plan, M = strategy.graph_plans[g], strategy.microbatches
+    caps = [strategy.capacities[i] for i in strategy.groups[g]]
+    P = plan.num_stages
+    f = np.zeros(P)
+    b = np.zeros(P)
+    for v, st in plan.stage_of_node.items():
+        c = caps[plan.device_of_stage[st]]
+        f[st] += strategy.graph[v].forward_ms / c / M
+        b[st] += strategy.graph[v].backward_ms / c / M
+    fe, be = np.zeros((P, M)), np.zeros((P, M))
+    for s in range(P):
+        for i in range(M):
+            fe[s, i] = max(fe[s - 1, i] if s else 0, fe[s, i - 1] if i else 0) + f[s]
+    for s in reversed(range(P)):
+        prev = fe[s, M - 1]
+        for i in reversed(range(M)):
+            be[s, i] = max(be[s + 1, i] if s < P - 1 else 0, prev) + b[s]
+            prev = be[s, i]
+    return be.max()
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_executor_runs_the_simulators_streams(overlap):
+    """The executor's program is the simulator's (same streams, roles, buckets, batch split); one step
+    executes every instruction once and equals single-device training."""
+    from tf_commopt.core.devices import Cluster
+    from tf_commopt.core.simulate.hybrid import grouped_hybrid_job
+
+    model = small_model()
+    caps = [1, 0.5, 1, 0.25]
+    strategy = GroupedHybridStrategy(devices=CPUS, capacities=caps, groups=[[0, 1], [2, 3]], microbatches=3,
+                                     method="balanced", overlap=overlap, bucket_bytes=300)
+    with strategy.scope():
+        strategy.compile(model, optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    job, fr, prog = grouped_hybrid_job(strategy.graph, Cluster.from_capacities(caps, 10.0), strategy.groups,
+                                       strategy.graph_plans, 3, overlap=overlap, bucket_bytes=300)
+    assert job.schedule == strategy.schedule and prog == strategy.program
+    assert len(prog.buckets) >= 3  # several buckets (300-byte cap), so several all-reduces
+    assert overlap == (len(prog.roles) > 4)  # piece ranks only with overlap
+    w = strategy.group_weights
+    np.testing.assert_allclose([x / sum(w) for x in w], fr, rtol=1e-12)
+    x, y = data(12, seed=5)
+    loss, reduced = tf.function(strategy.compute_gradients)(x, y)
+    every = sorted(((r, repr(i)) for r, st in enumerate(prog.schedule.streams) for i in st))
+    assert sorted((r, repr(i)) for r, i in strategy.executed) == every
+    ref_grads, _ = single_device(model, [(x, y)])
+    for g in range(2):
+        for j, k in enumerate(strategy._index[g]):
+            np.testing.assert_allclose(reduced[g][j].numpy(), ref_grads[k], atol=1e-5, rtol=0)
 
 
 def test_capacity_aware_partition_and_model_fit():

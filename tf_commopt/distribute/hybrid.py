@@ -27,22 +27,27 @@ The exact rules:
   graph (:func:`tf_commopt.tf.graph_import.from_keras_model` then :func:`tf_commopt.partition.partition`
   with the group's capacities): a device of capacity c gets a stage whose time / c is balanced with
   the others, i.e. slower devices get smaller segments. Or pass ``plans`` (one PartitionPlan per group).
-* **Batch split.** Group g's share of a global batch of B samples is proportional to its throughput
-  ``w_g``: by default ``w_g = M / ((M + P_g - 1) * max_stage_ms_g)`` (GPipe: a mini-batch of M
-  micro-batches takes (M + P_g - 1) slowest-stage micro-batch times), or the sum of the group's
-  capacities when the plans carry no costs, or ``group_weights`` if given. ``B_g`` = largest-remainder
-  rounding of ``B * w_g / sum(w)``, each group at least one sample (:func:`split_batch`).
+* **One definition.** Grouping, batch split, gradient buckets and the instruction streams are
+  :mod:`tf_commopt.core.hybrid`, the same functions the simulator (:mod:`tf_commopt.core.simulate.hybrid`)
+  binds to costs: :attr:`GroupedHybridStrategy.program` is ``hybrid_program(...)`` of the model's cost
+  graph and the groups' plans, and the executor runs exactly its streams (in an order from
+  :func:`tf_commopt.distribute.pipeline.execution_order`; ``executed`` records it).
+* **Batch split.** Group g's share is ``(1/t_g) / sum(1/t_h)`` with ``t_g`` its pipeline alone on the
+  whole batch, simulated on the cost graph (:func:`tf_commopt.core.simulate.hybrid.group_alone_ms`),
+  or ``group_weights`` if given; ``B_g`` = largest-remainder rounding, each group at least one sample
+  (:func:`split_batch`).
 * **Gradient weighting.** Group g splits B_g into M micro-batches of b_{g,m} samples and weights each
   micro-batch loss by ``b_{g,m} / B``; the all-reduce SUMS the groups' gradients. So the update uses
   ``sum_g sum_m (b_{g,m} / B) * grad(mean loss of micro-batch (g, m))`` = the gradient of the global
   batch's mean loss, exactly what one device training on the whole batch computes, whatever the
   (uneven) B_g.
-* **All-reduce and step.** Each variable's gradient is summed among the groups (each group holds every
-  layer once, in whichever of its stages its plan put it): in one process every holder adds all groups'
-  gradients in group order (so every copy gets bit-identical sums), then each group's own optimizer
-  (a clone of the one given) applies it. The instruction streams are
-  ``combine(gpipe(P_g, M, optimizer_step=False) for each group) + [AllReduce("grads", all ranks),
-  OptimizerStep()]`` (:attr:`GroupedHybridStrategy.schedule`), the same data the simulator reads.
+* **All-reduce and step.** Each ``AllReduce("grads<i>")`` sums bucket i's variables' gradients over the
+  groups: every holder adds all groups' gradients in group order on its own device (bit-identical
+  copies). Its TensorFlow ops depend only on that bucket's gradients, so the runtime starts them while
+  other gradients are still being computed (the overlap of ``overlap=True``; piece ranks'
+  ``Backward`` instructions are parts of their stage's last backward, which TensorFlow runs as one
+  gradient call). After every ``OptimizerStep`` each group's own optimizer (a clone of the one given)
+  applies the reduced gradients.
 """
 from __future__ import annotations
 
@@ -54,9 +59,11 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import tensorflow as tf  # noqa: E402
 
+from tf_commopt.core.hybrid import (  # noqa: E402
+    DEFAULT_BUCKET_BYTES, HybridProgram, hybrid_program, snake_groups, split_batch,
+)
 from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
-from tf_commopt.core.schedule import AllReduce, OptimizerStep, Schedule, combine, gpipe  # noqa: E402
-from tf_commopt.core.simulate.hybrid import snake_groups  # noqa: E402
+from tf_commopt.core.schedule import AllReduce, OptimizerStep, Schedule  # noqa: E402
 from tf_commopt.distribute.pipeline import (  # noqa: E402
     Pipeline, execution_order,
 )
@@ -76,31 +83,6 @@ def form_groups(capacities: Sequence[float], num_groups: int) -> List[List[int]]
     [[0, 2], [3, 5], [1, 4]]
     """
     return snake_groups(capacities, num_groups)  # the one rule, shared with the simulator
-
-
-def split_batch(batch: int, weights: Sequence[float]) -> List[int]:
-    """``batch`` samples split in proportion to ``weights`` (largest remainder, each part >= 1).
-
-    >>> split_batch(10, [1.5, 2.0])
-    [4, 6]
-    >>> split_batch(7, [1, 1, 1])
-    [3, 2, 2]
-    """
-    G = len(weights)
-    if G < 1 or any(not (w > 0) for w in weights):
-        raise InputError(f"group weights must be positive, got {list(weights)}", where="group_weights")
-    if batch < G:
-        raise InputError(f"a global batch of {batch} samples cannot feed {G} groups", where="batch size")
-    total = float(sum(weights))
-    exact = [batch * w / total for w in weights]
-    sizes = [max(1, int(e)) for e in exact]
-    while sum(sizes) > batch:  # only possible through the max(1, .) floor
-        i = max((j for j in range(G) if sizes[j] > 1), key=lambda j: (sizes[j] - exact[j], -j))
-        sizes[i] -= 1
-    rest = batch - sum(sizes)
-    for i in sorted(range(G), key=lambda j: (-(exact[j] - sizes[j]), j))[:rest]:
-        sizes[i] += 1
-    return sizes
 
 
 def groups_from_tf_config(tf_config: Optional[str] = None) -> Tuple[List[str], int]:
@@ -160,6 +142,8 @@ class GroupedHybridStrategy:
             instruction gets a control dependency on all ops of the device's previous instruction), as a
             GPU stream does; by default only data dependencies order them, so a logical CPU device
             overlaps micro-batches (and emulated slow-down sleeps). For comparing with the simulator.
+        overlap, bucket_bytes: the program's gradient buckets and overlap
+            (:func:`tf_commopt.core.hybrid.hybrid_program`).
     """
 
     def __init__(self, devices: Optional[Sequence[str]] = None, capacities: Any = None,
@@ -168,7 +152,8 @@ class GroupedHybridStrategy:
                  bandwidth_gbps: float = 10.0, seed: int = 0, profile_batch_size: int = 32,
                  group_weights: Optional[Sequence[float]] = None, emulate: bool = False,
                  slowdown: Optional[Mapping[str, float]] = None, tf_config: Optional[bool] = None,
-                 exclusive_devices: bool = False):
+                 exclusive_devices: bool = False, overlap: bool = True,
+                 bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES):
         if tf_config is None:  # like TensorFlow's own strategies: a multi-worker TF_CONFIG means multi-host
             tf_config = bool(os.environ.get("TF_CONFIG")) and len(groups_from_tf_config()[0]) > 1
         self.hosts: List[str] = []
@@ -235,6 +220,11 @@ class GroupedHybridStrategy:
         else:
             self.slowdown = {}
         self.exclusive_devices = bool(exclusive_devices)
+        self.overlap, self.bucket_bytes = bool(overlap), bucket_bytes
+        self.graph: Any = None
+        self.program: Optional[HybridProgram] = None
+        self.graph_plans: List[PartitionPlan] = []
+        self.executed: List[Tuple[int, Any]] = []
         self.pipelines: List[Pipeline] = []
         self.model: Any = None
         self._step_fn: Optional[Callable] = None
@@ -254,9 +244,11 @@ class GroupedHybridStrategy:
         """Partition ``model`` per group, place a copy of it on each group's devices, clone ``optimizer``
         per group, and make ``model.fit`` run the hybrid step (see :meth:`keras_train_step`).
         """
+        from tf_commopt.tf.graph_import import from_keras_model
+
+        self.graph = from_keras_model(model, batch_size=self.profile_batch_size)
         if self.plans is None:
             self.plans = self._partition(model)
-        import tf_keras as keras
 
         self.model, self.loss = model, loss
         if self._mw is not None:
@@ -273,23 +265,71 @@ class GroupedHybridStrategy:
         for pipe in self.pipelines:
             pos = {v.ref(): k for k, v in enumerate(pipe.model.trainable_weights)}
             self._index.append([pos[v.ref()] for v in pipe.trainable_variables])
-        sched_parts = [gpipe(p.layout.num_stages, self.microbatches, optimizer_step=False) for p in self.pipelines]
-        R = sum(p.layout.num_stages for p in self.pipelines)
-        self.schedule: Schedule = combine("grouped_hybrid", sched_parts,
-                                          extra=[[AllReduce("grads", tuple(range(R))), OptimizerStep()]] * R)
-        self._rank: List[Tuple[int, int]] = [(g, s) for g, p in enumerate(self.pipelines)
-                                             for s in range(p.layout.num_stages)]
+        import dataclasses
+
+        self.graph_plans = [dataclasses.replace(plan, stage_of_node=son)  # every cost-graph node staged
+                            for plan, son in zip(self.plans, self._stage_maps())]
+        self.program = self._make_program()
+        self.schedule: Schedule = self.program.schedule
+        self._order_cache = execution_order(self.schedule)
         if self._mw is not None and self._group_weights is None:
             self._group_weights = self._exchange_weights(self._local_weights())
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
         model.train_step = self.keras_train_step
         self._step_fn = None
 
+    def _stage_maps(self) -> List[Dict[str, int]]:
+        """Per group: every cost-graph node -> its stage (model inputs, which plans may omit: stage 0)."""
+        order = self.graph.topological_order()
+        out = []
+        for pipe in self.pipelines:
+            lay = pipe.layout
+            by_call = {name: s for s in range(lay.num_stages) for name in lay.layers_of_stage(s)}
+            son = {}
+            for v in order:
+                top = v.split("/")[0]
+                son[v] = by_call.get(v, by_call.get(top, lay.stage_of_layer.get(top, 0)))
+            out.append(son)
+        return out
+
+    def _make_program(self) -> HybridProgram:
+        """The core program of these groups and plans; also each bucket's variables (model indices)."""
+        order = self.graph.topological_order()
+        prog = hybrid_program(order, {v: self.graph[v].param_bytes for v in order},
+                              [p.stage_of_node for p in self.graph_plans],
+                              self.microbatches, self.overlap, self.bucket_bytes,
+                              [p.layout.num_stages for p in self.pipelines])
+        pos = {v.ref(): k for k, v in enumerate(self.model.trainable_weights)}
+        layer_of = {}
+        for layer in self.model.layers:
+            layer_of[layer.name] = layer
+            for sub in getattr(layer, "layers", []) or []:
+                layer_of[f"{layer.name}/{sub.name}"] = sub
+        self._bucket_vars: Dict[str, List[int]] = {}
+        owned = set()
+        for b in prog.buckets:
+            ks = []
+            for v in b.nodes:
+                layer = layer_of.get(v, layer_of.get(v.split("@")[0]))
+                for w in (layer.trainable_weights if layer is not None else []):
+                    k = pos.get(w.ref())
+                    if k is not None and k not in owned:
+                        owned.add(k)
+                        ks.append(k)
+            self._bucket_vars[b.key] = ks
+        if prog.buckets and len(owned) != len(self.model.trainable_weights):
+            from tf_commopt.errors import PlanError
+            missing = [self.model.trainable_weights[k].name for k in range(len(self.model.trainable_weights))
+                       if k not in owned]
+            raise PlanError(f"variables {missing[:3]} belong to no gradient bucket (their layer has no "
+                            "parameters in the cost graph)", where="GroupedHybridStrategy")
+        return prog
+
     def _partition(self, model: Any) -> List[PartitionPlan]:
         from tf_commopt.partition import partition
         from tf_commopt.tf.graph_import import from_keras_model
 
-        graph = from_keras_model(model, batch_size=self.profile_batch_size)
+        graph = self.graph if self.graph is not None else from_keras_model(model, batch_size=self.profile_batch_size)
         return [partition(graph, len(g), method=self.method, capacities=[self.capacities[i] for i in g],
                           bandwidth_gbps=self.bandwidth_gbps, seed=self.seed) for g in self.groups]
 
@@ -305,11 +345,16 @@ class GroupedHybridStrategy:
         return self._local_weights()
 
     def _local_weights(self) -> List[float]:
-        """Throughputs of the groups this process runs."""
-        if self.plans is not None and all(p.max_stage_ms > 0 for p in self.plans):
-            M = self.microbatches
-            return [M / ((M + p.num_stages - 1) * p.max_stage_ms) for p in self.plans]
-        return [sum(self.capacities[i] for i in g) for g in self.groups]
+        """``1 / t_g`` of the groups this process runs (see module docstring)."""
+        if self.graph is None:
+            raise InputError("call strategy.compile(...) first: the batch split needs the model's cost graph",
+                             where="GroupedHybridStrategy")
+        from tf_commopt.core.devices import Cluster
+        from tf_commopt.core.simulate.hybrid import group_alone_ms
+
+        cl = Cluster.from_capacities(self.capacities, self.bandwidth_gbps)
+        return [1.0 / group_alone_ms(self.graph, cl, grp, plan, self.microbatches)
+                for grp, plan in zip(self.groups, self.graph_plans)]
 
     def group_batch_sizes(self, batch: int) -> List[int]:
         """Samples of a global batch of ``batch`` that each group trains on."""
@@ -328,23 +373,59 @@ class GroupedHybridStrategy:
             if run.num_microbatches != self.microbatches:
                 raise InputError(f"a group got {sizes} samples, fewer than its {self.microbatches} micro-batches; "
                                  "use a larger batch or fewer micro-batches", where="GroupedHybridStrategy")
-        reduced: Optional[List[List[tf.Tensor]]] = None
+        prog = self.program
+        assert prog is not None
+        sums: Dict[int, List[tf.Tensor]] = {}  # model variable index -> reduced gradient per group
         done: Dict[str, Any] = {}
+        executed = []
         for r, ins in self._order():
-            g, s = self._rank[r]
+            role = prog.roles[r]
+            g, s = role.group, role.stage
+            executed.append((r, ins))
             if isinstance(ins, AllReduce):
-                if reduced is None:
-                    reduced = self._all_reduce([run.result()[1] for run in runs])
-            elif not isinstance(ins, OptimizerStep):
-                if self.exclusive_devices and not tf.executing_eagerly():
-                    self._execute_exclusive(runs[g], s, ins, self.pipelines[g].layout.devices[s], done)
-                else:
-                    runs[g].execute(s, ins)
+                if ins.key not in self._reduced_keys(sums):
+                    sums.update(self._all_reduce_bucket(ins.key, runs))
+            elif isinstance(ins, OptimizerStep):
+                continue
+            elif role.piece > 0:
+                continue  # a part of stage s's last backward, which the stage rank runs as one call
+            elif self.exclusive_devices and not tf.executing_eagerly():
+                self._execute_exclusive(runs[g], s, ins, self.pipelines[g].layout.devices[s], done)
+            else:
+                runs[g].execute(s, ins)
+        self.executed = executed
         loss = tf.add_n([tf.identity(run.result()[0]) for run in runs])
-        assert reduced is not None
+        reduced = []
+        for g, run in enumerate(runs):
+            own = run.result()[1]
+            reduced.append([sums[k][g] if k in sums else own[j] for j, k in enumerate(self._index[g])])
         if self._mw is not None:
             loss, reduced = self._all_reduce_hosts(loss, reduced)
         return loss, reduced
+
+    def _reduced_keys(self, sums: Dict[int, List[tf.Tensor]]) -> set:
+        return {key for key, ks in self._bucket_vars.items() if ks and all(k in sums for k in ks)}
+
+    def _all_reduce_bucket(self, key: str, runs: List[Any]) -> Dict[int, List[tf.Tensor]]:
+        """Bucket ``key``: each variable's gradient summed over the groups, on every holder's device, in
+        group order (bit-identical copies)."""
+        out: Dict[int, List[tf.Tensor]] = {}
+        for k in self._bucket_vars[key]:
+            parts = []
+            holders = []
+            for g, (pipe, run) in enumerate(zip(self.pipelines, runs)):
+                j = self._index[g].index(k)
+                v = pipe.trainable_variables[j]
+                holders.append(v)
+                acc = run.acc.get(v.ref())
+                parts.append(acc if acc is not None else tf.zeros_like(v))
+            red = []
+            for v in holders:
+                with tf.device(v.device):
+                    ps = [tf.identity(t) for t in parts]
+                    red.append(tf.add_n(ps) if len(ps) > 1 else ps[0])
+            out[k] = red
+        return out
 
     @staticmethod
     def _execute_exclusive(run: Any, s: int, ins: Any, device: str, done: Dict[str, Any]) -> None:
@@ -358,26 +439,7 @@ class GroupedHybridStrategy:
             done[device] = tf.group(*new)
 
     def _order(self) -> List[Tuple[int, Any]]:
-        if not hasattr(self, "_order_cache"):
-            self._order_cache = execution_order(self.schedule)
         return self._order_cache
-
-    def _all_reduce(self, grads: List[List[tf.Tensor]]) -> List[List[tf.Tensor]]:
-        """Sum each variable's gradient over the groups; every holder sums in group order on its device."""
-        K = len(self.model.trainable_weights)
-        by_var: List[List[tf.Tensor]] = [[None] * len(grads) for _ in range(K)]  # type: ignore
-        for g, gl in enumerate(grads):
-            for j, k in enumerate(self._index[g]):
-                by_var[k][g] = gl[j]
-        out: List[List[tf.Tensor]] = []
-        for g, pipe in enumerate(self.pipelines):
-            red = []
-            for j, (k, v) in enumerate(zip(self._index[g], pipe.trainable_variables)):
-                with tf.device(v.device):
-                    parts = [tf.identity(t) for t in by_var[k]]
-                    red.append(tf.add_n(parts) if len(parts) > 1 else parts[0])
-            out.append(red)
-        return out
 
     def _step(self, x: Any, y: Any) -> tf.Tensor:
         loss, reduced = self.compute_gradients(x, y)
