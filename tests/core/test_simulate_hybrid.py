@@ -210,6 +210,42 @@ def test_data_parallel_overlap_against_a_recurrence(n):
     assert r.iteration_ms < one.iteration_ms
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+def test_replicated_stage_closed_form(overlap):
+    """Stage 0 replicated on devices 0 and 1 (equal speed: half a micro-batch each), stage 1 on device 2;
+    M = 1: the replicas' halves of the activations travel on separate links; stage 0's parameters are
+    all-reduced between the replicas after their backward, stage 1's are not (one holder)."""
+    from tf_commopt.core.simulate.hybrid import simulate_replicated
+    A = 5e6
+    g = chain([2.0, 1.0], [4.0, 3.0], params=[6e6, 9e6], act=[A, 0.0])
+    cl = Cluster.from_capacities([1.0, 1.0, 1.0], BW)
+    plan = plan_of([0, 1], [0, 1])
+    r = simulate_replicated(g, cl, plan, [(0, 1), (2,)], microbatches=1, overlap=overlap)
+    hop = A / 2 / BPM
+    assert r.iteration_ms == pytest.approx(2.0 / 2 + hop + 1.0 + 3.0 + hop + 4.0 / 2 + ring(6e6, 2))
+    assert r.extra["allreduce_chunks"] == 1 and r.extra["allreduce_bytes"] == 6e6
+    assert r.bytes_injected == pytest.approx(2 * A + 2 * 6e6)
+    # uneven capacities: shares follow speed, so both replicas finish their halves together
+    cl2 = Cluster.from_capacities([1.0, 0.5, 1.0], BW)
+    g0 = chain([2.0, 1.0], [4.0, 3.0])
+    r2 = simulate_replicated(g0, cl2, plan, [(0, 1), (2,)], microbatches=1, overlap=overlap)
+    assert r2.iteration_ms == pytest.approx(2.0 / 1.5 + 1.0 + 3.0 + 4.0 / 1.5)
+
+
+def test_search_with_replicated_stages_never_slower():
+    g = chain([3.0, 3.0, 1.0, 0.2], [6.0, 6.0, 2.0, 0.4], params=[1e6, 1e6, 2e6, 40e6], act=[4e6, 4e6, 1e6, 0])
+    cl = Cluster.from_capacities([1, 1, 0.5, 0.5], BW)
+    plain = search_grouped_hybrid(g, cl, microbatches=[2, 4], method="balanced")
+    rep = search_grouped_hybrid(g, cl, microbatches=[2, 4], method="balanced",
+                                replicated=("snake", "wide_first_fast"))
+    assert rep.iteration_ms <= plain.iteration_ms
+    kinds = {c["grouping"] for c in rep.extra["candidates"]}
+    assert {"replicated:snake", "replicated:wide_first_fast"} <= kinds
+    # a big last layer: one device holds it, the rest replicate the early layers (no 40 MB all-reduce)
+    assert rep.extra["grouping"].startswith("replicated")
+    assert rep.iteration_ms < 0.8 * simulate_dp(g, cl, "proportional", overlap=True).iteration_ms
+
+
 def test_groupings():
     speeds = [1, 1, 1, 1, 0.5, 0.5, 0.25, 0.25]
     assert snake_groups(speeds, 2) == [[0, 3, 4, 7], [1, 2, 5, 6]]
@@ -234,7 +270,7 @@ def test_bad_input():
     with pytest.raises(InputError, match="split must be"):
         simulate_dp(g, cl, split="weird")
     with pytest.raises(InputError, match="batch_fractions must be 1 positive"):
-        simulate_grouped_hybrid(g, cl, [[0, 1, 2]], plans=[plan_of([0, 1], [0, 1])], batch_fractions=[0.0])
+        simulate_grouped_hybrid(g, cl, [[0, 1]], plans=[plan_of([0, 1], [0, 1])], batch_fractions=[0.0])
     with pytest.raises(PlanError, match="a group of 3 devices needs a plan"):
         simulate_grouped_hybrid(g, cl, [[0, 1, 2]], plans=[plan_of([0, 1], [0, 1])])
     with pytest.raises(InputError, match="bucket_bytes must be positive"):

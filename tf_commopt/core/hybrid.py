@@ -30,8 +30,8 @@ PyTorch DDP (Li et al., VLDB 2020). The exact rules:
   larger than that is a bucket alone; ``None``: one bucket per tuple). Bucket ``i`` is
   ``AllReduce("grads<i>", ranks holding it)``, one rank per group; buckets are numbered by their
   latest node in topological order, latest first. With ``G = 1`` there is nothing to reduce.
-* **Streams without overlap** (``overlap=False``): each stage rank runs ``gpipe(P_g, M)`` without its
-  step, then the all-reduces of its buckets in bucket order (a global order: no deadlock), then
+* **Streams without overlap** (``overlap=False``): each stage rank runs GPipe's stream (``gpipe(P_g, M)``
+  without its step; a replicated stage's replicas exchange with every overlapping neighbour replica), then the all-reduces of its buckets in bucket order (a global order: no deadlock), then
   ``OptimizerStep()``.
 * **Streams with overlap** (``overlap=True``, like DDP buckets / Horovod tensor fusion): the stage's
   last backward (micro-batch 0 in GPipe) is cut into *pieces* at its buckets' ready points (a bucket
@@ -49,16 +49,16 @@ PyTorch DDP (Li et al., VLDB 2020). The exact rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tf_commopt.core.schedule import (
-    AllReduce, Backward, OptimizerStep, RecvAct, RecvGrad, Schedule, SendAct, SendGrad, gpipe,
+    AllReduce, Backward, Forward, OptimizerStep, RecvAct, RecvGrad, Schedule, SendAct, SendGrad,
 )
-from tf_commopt.core.schedule.instructions import shift_ranks
 from tf_commopt.errors import InputError, PlanError
 
 __all__ = ["snake_groups", "contiguous_groups", "GROUPINGS", "check_groups", "split_batch", "batch_fractions",
-           "Bucket", "RankRole", "HybridProgram", "make_buckets", "hybrid_program", "DEFAULT_BUCKET_BYTES"]
+           "Bucket", "RankRole", "HybridProgram", "make_buckets", "hybrid_program", "DEFAULT_BUCKET_BYTES",
+           "overlap_fraction"]
 
 DEFAULT_BUCKET_BYTES = 25e6  # PyTorch DDP's default bucket_cap_mb = 25
 
@@ -172,8 +172,10 @@ class Bucket:
 
 def make_buckets(order: Sequence[str], param_bytes: Mapping[str, float],
                  stage_of_node: Sequence[Mapping[str, int]],
-                 bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES) -> List[Bucket]:
-    """The gradient buckets (see module docstring); none with one group.
+                 bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
+                 keep: Optional[Callable[[Tuple[int, ...]], bool]] = None) -> List[Bucket]:
+    """The gradient buckets (see module docstring); ``keep(stage tuple)`` says whether a tuple is held by
+    more than one rank (default: more than one group).
 
     Args:
         order: every node in topological order.
@@ -187,8 +189,8 @@ def make_buckets(order: Sequence[str], param_bytes: Mapping[str, float],
     """
     if bucket_bytes is not None and not bucket_bytes > 0:
         raise InputError(f"bucket_bytes must be positive or None, got {bucket_bytes!r}", where="bucket_bytes")
-    if len(stage_of_node) < 2:
-        return []
+    if keep is None:
+        keep = lambda key: len(stage_of_node) > 1  # noqa: E731
     open_: Dict[Tuple[int, ...], List[str]] = {}
     size: Dict[Tuple[int, ...], float] = {}
     closed: List[Tuple[int, Tuple[int, ...], List[str]]] = []  # (latest topo index, tuple, nodes)
@@ -209,6 +211,7 @@ def make_buckets(order: Sequence[str], param_bytes: Mapping[str, float],
         open_[key].append(v)
         size[key] += b
     closed += [(first[k], k, nodes) for k, nodes in open_.items()]
+    closed = [c for c in closed if keep(c[1])]
     closed.sort(key=lambda t: (-t[0], t[1]))
     return [Bucket(f"grads{i}", key, tuple(nodes), float(sum(param_bytes[v] for v in nodes)))
             for i, (_, key, nodes) in enumerate(closed)]
@@ -217,27 +220,35 @@ def make_buckets(order: Sequence[str], param_bytes: Mapping[str, float],
 # ----------------------------------------------------------------------------- the program
 @dataclass(frozen=True)
 class RankRole:
-    """What rank ``r`` of a :class:`HybridProgram` is: stage ``stage`` of group ``group``; ``piece`` 0 is the
-    stage rank, ``piece >= 1`` a piece rank of its last backward. ``nodes``: the nodes whose last
-    backward this rank runs (the whole stage for a stage rank without pieces); ``bucket``: the key it
-    all-reduces (piece ranks; ``None`` if none)."""
+    """What rank ``r`` of a :class:`HybridProgram` is: replica ``replica`` of stage ``stage`` of group
+    ``group``; ``piece`` 0 is the stage rank, ``piece >= 1`` a piece rank of its last backward.
+    ``nodes``: the nodes whose last backward this rank runs (the whole stage for a stage rank without
+    pieces); ``bucket``: the key it all-reduces in its overlap piece (``None`` if none)."""
 
     group: int
     stage: int
     piece: int
     nodes: Tuple[str, ...]
     bucket: Optional[str]
+    replica: int = 0
 
 
 @dataclass(frozen=True)
 class HybridProgram:
-    """The instruction streams of one hybrid iteration, what each rank is, and the buckets."""
+    """The instruction streams of one hybrid iteration, what each rank is, and the buckets.
+
+    ``stage_rank[g][s]``: the rank of replica 0 of stage s of group g; ``replica_ranks[g][s]``: all its
+    replicas' ranks; ``shares[g][s]``: each replica's share of a micro-batch (intervals of [0, 1) in
+    replica order: replica i of stage s sends micro-batch activations to replica j of stage s + 1 for
+    the overlap of their intervals)."""
 
     schedule: Schedule
     roles: Tuple[RankRole, ...]
     buckets: Tuple[Bucket, ...]
-    stage_rank: Tuple[Tuple[int, ...], ...]  # [group][stage] -> rank
+    stage_rank: Tuple[Tuple[int, ...], ...]
     overlap: bool
+    replica_ranks: Tuple[Tuple[Tuple[int, ...], ...], ...] = ()
+    shares: Tuple[Tuple[Tuple[float, ...], ...], ...] = ()
 
     def bucket(self, key: str) -> Bucket:
         for b in self.buckets:
@@ -255,10 +266,45 @@ def _num_stages(son: Mapping[str, int], g: int, p: Optional[int]) -> int:
     return p
 
 
+_EPS = 1e-12
+
+
+def overlap_fraction(a: Sequence[float], i: int, b: Sequence[float], j: int) -> float:
+    """Length of the overlap of replica ``i``'s interval under shares ``a`` and replica ``j``'s under ``b``.
+
+    >>> overlap_fraction([0.5, 0.5], 1, [0.25, 0.75], 1)
+    0.5
+    """
+    lo_a, lo_b = sum(a[:i]), sum(b[:j])
+    return max(0.0, min(lo_a + a[i], lo_b + b[j]) - max(lo_a, lo_b))
+
+
+def _check_shares(replica_shares: Optional[Sequence[Sequence[Sequence[float]]]], P: Sequence[int]
+                  ) -> List[List[Tuple[float, ...]]]:
+    if replica_shares is None:
+        return [[(1.0,)] * p for p in P]
+    if len(replica_shares) != len(P):
+        raise InputError(f"replica_shares has {len(replica_shares)} groups, expected {len(P)}", where="replica_shares")
+    out = []
+    for g, (sh, p) in enumerate(zip(replica_shares, P)):
+        if len(sh) != p:
+            raise InputError(f"group {g}: {len(sh)} stages of replica shares for {p} stages", where="replica_shares")
+        row = []
+        for s, fr in enumerate(sh):
+            fr = tuple(float(x) for x in fr)
+            if not fr or any(not x > 0 for x in fr) or abs(sum(fr) - 1.0) > 1e-9:
+                raise InputError(f"group {g} stage {s}: replica shares must be positive and sum to 1, got {list(fr)}",
+                                 where="replica_shares")
+            row.append(fr)
+        out.append(row)
+    return out
+
+
 def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
                    stage_of_node: Sequence[Mapping[str, int]], microbatches: int, overlap: bool = True,
                    bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
-                   num_stages: Optional[Sequence[int]] = None) -> HybridProgram:
+                   num_stages: Optional[Sequence[int]] = None,
+                   replica_shares: Optional[Sequence[Sequence[Sequence[float]]]] = None) -> HybridProgram:
     """The hybrid iteration's streams (see module docstring).
 
     Args:
@@ -269,6 +315,10 @@ def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
         overlap: cut each stage's last backward into pieces whose buckets all-reduce while later pieces run.
         bucket_bytes: bucket size cap (``None``: one bucket per stage tuple).
         num_stages: P_g per group (default: 1 + the largest stage used).
+        replica_shares: per group, per stage, the shares of a micro-batch its replicas take (default:
+            one replica per stage). A replicated stage is data parallel inside the stage (PipeDream):
+            its replicas' streams are GPipe's with one receive/send per overlapping replica of the
+            neighbouring stage, and its buckets are all-reduced among all replicas of all groups.
     """
     if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
         raise InputError(f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches")
@@ -283,36 +333,61 @@ def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
         raise InputError(f"{len(num_stages)} stage counts for {len(stage_of_node)} groups", where="num_stages")
     P = [_num_stages({v: son[v] for v in order}, g, None if num_stages is None else int(num_stages[g]))
          for g, son in enumerate(stage_of_node)]
-    buckets = make_buckets(order, param_bytes, stage_of_node, bucket_bytes)
+    shares = _check_shares(replica_shares, P)
+    G, M = len(P), microbatches
+    buckets = make_buckets(order, param_bytes, stage_of_node, bucket_bytes,
+                           keep=lambda key: sum(len(shares[h][key[h]]) for h in range(G)) > 1)
     pos = {v: i for i, v in enumerate(order)}
-    stage_rank: List[Tuple[int, ...]] = []
-    streams: List[List] = []
+
+    # stage ranks: group by group, stage by stage, replica by replica
+    rank_of: Dict[Tuple[int, int, int], int] = {}
     roles: List[RankRole] = []
-    for g, p in enumerate(P):
-        off = len(streams)
-        stage_rank.append(tuple(range(off, off + p)))
-        for st in gpipe(p, microbatches, optimizer_step=False).streams:
-            streams.append([shift_ranks(i, off) for i in st])
-        for s in range(p):
-            roles.append(RankRole(g, s, 0, tuple(v for v in order if stage_of_node[g][v] == s), None))
+    for g in range(G):
+        for s in range(P[g]):
+            nodes = tuple(v for v in order if stage_of_node[g][v] == s)
+            for i in range(len(shares[g][s])):
+                rank_of[(g, s, i)] = len(roles)
+                roles.append(RankRole(g, s, 0, nodes, None, i))
+
+    def peers(g: int, s: int, i: int, t: int) -> List[int]:
+        if not 0 <= t < P[g]:
+            return []
+        return [rank_of[(g, t, j)] for j in range(len(shares[g][t]))
+                if overlap_fraction(shares[g][s], i, shares[g][t], j) > _EPS]
+
+    streams: List[List] = []
+    for g in range(G):
+        for s in range(P[g]):
+            for i in range(len(shares[g][s])):
+                up, down = peers(g, s, i, s - 1), peers(g, s, i, s + 1)
+                st: List = []
+                for m in range(M):
+                    st += [RecvAct(m, u) for u in up] + [Forward(m)] + [SendAct(m, d) for d in down]
+                for m in reversed(range(M)):
+                    st += [RecvGrad(m, d) for d in down] + [Backward(m)] + [SendGrad(m, u) for u in up]
+                streams.append(st)
+
+    def holders(b: Bucket) -> List[Tuple[int, int, int]]:
+        return [(h, b.stages[h], j) for h in range(G) for j in range(len(shares[h][b.stages[h]]))]
+
+    stage_rank = tuple(tuple(rank_of[(g, s, 0)] for s in range(P[g])) for g in range(G))
+    replica_ranks = tuple(tuple(tuple(rank_of[(g, s, i)] for i in range(len(shares[g][s])))
+                                for s in range(P[g])) for g in range(G))
+    shares_t = tuple(tuple(sh) for sh in shares)
     if not overlap:
-        for r, role in enumerate(list(roles)):
+        for r, role in enumerate(roles):
             mine = [b for b in buckets if b.stages[role.group] == role.stage]
-            members = lambda b: tuple(stage_rank[h][b.stages[h]] for h in range(len(P)))  # noqa: E731
-            streams[r] += [AllReduce(b.key, members(b)) for b in mine] + [OptimizerStep()]
-        sched = Schedule("grouped_hybrid", microbatches, tuple(tuple(s) for s in streams),
-                         microbatches_per_minibatch=microbatches)
-        return HybridProgram(sched, tuple(roles), tuple(buckets), tuple(stage_rank), False)
+            streams[r] += [AllReduce(b.key, tuple(sorted(rank_of[x] for x in holders(b)))) for b in mine]
+            streams[r].append(OptimizerStep())
+        sched = Schedule("grouped_hybrid", M, tuple(tuple(x) for x in streams), microbatches_per_minibatch=M)
+        return HybridProgram(sched, tuple(roles), tuple(buckets), stage_rank, False, replica_ranks, shares_t)
 
     # pieces: per (group, stage), buckets by ready point (earliest node), latest first
     pieces: Dict[Tuple[int, int], List[Tuple[Tuple[str, ...], Optional[Bucket]]]] = {}
-    piece_rank: Dict[Tuple[int, int, int], int] = {}
-    n_stage_ranks = len(streams)
-    for g, p in enumerate(P):
-        for s in range(p):
+    for g in range(G):
+        for s in range(P[g]):
             nodes = [v for v in order if stage_of_node[g][v] == s]
-            mine = sorted((b for b in buckets if b.stages[g] == s),
-                          key=lambda b: -min(pos[v] for v in b.nodes))
+            mine = sorted((b for b in buckets if b.stages[g] == s), key=lambda b: -min(pos[v] for v in b.nodes))
             out: List[Tuple[Tuple[str, ...], Optional[Bucket]]] = []
             hi = len(order)
             for b in mine:
@@ -323,64 +398,66 @@ def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
             if rest or not out:
                 out.append((rest, None))
             pieces[(g, s)] = out
-    for g, p in enumerate(P):  # piece ranks after all stage ranks, group by group
-        for s in range(p):
-            for k, (nodes, b) in enumerate(pieces[(g, s)]):
-                if k == 0:
-                    r = stage_rank[g][s]
-                    roles[r] = RankRole(g, s, 0, nodes, b.key if b else None)
-                else:
-                    piece_rank[(g, s, k)] = len(roles)
-                    roles.append(RankRole(g, s, k, nodes, b.key if b else None))
-    members = {b.key: tuple(sorted(piece_rank.get((h, b.stages[h], _piece_of(pieces[(h, b.stages[h])], b.key)),
-                                           stage_rank[h][b.stages[h]]) for h in range(len(P))))
-               for b in buckets}
-    streams += [[] for _ in range(len(roles) - n_stage_ranks)]
-    for g, p in enumerate(P):
-        for s in range(p):
-            r = stage_rank[g][s]
-            st = streams[r]
-            last = max(i for i, ins in enumerate(st) if isinstance(ins, Backward))
-            mb = st[last].mb
-            tail = st[last + 1:]  # SendGrad(mb, previous stage) if s > 0
+    piece_rank: Dict[Tuple[int, int, int, int], int] = {}
+    for g in range(G):  # piece ranks after all stage ranks, group by group
+        for s in range(P[g]):
+            for i in range(len(shares[g][s])):
+                for k, (nodes, b) in enumerate(pieces[(g, s)]):
+                    if k == 0:
+                        r = rank_of[(g, s, i)]
+                        roles[r] = RankRole(g, s, 0, nodes, b.key if b else None, i)
+                    else:
+                        piece_rank[(g, s, i, k)] = len(roles)
+                        roles.append(RankRole(g, s, k, nodes, b.key if b else None, i))
+    piece_of = {(g, s, b.key): k for (g, s), ps in pieces.items() for k, (_, b) in enumerate(ps) if b is not None}
+
+    def member(h: int, s: int, j: int, key: str) -> int:
+        k = piece_of[(h, s, key)]
+        return rank_of[(h, s, j)] if k == 0 else piece_rank[(h, s, j, k)]
+
+    members = {b.key: tuple(sorted(member(h, s, j, b.key) for h, s, j in holders(b))) for b in buckets}
+    streams += [[] for _ in range(len(roles) - len(streams))]
+    last_piece: Dict[int, int] = {}  # stage rank -> the rank that sends its last backward's gradients
+    for g in range(G):
+        for s in range(P[g]):
             ps = pieces[(g, s)]
             K = len(ps)
-            prev = stage_rank[g][s - 1] if s > 0 else None
-            b0 = ps[0][1]
-            new = st[:last + 1]
-            if K == 1:
-                new += tail + ([AllReduce(b0.key, members[b0.key])] if b0 else []) + [OptimizerStep()]
-            else:
-                new += [SendGrad(mb, piece_rank[(g, s, 1)])]
-                new += [AllReduce(b0.key, members[b0.key])] if b0 else []
-                new += [RecvAct(mb, piece_rank[(g, s, k)]) for k in range(1, K)] + [OptimizerStep()]
-                for k in range(1, K):
-                    h = piece_rank[(g, s, k)]
-                    src = r if k == 1 else piece_rank[(g, s, k - 1)]
-                    hs: List = [RecvGrad(mb, src), Backward(mb)]
-                    if k < K - 1:
-                        hs.append(SendGrad(mb, piece_rank[(g, s, k + 1)]))
-                    elif prev is not None:
-                        hs.append(SendGrad(mb, prev))
-                    b = ps[k][1]
-                    if b is not None:
-                        hs.append(AllReduce(b.key, members[b.key]))
-                    hs.append(SendAct(mb, r))
-                    streams[h] = hs
-                if prev is not None:  # the previous stage now gets micro-batch mb's gradients from the last piece
-                    pst = streams[prev]
-                    for i, ins in enumerate(pst):
-                        if isinstance(ins, RecvGrad) and ins.mb == mb and ins.peer == r:
-                            pst[i] = RecvGrad(mb, piece_rank[(g, s, K - 1)])
-            streams[r] = new
-    sched = Schedule("grouped_hybrid_overlap", microbatches, tuple(tuple(s) for s in streams),
-                     microbatches_per_minibatch=microbatches)
-    return HybridProgram(sched, tuple(roles), tuple(buckets), tuple(stage_rank), True)
+            for i in range(len(shares[g][s])):
+                r = rank_of[(g, s, i)]
+                st = streams[r]
+                last = max(x for x, ins in enumerate(st) if isinstance(ins, Backward))
+                mb = st[last].mb
+                tail = st[last + 1:]  # SendGrad(mb, u) for the upstream replicas
+                b0 = ps[0][1]
+                new = st[:last + 1]
+                if K == 1:
+                    new += tail + ([AllReduce(b0.key, members[b0.key])] if b0 else []) + [OptimizerStep()]
+                    last_piece[r] = r
+                else:
+                    new += [SendGrad(mb, piece_rank[(g, s, i, 1)])]
+                    new += [AllReduce(b0.key, members[b0.key])] if b0 else []
+                    new += [RecvAct(mb, piece_rank[(g, s, i, k)]) for k in range(1, K)] + [OptimizerStep()]
+                    for k in range(1, K):
+                        h = piece_rank[(g, s, i, k)]
+                        src = r if k == 1 else piece_rank[(g, s, i, k - 1)]
+                        hs: List = [RecvGrad(mb, src), Backward(mb)]
+                        hs += [SendGrad(mb, piece_rank[(g, s, i, k + 1)])] if k < K - 1 else list(tail)
+                        b = ps[k][1]
+                        if b is not None:
+                            hs.append(AllReduce(b.key, members[b.key]))
+                        hs.append(SendAct(mb, r))
+                        streams[h] = hs
+                    last_piece[r] = piece_rank[(g, s, i, K - 1)]
+                streams[r] = new
+    for r, st in enumerate(streams):  # upstream replicas receive the last backward's gradients from the last piece
+        for x, ins in enumerate(st):
+            if isinstance(ins, RecvGrad) and ins.peer in last_piece and ins.peer != last_piece[ins.peer] \
+                    and roles[r].piece == 0 and ins.mb == _last_mb(streams, ins.peer):
+                st[x] = RecvGrad(ins.mb, last_piece[ins.peer])
+    sched = Schedule("grouped_hybrid_overlap", M, tuple(tuple(x) for x in streams), microbatches_per_minibatch=M)
+    return HybridProgram(sched, tuple(roles), tuple(buckets), stage_rank, True, replica_ranks, shares_t)
 
 
-def _piece_of(ps: Sequence[Tuple[Tuple[str, ...], Optional[Bucket]]], key: str) -> int:
-    for k, (_, b) in enumerate(ps):
-        if b is not None and b.key == key:
-            return k
-    raise AssertionError(key)
-
+def _last_mb(streams: Sequence[Sequence], r: int) -> int:
+    """The micro-batch of stage rank ``r``'s last backward (GPipe: 0)."""
+    return [ins for ins in streams[r] if isinstance(ins, Backward)][-1].mb

@@ -45,13 +45,12 @@ from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster
 from tf_commopt.core.hybrid import (
     DEFAULT_BUCKET_BYTES, GROUPINGS, HybridProgram, batch_fractions, check_groups, contiguous_groups,
-    hybrid_program, snake_groups,
+    hybrid_program, overlap_fraction, snake_groups,
 )
 from tf_commopt.core.partition.plan import PartitionPlan
-from tf_commopt.core.schedule import gpipe
 from tf_commopt.core.simulate.dataparallel import simulate_data_parallel
 from tf_commopt.core.simulate.engine import Job, RankCost
-from tf_commopt.core.simulate.pipeline import hop_bytes, stage_costs
+from tf_commopt.core.simulate.pipeline import hop_bytes
 from tf_commopt.core.simulate.result import SimResult, simulate_job
 from tf_commopt.errors import InputError, PlanError
 
@@ -124,30 +123,101 @@ def sub_cluster(cluster: Cluster, group: Sequence[int]) -> Cluster:
     return Cluster([cluster.devices[i] for i in group], cluster.default_link, links)
 
 
-def _group_job(graph: CostGraph, cluster: Cluster, group: Sequence[int], plan: PartitionPlan,
-               microbatches: int, fraction: float, optimizer_ms: float, offset: int = 0
-               ) -> Tuple[List[RankCost], Dict[Tuple[str, int, int], float]]:
-    """Rank costs and messages of one group's pipeline (stage ranks only) on ``fraction`` of the batch."""
-    k = plan.num_stages
-    if k != len(group) or sorted(plan.device_of_stage) != list(range(k)):
-        raise PlanError(f"a group of {len(group)} devices needs a plan using each of them once, got "
-                        f"device_of_stage={plan.device_of_stage}", where=f"plan {plan.method!r}")
-    scale = fraction / microbatches
-    costs = stage_costs(graph, plan, sub_cluster(cluster, group))
-    ranks = [RankCost(group[plan.device_of_stage[s]], f * scale, b * scale, optimizer_ms)
-             for s, (f, b) in enumerate(costs)]
+StageDevices = Sequence[Sequence[Sequence[int]]]  # [group][stage] -> device indices of its replicas
+
+
+def _stage_devices(groups: Sequence[Sequence[int]], plans: Sequence[PartitionPlan],
+                   stage_devices: Optional[StageDevices], n: int) -> List[List[Tuple[int, ...]]]:
+    if stage_devices is None:
+        out = []
+        for group, plan in zip(groups, plans):
+            k = plan.num_stages
+            if k != len(group) or sorted(plan.device_of_stage) != list(range(k)):
+                raise PlanError(f"a group of {len(group)} devices needs a plan using each of them once, got "
+                                f"device_of_stage={plan.device_of_stage}", where=f"plan {plan.method!r}")
+            out.append([(group[plan.device_of_stage[s]],) for s in range(k)])
+        return out
+    out = [[tuple(int(d) for d in reps) for reps in sd] for sd in stage_devices]
+    flat = [d for sd in out for reps in sd for d in reps]
+    if len(out) != len(plans) or any(len(sd) != p.num_stages for sd, p in zip(out, plans)) or \
+            any(not reps for sd in out for reps in sd) or len(flat) != len(set(flat)) or \
+            any(not 0 <= d < n for d in flat):
+        raise InputError(f"stage_devices must give each stage of each plan a non-empty list of distinct device "
+                         f"indices in 0..{n - 1}, got {stage_devices!r}", where="stage_devices")
+    return out
+
+
+def _stage_ms(graph: CostGraph, nodes: Sequence[str], dev, backward: bool) -> float:
+    get = graph.backward_ms if backward else graph.forward_ms
+    return sum(get(v, dev.kind) for v in nodes) / dev.capacity
+
+
+def replica_shares(graph: CostGraph, cluster: Cluster, plans: Sequence[PartitionPlan],
+                   stage_devices: Sequence[Sequence[Sequence[int]]]) -> List[List[Tuple[float, ...]]]:
+    """Each replica's share of its stage's micro-batch: proportional to its speed on that stage
+    (``capacity / stage compute ms on its kind``), so the replicas of a stage finish together."""
+    out = []
+    for plan, sd in zip(plans, stage_devices):
+        row = []
+        for s, reps in enumerate(sd):
+            nodes = plan.nodes_of_stage(s)
+            sp = []
+            for d in reps:
+                t = sum(graph.compute_ms(v, cluster.devices[d].kind) for v in nodes)
+                sp.append(cluster.devices[d].capacity / t if t > 0 else cluster.devices[d].capacity)
+            row.append(tuple(x / sum(sp) for x in sp))
+        out.append(row)
+    return out
+
+
+def _bind(graph: CostGraph, cluster: Cluster, prog: HybridProgram, plans: Sequence[PartitionPlan],
+          sdev: Sequence[Sequence[Tuple[int, ...]]], fractions: Sequence[float], microbatches: int,
+          optimizer_ms: float, collectives: bool = True) -> Job:
+    """Costs and bytes of every rank and message of ``prog`` (see module docstring)."""
+    hops = [hop_bytes(graph, p.stage_of_node, p.num_stages) for p in plans]
+    ranks: List[RankCost] = []
+    streams = prog.schedule.streams
+    for r, role in enumerate(prog.roles):
+        g, s, i = role.group, role.stage, role.replica
+        d = sdev[g][s][i]
+        dev = cluster.devices[d]
+        scale = fractions[g] / microbatches * prog.shares[g][s][i]
+        if role.piece == 0:
+            nodes = plans[g].nodes_of_stage(s)
+            f, b = _stage_ms(graph, nodes, dev, False) * scale, _stage_ms(graph, nodes, dev, True) * scale
+            override = {}
+            if prog.overlap:
+                mb = [x for x in streams[r] if type(x).__name__ == "Backward"][-1].mb
+                override = {mb: _stage_ms(graph, role.nodes, dev, True) * scale}
+            ranks.append(RankCost(d, f, b, optimizer_ms, backward_mb=override))
+        else:
+            ranks.append(RankCost(d, 0.0, _stage_ms(graph, role.nodes, dev, True) * scale, 0.0))
     msgs: Dict[Tuple[str, int, int], float] = {}
-    for h, nbytes in enumerate(hop_bytes(graph, plan.stage_of_node, k)):
-        msgs[("act", offset + h, offset + h + 1)] = nbytes * scale
-        msgs[("grad", offset + h + 1, offset + h)] = nbytes * scale
-    return ranks, msgs
+    for r, st in enumerate(streams):
+        a = prog.roles[r]
+        for ins in st:
+            t = type(ins).__name__
+            if t not in ("SendAct", "SendGrad"):
+                continue
+            b = prog.roles[ins.peer]
+            if a.group != b.group or a.stage == b.stage:
+                continue  # piece hand-offs and done signals: same device, no bytes
+            g, lo = a.group, min(a.stage, b.stage)
+            ia, ib = (a.replica, b.replica) if a.stage < b.stage else (b.replica, a.replica)
+            ov = overlap_fraction(prog.shares[g][lo], ia, prog.shares[g][lo + 1], ib)
+            msgs[("act" if t == "SendAct" else "grad", r, ins.peer)] = hops[g][lo] * fractions[g] / microbatches * ov
+    coll = {bk.key: (bk.nbytes if collectives else 0.0) for bk in prog.buckets}
+    return Job(prog.schedule, ranks, cluster, msgs, coll, split=microbatches)
 
 
 def group_alone_ms(graph: CostGraph, cluster: Cluster, group: Sequence[int], plan: PartitionPlan,
-                   microbatches: int, optimizer_ms: float = 0.0) -> float:
-    """``t_g``: the group's GPipe pipeline alone on the whole mini-batch (no all-reduce), simulated."""
-    ranks, msgs = _group_job(graph, cluster, group, plan, microbatches, 1.0, optimizer_ms)
-    job = Job(gpipe(plan.num_stages, microbatches), ranks, cluster, msgs, {}, split=microbatches)
+                   microbatches: int, optimizer_ms: float = 0.0,
+                   stage_devices: Optional[Sequence[Sequence[int]]] = None) -> float:
+    """``t_g``: the group's GPipe pipeline alone on the whole mini-batch (all-reduces free), simulated."""
+    sdev = _stage_devices([group], [plan], None if stage_devices is None else [stage_devices], len(cluster))
+    prog = hybrid_program(graph.topological_order(), {}, [plan.stage_of_node], microbatches, False, None,
+                          [plan.num_stages], replica_shares(graph, cluster, [plan], sdev))
+    job = _bind(graph, cluster, prog, [plan], sdev, [1.0], microbatches, optimizer_ms, collectives=False)
     return simulate_job(job).iteration_ms
 
 
@@ -190,18 +260,20 @@ def group_plans(graph: CostGraph, cluster: Cluster, groups: Sequence[Sequence[in
 def grouped_hybrid_job(graph: CostGraph, cluster: Cluster, groups: Sequence[Sequence[int]],
                        plans: Sequence[PartitionPlan], microbatches: int = 4,
                        batch_fractions: Optional[Sequence[float]] = None, optimizer_ms: float = 0.0,
-                       overlap: bool = True, bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES
-                       ) -> Tuple[Job, List[float], HybridProgram]:
+                       overlap: bool = True, bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
+                       stage_devices: Optional[StageDevices] = None) -> Tuple[Job, List[float], HybridProgram]:
     """The hybrid program (:func:`tf_commopt.core.hybrid.hybrid_program`) bound to costs; also the batch
-    fractions and the program."""
+    fractions and the program. ``stage_devices[g][s]``: the devices of stage s's replicas (default:
+    one, ``groups[g][plan.device_of_stage[s]]``); ``groups`` then only counts the groups."""
     gs = check_groups(groups, len(cluster))
     if len(plans) != len(gs):
         raise InputError(f"{len(plans)} plans for {len(gs)} groups", where="plans")
     if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
         raise InputError(f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches")
+    sdev = _stage_devices(gs, plans, stage_devices, len(cluster))
     G = len(gs)
     if batch_fractions is None:
-        fr = _fractions(graph, cluster, gs, plans, microbatches, optimizer_ms)
+        fr = batch_fractions_of(graph, cluster, plans, sdev, microbatches, optimizer_ms)
     else:
         fr = [float(f) for f in batch_fractions]
         if len(fr) != G or any(not f > 0 for f in fr):
@@ -209,41 +281,17 @@ def grouped_hybrid_job(graph: CostGraph, cluster: Cluster, groups: Sequence[Sequ
                              where="batch_fractions")
     order = graph.topological_order()
     prog = hybrid_program(order, {v: graph[v].param_bytes for v in order}, [p.stage_of_node for p in plans],
-                          microbatches, overlap, bucket_bytes, [p.num_stages for p in plans])
-    ranks: List[RankCost] = []
-    msgs: Dict[Tuple[str, int, int], float] = {}
-    for g, (group, plan) in enumerate(zip(gs, plans)):
-        rk, ms = _group_job(graph, cluster, group, plan, microbatches, fr[g], optimizer_ms, len(ranks))
-        ranks += rk
-        msgs.update(ms)
-    if overlap:
-        sched = prog.schedule
-        last_mb = {}
-        for r, role in enumerate(prog.roles):
-            g, s = role.group, role.stage
-            dev = cluster.devices[ranks[prog.stage_rank[g][s]].device]
-            piece_ms = sum(graph.backward_ms(v, dev.kind) for v in role.nodes) / dev.capacity * fr[g] / microbatches
-            if role.piece == 0:
-                st = sched.streams[r]
-                last_mb[r] = [i for i in st if type(i).__name__ == "Backward"][-1].mb
-                base = ranks[r]
-                ranks[r] = RankCost(base.device, base.forward_ms, base.backward_ms, optimizer_ms,
-                                    backward_mb={last_mb[r]: piece_ms})
-            else:
-                ranks.append(RankCost(ranks[prog.stage_rank[g][s]].device, 0.0, piece_ms, 0.0))
-        for r, role in enumerate(prog.roles):  # the last piece sends the gradients to the previous stage
-            if role.piece > 0 and role.stage > 0:
-                prev, main = prog.stage_rank[role.group][role.stage - 1], prog.stage_rank[role.group][role.stage]
-                if any(type(i).__name__ == "SendGrad" and i.peer == prev for i in sched.streams[r]):
-                    msgs[("grad", r, prev)] = msgs.get(("grad", main, prev), 0.0)
-    coll = {b.key: b.nbytes for b in prog.buckets}
-    return Job(prog.schedule, ranks, cluster, msgs, coll, split=microbatches), fr, prog
+                          microbatches, overlap, bucket_bytes, [p.num_stages for p in plans],
+                          replica_shares(graph, cluster, plans, sdev))
+    return _bind(graph, cluster, prog, plans, sdev, fr, microbatches, optimizer_ms), fr, prog
 
 
-def _fractions(graph: CostGraph, cluster: Cluster, groups: Sequence[Sequence[int]],
-               plans: Sequence[PartitionPlan], microbatches: int, optimizer_ms: float = 0.0) -> List[float]:
-    return batch_fractions([group_alone_ms(graph, cluster, g, p, microbatches, optimizer_ms)
-                            for g, p in zip(groups, plans)])
+def batch_fractions_of(graph: CostGraph, cluster: Cluster, plans: Sequence[PartitionPlan],
+                       stage_devices: Sequence[Sequence[Sequence[int]]], microbatches: int,
+                       optimizer_ms: float = 0.0) -> List[float]:
+    """:func:`tf_commopt.core.hybrid.batch_fractions` of the groups' simulated times alone."""
+    return batch_fractions([group_alone_ms(graph, cluster, sorted(d for reps in sd for d in reps), p, microbatches,
+                                           optimizer_ms, sd) for p, sd in zip(plans, stage_devices)])
 
 
 def simulate_grouped_hybrid(graph: CostGraph, cluster: ClusterLike, groups: Sequence[Sequence[int]],
@@ -287,19 +335,86 @@ def simulate_grouped_hybrid(graph: CostGraph, cluster: ClusterLike, groups: Sequ
     return res
 
 
+REPLICA_SHAPES = ("snake", "contiguous", "wide_first_fast", "wide_first_slow")
+
+
+def replica_sets(speeds: Sequence[float], num_stages: int, shape: str) -> List[List[int]]:
+    """Devices of each stage of a one-group pipeline with replicated stages (``num_stages`` sets).
+
+    ``snake`` / ``contiguous``: the grouping rules (sizes differ by at most one); ``wide_first_fast``:
+    the ``P - 1`` fastest devices one per stage 1..P-1 and all others replicate stage 0 (PipeDream's
+    "many replicas of the early layers, one device for the last ones"); ``wide_first_slow``: the same
+    with the ``P - 1`` slowest devices.
+
+    >>> replica_sets([1, 1, 0.5, 0.25], 2, "wide_first_fast")
+    [[1, 2, 3], [0]]
+    """
+    n = len(speeds)
+    if shape in GROUPINGS:
+        return GROUPINGS[shape](speeds, num_stages)
+    if shape not in REPLICA_SHAPES:
+        raise InputError(f"unknown replica shape {shape!r}; choose from {list(REPLICA_SHAPES)}", where="shape")
+    if not 1 <= num_stages <= n:
+        raise InputError(f"num_stages must be in 1..{n}, got {num_stages}", where="num_stages")
+    order = sorted(range(n), key=lambda i: (-float(speeds[i]), i))
+    singles = order[:num_stages - 1] if shape == "wide_first_fast" else order[n - num_stages + 1:]
+    rest = sorted(set(range(n)) - set(singles))
+    return [rest] + [[d] for d in singles]
+
+
+def replicated_plan(graph: CostGraph, cluster: Cluster, sets: Sequence[Sequence[int]], method: str = "balanced",
+                    seed: int = 0) -> Tuple[PartitionPlan, List[Tuple[int, ...]]]:
+    """A one-group plan whose stage s runs on the replica set ``sets[plan.device_of_stage[s]]``: the
+    capacity-aware partitioner on *virtual devices*, one per set, of the set's total capacity (and its
+    kind if all its devices share one); returns the plan and each stage's devices."""
+    from tf_commopt.core.partition.api import partition  # lazy: partition.simrank imports the simulator
+
+    caps, kinds = [], []
+    for reps in sets:
+        caps.append(sum(cluster.devices[d].capacity for d in reps))
+        ks = {cluster.devices[d].kind for d in reps}
+        kinds.append(ks.pop() if len(ks) == 1 else None)
+    virt = Cluster.from_capacities(caps, cluster.default_link.bandwidth_gbps, cluster.default_link.latency_ms,
+                                   kinds=kinds)
+    plan = partition(graph, len(sets), method=method, cluster=virt, seed=seed)
+    return plan, [tuple(sorted(sets[plan.device_of_stage[s]])) for s in range(plan.num_stages)]
+
+
+def simulate_replicated(graph: CostGraph, cluster: ClusterLike, plan: PartitionPlan,
+                        stage_devices: Sequence[Sequence[int]], microbatches: int = 4, optimizer_ms: float = 0.0,
+                        overlap: bool = True, bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES) -> SimResult:
+    """One pipeline whose stage s is replicated on ``stage_devices[s]`` (data parallel inside the stage)."""
+    cl = as_cluster(cluster)
+    flat = sorted(d for reps in stage_devices for d in reps)
+    job, fr, prog = grouped_hybrid_job(graph, cl, [flat], [plan], microbatches, [1.0], optimizer_ms, overlap,
+                                       bucket_bytes, [stage_devices])
+    res = simulate_job(job)
+    res.extra.update({
+        "groups": [flat], "stage_devices": [[list(r) for r in stage_devices]], "batch_fractions": fr,
+        "microbatches": microbatches, "overlap": overlap,
+        "stage_layers": [[len(plan.nodes_of_stage(s)) for s in range(plan.num_stages)]],
+        "plan_methods": [plan.method], "allreduce_chunks": len(prog.buckets),
+        "allreduce_bytes": sum(b.nbytes for b in prog.buckets),
+    })
+    return res
+
+
 def search_grouped_hybrid(graph: CostGraph, cluster: ClusterLike, group_counts: Optional[Sequence[int]] = None,
                           groupings: Sequence[str] = ("snake", "contiguous"),
                           microbatches: Union[int, Sequence[int]] = 4,
                           method: Union[str, Sequence[str]] = "pipedream", seed: int = 0,
                           optimizer_ms: float = 0.0, cache: Optional[Dict] = None, overlap: bool = True,
-                          bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES) -> SimResult:
+                          bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
+                          replicated: Sequence[str] = ()) -> SimResult:
     """The fastest simulated grouped hybrid over ``group_counts`` (default 1..N), ``groupings``,
-    ``microbatches`` (one or several counts) and the plans of ``method`` (see :func:`group_plans`).
+    ``microbatches`` (one or several counts) and the plans of ``method`` (see :func:`group_plans`);
+    with ``replicated`` (shapes of :func:`replica_sets`) also one pipeline of ``P = 2..N-1`` replicated
+    stages per shape and method (:func:`replicated_plan`).
 
     ``extra["candidates"]`` lists every ``{"num_groups", "grouping", "groups", "microbatches",
-    "iteration_ms"}`` tried. ``G = N`` (one-device groups) is capacity-proportional data parallel with
-    the same overlap, so the result is never slower than ``simulate_dp(..., "proportional", overlap=...)``
-    with the same bucket size and micro-batches among those tried.
+    "iteration_ms"}`` tried (``"stage_devices"`` too for replicated ones). ``G = N`` (one-device groups)
+    is capacity-proportional data parallel with the same overlap, so the result is never slower than
+    ``simulate_dp(..., "proportional", overlap=...)`` with the same bucket size.
     """
     cl = as_cluster(cluster)
     n = len(cl)
@@ -307,11 +422,25 @@ def search_grouped_hybrid(graph: CostGraph, cluster: ClusterLike, group_counts: 
     for gname in groupings:
         if gname not in GROUPINGS:
             raise InputError(f"unknown grouping {gname!r}; choose from {sorted(GROUPINGS)}", where="groupings")
+    for shape in replicated:
+        if shape not in REPLICA_SHAPES:
+            raise InputError(f"unknown replica shape {shape!r}; choose from {list(REPLICA_SHAPES)}",
+                             where="replicated")
     ms_list = [microbatches] if isinstance(microbatches, int) else list(microbatches)
+    methods = [method] if isinstance(method, str) else list(method)
     speeds = device_speeds(graph, cl)
     cache = {} if cache is None else cache
     best: Optional[SimResult] = None
     cands, seen = [], set()
+
+    def consider(r: SimResult, cand: Dict) -> None:
+        nonlocal best
+        cand["iteration_ms"] = r.iteration_ms
+        cands.append(cand)
+        if best is None or r.iteration_ms < best.iteration_ms:
+            best = r
+            best.extra["grouping"] = cand["grouping"]
+
     for G in counts:
         for gname in groupings:
             groups = GROUPINGS[gname](speeds, G)
@@ -324,11 +453,20 @@ def search_grouped_hybrid(graph: CostGraph, cluster: ClusterLike, group_counts: 
                 r = simulate_grouped_hybrid(graph, cl, groups, m, method=method, seed=seed,
                                             optimizer_ms=optimizer_ms, cache=cache, overlap=overlap,
                                             bucket_bytes=bucket_bytes)
-                cands.append({"num_groups": G, "grouping": gname, "groups": groups, "microbatches": m,
-                              "iteration_ms": r.iteration_ms})
-                if best is None or r.iteration_ms < best.iteration_ms:
-                    best = r
-                    best.extra["grouping"] = gname
+                consider(r, {"num_groups": G, "grouping": gname, "groups": groups, "microbatches": m})
+    for P in range(2, n):
+        for shape in replicated:
+            sets = replica_sets(speeds, P, shape)
+            for meth in methods:
+                key = ("rep", tuple(map(tuple, sets)), meth)
+                if key in seen:
+                    continue
+                seen.add(key)
+                plan, sdev = replicated_plan(graph, cl, sets, meth, seed)
+                for m in ms_list:
+                    r = simulate_replicated(graph, cl, plan, sdev, m, optimizer_ms, overlap, bucket_bytes)
+                    consider(r, {"num_groups": 1, "grouping": f"replicated:{shape}", "groups": [list(range(n))],
+                                 "stage_devices": [list(d) for d in sdev], "microbatches": m})
     assert best is not None
     best.extra["candidates"] = cands
     return best
