@@ -293,20 +293,21 @@ def test_bench_json_rows_are_the_simulator():
 
     from tf_commopt.core.profiles import load_profile
     out = _bench("--json", "--profiles=pipedream/alexnet", "--clusters=1,0.5,0.25", "--bandwidths_gbps=10",
-                 "--microbatches=4", "--methods=balanced")
+                 "--microbatches=4", "--methods=balanced", "--replicated=wide_first_fast")
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
-    assert [r["num_groups"] for r in rows] == [1, 2, 3] and sum(r["best_num_groups"] for r in rows) == 1
+    assert len(rows) == 1
+    r = rows[0]
     g = load_profile("pipedream/alexnet")
     cl = Cluster.from_capacities([1, 0.5, 0.25], 10.0)
-    for r in rows:
-        for key in ("profile", "capacities", "groups", "hybrid_iteration_ms", "data_parallel_iteration_ms",
-                    "ideal_iteration_ms"):
-            assert key in r
-        h = simulate_grouped_hybrid(g, cl, r["groups"], microbatches=4, method="balanced")
-        assert r["hybrid_iteration_ms"] == pytest.approx(h.iteration_ms)
-        assert r["data_parallel_iteration_ms"] == pytest.approx(simulate_dp(g, cl).iteration_ms)
-        assert r["ideal_iteration_ms"] == pytest.approx(ideal_iteration_ms(g, cl))
+    best = search_grouped_hybrid(g, cl, microbatches=[4], method=["balanced"], replicated=["wide_first_fast"])
+    assert r["hybrid_iteration_ms"] == pytest.approx(best.iteration_ms)
+    assert r["candidates"] == len(best.extra["candidates"])
+    assert r["data_parallel_iteration_ms"] == pytest.approx(simulate_dp(g, cl).iteration_ms)
+    assert r["data_parallel_proportional_overlap_iteration_ms"] == pytest.approx(
+        simulate_dp(g, cl, "proportional", overlap=True).iteration_ms)
+    assert r["ideal_iteration_ms"] == pytest.approx(ideal_iteration_ms(g, cl))
+    assert r["hybrid_iteration_ms"] <= r["data_parallel_proportional_overlap_iteration_ms"] * (1 + 1e-9)
 
 
 def test_bench_bad_cluster_is_one_line_exit_2():
