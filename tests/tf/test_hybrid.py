@@ -166,3 +166,77 @@ def test_capacity_aware_partition_and_model_fit():
     model.fit(ds, epochs=1, verbose=0)
     for w, r in zip(model.trainable_weights, ref_w):
         np.testing.assert_allclose(w.numpy(), r, atol=1e-5, rtol=0)
+
+
+def _fit_strategy(model, lr=0.05):
+    strategy = GroupedHybridStrategy(devices=CPUS, capacities=[1, 0.5, 1, 0.5], groups=[[0, 1], [2, 3]],
+                                     microbatches=2, method="balanced")
+    with strategy.scope():
+        strategy.compile(model, optimizer=keras.optimizers.SGD(lr), loss=LOSS, metrics=["accuracy"])
+    return strategy
+
+
+def test_fit_reports_metrics_from_the_steps_predictions():
+    model = small_model()
+    x, y = data(32, seed=4)
+    ref = keras.models.clone_model(model)
+    ref.set_weights(model.get_weights())
+    _fit_strategy(model)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16, drop_remainder=True)
+    hist = model.fit(ds, epochs=1, verbose=0).history
+    assert set(hist) == {"loss", "accuracy"}
+    # reference: the same two SGD steps on one device; metrics of each step's pre-update predictions
+    opt = keras.optimizers.SGD(0.05)
+    losses, correct = [], 0
+    for i in range(2):
+        xb, yb = x[16 * i:16 * (i + 1)], y[16 * i:16 * (i + 1)]
+        with tf.GradientTape() as tape:
+            pred = ref(xb, training=True)
+            loss = LOSS(yb, pred)
+        opt.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables), ref.trainable_variables))
+        losses.append(float(loss))
+        correct += int(np.sum(np.argmax(pred.numpy(), 1) == yb))
+    assert hist["loss"][0] == pytest.approx(np.mean(losses), abs=1e-5)
+    assert hist["accuracy"][0] == pytest.approx(correct / 32, abs=1e-6)
+
+
+def test_load_weights_after_compile_is_the_starting_point(tmp_path):
+    model = small_model()
+    x, y = data(32, seed=6)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16, drop_remainder=True)
+    _fit_strategy(model)
+    model.fit(ds, epochs=2, verbose=0)
+    path = str(tmp_path / "w.weights.h5")
+    model.save_weights(path)
+    saved = [w.numpy() for w in model.weights]
+    saved_loss = model.evaluate(x, y, verbose=0)[0]
+    model.fit(ds, epochs=3, verbose=0)
+    assert model.evaluate(x, y, verbose=0)[0] != pytest.approx(saved_loss, abs=1e-6)
+    model.load_weights(path)
+    for a, b in zip(model.weights, saved):
+        np.testing.assert_array_equal(a.numpy(), b)
+    ref = keras.models.clone_model(model)
+    ref.set_weights(saved)
+    _, ref_w = single_device(ref, [(x[:16], y[:16]), (x[16:], y[16:])], lr=0.05, momentum=0.0)
+    model.fit(ds, epochs=1, verbose=0)  # continues from the loaded weights, not from the groups' copies
+    for w, r in zip(model.trainable_weights, ref_w):
+        np.testing.assert_allclose(w.numpy(), r, atol=1e-5, rtol=0)
+    # a tf.train.Checkpoint restore too
+    ckpt = tf.train.Checkpoint(model=model)
+    model.set_weights(saved)
+    p = ckpt.save(str(tmp_path / "ck"))
+    model.fit(ds, epochs=1, verbose=0)
+    ckpt.restore(p).assert_existing_objects_matched()
+    model.fit(ds, epochs=1, verbose=0)
+    for w, r in zip(model.trainable_weights, ref_w):
+        np.testing.assert_allclose(w.numpy(), r, atol=1e-5, rtol=0)
+
+
+def test_partial_last_batch_is_a_one_line_error_naming_drop_remainder():
+    model = small_model()
+    _fit_strategy(model)
+    x, y = data(20, seed=1)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)  # 8, 8, 4: unknown static batch size
+    with pytest.raises(InputError, match="drop_remainder=True") as e:
+        model.fit(ds, epochs=1, verbose=0)
+    assert "\n" not in str(e.value)

@@ -276,6 +276,15 @@ class GroupedHybridStrategy:
             self._group_weights = self._exchange_weights(self._local_weights())
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
         model.train_step = self.keras_train_step
+        fit = model.fit
+
+        def fit_from_current_weights(*args: Any, **kwargs: Any) -> Any:
+            self._check_static_batches(args[0] if args else kwargs.get("x"),
+                                       kwargs.get("batch_size", args[2] if len(args) > 2 else None))
+            self.push_model()  # weights loaded or restored after compile are the starting point
+            return fit(*args, **kwargs)
+
+        model.fit = fit_from_current_weights
         self._step_fn = None
 
     def _stage_maps(self) -> List[Dict[str, int]]:
@@ -394,6 +403,7 @@ class GroupedHybridStrategy:
             else:
                 runs[g].execute(s, ins)
         self.executed = executed
+        self._last_runs = runs
         loss = tf.add_n([tf.identity(run.result()[0]) for run in runs])
         reduced = []
         for g, run in enumerate(runs):
@@ -459,8 +469,10 @@ class GroupedHybridStrategy:
         return loss
 
     def fit(self, dataset: Any, epochs: int = 1, steps_per_epoch: Optional[int] = None) -> Dict[str, List[float]]:
-        """Train on ``(x, y)`` batches (a tf.data.Dataset or any iterable) for ``epochs``; copies the trained
-        weights into the user's model at the end. Returns ``{"loss": [mean loss per epoch]}``."""
+        """Train on ``(x, y)`` batches (a tf.data.Dataset or any iterable) for ``epochs``, starting from the
+        user's model's current weights (so ``load_weights`` / a checkpoint restore is honoured); copies the
+        trained weights into the user's model at the end. Returns ``{"loss": [mean loss per epoch]}``."""
+        self.push_model()
         hist: Dict[str, List[float]] = {"loss": []}
         for _ in range(epochs):
             losses = []
@@ -474,14 +486,52 @@ class GroupedHybridStrategy:
 
     def keras_train_step(self, data: Any) -> Dict[str, tf.Tensor]:
         """``model.train_step`` replacement used by ``model.fit``: the hybrid step, then the user's model
-        gets group 0's weights (so evaluate/predict/save see the trained model). Batches need a static
-        size (``dataset.batch(B, drop_remainder=True)``)."""
+        gets group 0's weights (so evaluate/predict/save see the trained model); the compiled loss and
+        metrics are computed on the step's own predictions (the pipelines' outputs, groups in batch
+        order). Batches need a static size: a dataset batched without ``drop_remainder=True`` is a
+        one-line InputError."""
         import tf_keras as keras
 
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        x, y, sw = keras.utils.unpack_x_y_sample_weight(data)
+        first = tf.nest.flatten(x)[0]
+        if first.shape.rank is None or first.shape[0] is None:
+            raise InputError("the batch size must be static: batch the dataset with "
+                             "dataset.batch(B, drop_remainder=True) (a partial last batch cannot be split into "
+                             "the groups' fixed micro-batches)", where="GroupedHybridStrategy model.fit")
+        if sw is not None:
+            raise InputError("sample weights are not supported", where="GroupedHybridStrategy model.fit")
         loss = self._step(x, y)
         self._assign_model(tf.identity)
-        return {"loss": loss}
+        flat = [tf.concat([tf.identity(run.predictions()[k]) for run in self._last_runs], 0)
+                if len(self._last_runs) > 1 else self._last_runs[0].predictions()[k]
+                for k in range(len(self._last_runs[0].predictions()))]
+        y_pred = tf.nest.pack_sequence_as(self.model._nested_outputs, flat)
+        self.model.compute_loss(x, y, y_pred, None)  # the loss tracker: the batch's mean loss, as the step's
+        return self.model.compute_metrics(x, y, y_pred, None)
+
+    @staticmethod
+    def _check_static_batches(x: Any, batch_size: Optional[int]) -> None:
+        """One-line InputError before ``model.fit`` traces if a batch could be partial."""
+        msg = ("batches need a static size: use dataset.batch(B, drop_remainder=True) (a partial last batch "
+               "cannot be split into the groups' fixed micro-batches)")
+        if isinstance(x, tf.data.Dataset):
+            spec = tf.nest.flatten(x.element_spec)[0]
+            if spec.shape.rank is None or spec.shape[0] is None:
+                raise InputError(msg, where="GroupedHybridStrategy model.fit")
+        elif x is not None and hasattr(tf.nest.flatten(x)[0], "shape"):
+            n, b = int(tf.nest.flatten(x)[0].shape[0]), int(batch_size or 32)
+            if n % b:
+                raise InputError(f"{n} samples leave a partial last batch of {n % b} with batch_size={b}; "
+                                 + msg, where="GroupedHybridStrategy model.fit")
+
+    def push_model(self) -> None:
+        """Copy the user's model's weights into every group's copy (after ``load_weights`` or a restore)."""
+        if not self.pipelines:
+            return
+        src = self.model.weights
+        for pipe in self.pipelines:
+            for v, w in zip(pipe.model.weights, src):
+                v.assign(w)
 
     def sync_model(self) -> None:
         """Copy group 0's weights into the user's model (all groups hold identical weights)."""
