@@ -240,3 +240,20 @@ def test_partial_last_batch_is_a_one_line_error_naming_drop_remainder():
     with pytest.raises(InputError, match="drop_remainder=True") as e:
         model.fit(ds, epochs=1, verbose=0)
     assert "\n" not in str(e.value)
+
+
+def test_strategy_surface():
+    model = small_model()
+    strategy = _fit_strategy(model)
+    assert strategy.num_replicas_in_sync == 2
+    x, y = data(16, seed=2)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8, drop_remainder=True)
+    assert strategy.experimental_distribute_dataset(ds) is ds
+    with pytest.raises(InputError, match="drop_remainder"):
+        strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))
+    losses = [strategy.run(strategy.train_step, args=(xb, yb)) for xb, yb in ds]
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    v = tf.constant([[1.0, 2.0], [3.0, 5.0]])
+    assert strategy.reduce(tf.distribute.ReduceOp.SUM, v) is v
+    np.testing.assert_allclose(strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=0).numpy(), [2.0, 3.5])
+    np.testing.assert_allclose(strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=1).numpy(), [3.0, 8.0])

@@ -119,6 +119,16 @@ def _local_devices(task: Optional[int]) -> List[str]:
 class GroupedHybridStrategy:
     """Grouped hybrid parallelism: a capacity-aware GPipe pipeline per group, gradients all-reduced.
 
+    Not a ``tf.distribute.Strategy`` subclass, on purpose: a Strategy's contract is that every replica runs
+    the *same* function on its shard with mirrored variables (``run``, ``extended.call_for_each_replica``,
+    Keras building the whole model per replica); here each device runs a *different* stage of the model
+    and the micro-batch schedule is the unit of work. It is a trainer with the surface a training script
+    uses: ``scope``, ``num_replicas_in_sync`` (the groups), ``experimental_distribute_dataset`` (global
+    batches, split inside the step), ``run`` / ``reduce`` (one global value), ``compile`` then
+    ``model.fit`` / ``evaluate`` / ``save_weights`` / ``load_weights`` on the user's model. Limits: the
+    optimizer state lives in one optimizer clone per group, so ``.keras`` saves and checkpoints of the
+    user's model do not carry the optimizer slots; sample weights are not supported.
+
     Args:
         devices: device names (default: all logical GPUs, else all logical CPUs).
         capacities: relative speed per device (default all 1), or ``"measure"`` to run
@@ -236,6 +246,39 @@ class GroupedHybridStrategy:
         """Variables created inside (the user's model and optimizer) live on the first device."""
         with tf.device(self.devices[self.groups[0][0]]):
             yield self
+
+    # -- the tf.distribute.Strategy surface a training script uses (see the class docstring for why this
+    #    is not a tf.distribute.Strategy subclass)
+    @property
+    def num_replicas_in_sync(self) -> int:
+        """Data-parallel replicas: the groups (each a whole model copy, pipelined over its devices)."""
+        return self.num_groups
+
+    def experimental_distribute_dataset(self, dataset: Any) -> Any:
+        """The dataset itself: each element is one *global* batch, which the step splits among the groups
+        (:meth:`group_batch_sizes`). Its batch size must be static (``drop_remainder=True``)."""
+        self._check_static_batches(dataset, None)
+        return dataset
+
+    distribute_datasets_from_function = None  # per-replica input pipelines do not fit a split global batch
+
+    def run(self, fn: Callable, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None) -> Any:
+        """``fn(*args, **kwargs)`` once, in :meth:`scope`. Use it with :meth:`train_step` /
+        :meth:`compute_gradients`, which run all groups inside; the result is already global (one value,
+        not per replica), so :meth:`reduce` returns it unchanged."""
+        with self.scope():
+            return fn(*args, **(kwargs or {}))
+
+    def reduce(self, reduce_op: Any, value: Any, axis: Optional[int] = None) -> Any:
+        """``value`` (already global, see :meth:`run`); with ``axis``, summed or averaged over it as
+        ``reduce_op`` (``tf.distribute.ReduceOp.SUM`` / ``MEAN``) says."""
+        if axis is None:
+            return value
+        if reduce_op == tf.distribute.ReduceOp.SUM:
+            return tf.reduce_sum(value, axis=axis)
+        if reduce_op == tf.distribute.ReduceOp.MEAN:
+            return tf.reduce_mean(value, axis=axis)
+        raise InputError(f"reduce_op must be tf.distribute.ReduceOp.SUM or MEAN, got {reduce_op!r}", where="reduce")
 
     def group_devices(self, g: int) -> List[str]:
         return [self.devices[i] for i in self.groups[g]]
