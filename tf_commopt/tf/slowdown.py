@@ -1,9 +1,11 @@
 """Emulate slower devices on one machine: stretch a computation's wall time by a factor.
 
-``slowed(fn, factor)`` runs ``fn``, measures its wall time ``t`` with ``tf.timestamp()`` just
-before and just after, then sleeps ``(factor - 1) * t`` before releasing the outputs. The exact
-rule: the outputs become available ``factor * t`` after the inputs were (plus sleep jitter,
-~0.1 ms). Sleeping instead of repeating the work keeps the CPU free, so emulated devices that
+``slowed(fn, factor)`` runs ``fn``, measures its wall time ``t`` just before and just after, then
+sleeps ``(factor - 1) * t_min`` before releasing the outputs, ``t_min`` the shortest time this
+wrapper has measured so far (wrap each call site separately) (its calibration: on a shared machine a measured time includes waiting
+for a core, and multiplying that wait by ``factor - 1`` would turn load noise into emulated work).
+The exact rule: the outputs become available ``t + (factor - 1) * t_min`` after the inputs were
+(plus sleep jitter, ~0.1 ms); unloaded, ``factor * t``. Sleeping instead of repeating the work keeps the CPU free, so emulated devices that
 share the cores do not slow each other down further: a stage on a device with factor 2 takes
 twice its own time whatever the others do.
 
@@ -120,13 +122,20 @@ def _now(_probe: Any) -> np.ndarray:
     return np.float64(time.perf_counter())
 
 
-def _sleep(seconds: Any) -> np.ndarray:
-    s = float(seconds)
-    if s > 0:
-        t0 = time.perf_counter()
-        time.sleep(s)
-        _LOG.append((t0, time.perf_counter(), s))
-    return np.float32(1.0)
+def _sleeper(extra: float) -> Callable[[Any], np.ndarray]:
+    """``sleep((factor - 1) * shortest measured time so far)`` for one wrapped call site."""
+    state = {"min": float("inf")}
+
+    def sleep(measured: Any) -> np.ndarray:
+        state["min"] = min(state["min"], max(0.0, float(measured)))
+        s = extra * state["min"]
+        if s > 0:
+            t0 = time.perf_counter()
+            time.sleep(s)
+            _LOG.append((t0, time.perf_counter(), s))
+        return np.float32(1.0)
+
+    return sleep
 
 
 def _probe(tensors: List[Any]) -> Any:
@@ -148,6 +157,7 @@ def slowed(fn: Callable[..., Any], factor: float) -> Callable[..., Any]:
     if factor == 1.0:
         return fn
     extra = factor - 1.0
+    sleeper = _sleeper(extra)  # one calibration per wrapper: wrap each call site separately
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         inputs = [t for t in tf.nest.flatten((args, kwargs)) if tf.is_tensor(t)]
@@ -158,7 +168,7 @@ def slowed(fn: Callable[..., Any], factor: float) -> Callable[..., Any]:
         flat = [t for t in tf.nest.flatten(out) if tf.is_tensor(t)]
         with tf.control_dependencies(flat):
             t1 = tf.numpy_function(_now, [_probe(flat) + 0.0 * t0], tf.float64, stateful=False)
-        one = tf.stop_gradient(tf.numpy_function(_sleep, [(t1 - t0) * extra], tf.float32, stateful=False))
+        one = tf.stop_gradient(tf.numpy_function(sleeper, [t1 - t0], tf.float32, stateful=False))
 
         def release(t: Any) -> Any:
             # a data dependency on the sleep (its result is 1.0): Grappler turns a stateless op that only
