@@ -49,7 +49,7 @@ flags.DEFINE_multi_string("clusters", CLUSTERS, "a cluster: comma-separated devi
 flags.DEFINE_list("bandwidths_gbps", ["10", "100", "400"], "link bandwidths (Gbit/s), every pair of devices")
 flags.DEFINE_float("latency_ms", 0.0, "per-message link latency (ms)")
 flags.DEFINE_list("group_counts", [], "group counts G to try (default 1..N)")
-flags.DEFINE_list("microbatches", ["8", "32"], "GPipe micro-batch counts tried per group per mini-batch")
+flags.DEFINE_list("microbatches", ["4", "8"], "GPipe micro-batch counts tried per group per mini-batch")
 flags.DEFINE_list("replicated", list(REPLICA_SHAPES), "replica shapes of one-group pipelines with replicated "
                   "stages to try (empty: groups of unreplicated pipelines only)")
 flags.DEFINE_bool("overlap", True, "bucketed gradient all-reduce overlapping the backward (hybrid and the "
