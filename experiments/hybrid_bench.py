@@ -1,17 +1,19 @@
-"""Thesis 000, hybrid side: grouped hybrid vs synchronous data parallel vs the capacity-proportional
-ideal on heterogeneous clusters, simulated; and a small model run for real on emulated devices.
+"""Thesis 000, hybrid side: the grouped hybrid vs data parallel vs the capacity-proportional ideal on
+heterogeneous clusters, simulated; and a small model run for real on emulated devices.
 
-For every profile, cluster (capacities, optionally device kinds with their own per-layer costs from
-the H200 profiles), link bandwidth and group count ``G``: the grouped hybrid iteration
-(:func:`tf_commopt.core.simulate.hybrid.simulate_grouped_hybrid`; groups by the ``snake`` and
-``contiguous`` rules, the faster kept; capacity-aware plans per group; batch split in proportion to
-group throughput; GPipe with ``--microbatches``), synchronous data parallel with an equal batch split
-(the thesis's SSGD) and with a capacity-proportional split (a stronger baseline), and the ideal
-``1 / sum(speed)``. Pure Python unless ``--keras_apps`` or ``--real`` is given.
+For every profile, cluster (capacities, optionally device kinds with their own per-layer costs from the
+H200 profiles) and link bandwidth: the best hybrid of the joint search
+(:func:`tf_commopt.core.simulate.hybrid.search_grouped_hybrid`: every group count G with the ``snake``
+and ``contiguous`` groupings, the ``--microbatches`` counts, the ``--methods`` plans per group, and
+one-group pipelines of replicated stages for the ``--replicated`` shapes; bucketed all-reduce with
+``--overlap``), synchronous data parallel with an equal batch split (the thesis's SSGD), with a
+capacity-proportional split, and with that split plus the same bucketed overlap (the strongest
+baseline: G = N of the search), and the ideal ``1 / sum(speed)``. One JSON row per configuration.
+Pure Python unless ``--keras_apps`` or ``--real`` is given.
 
 Example:
     python -m experiments.hybrid_bench                          # the run of docs/results/hybrid.md
-    python -m experiments.hybrid_bench --json --profiles=h200/resnet50 --clusters="1,1,0.5,0.5"
+    python -m experiments.hybrid_bench --json --profiles=h200/resnet50 --clusters="1,1,0.5,0.5" --microbatches=4
     python -m experiments.hybrid_bench --keras_apps=MobileNetV2 --real
 """
 from __future__ import annotations
@@ -225,7 +227,8 @@ def real_vs_sim(capacities: Sequence[float], base_slowdown: float = 1.0, width: 
     simulate the same configurations.
 
     Devices ``/CPU:0..N-1`` (logical CPUs) of capacity ``c`` run ``base_slowdown / c`` times slower
-    (:mod:`tf_commopt.tf.slowdown`). The model is an MLP of ``depth`` Dense(``width``) layers. The same
+    (:mod:`tf_commopt.tf.slowdown`: stateless sleeps, so the devices overlap; a large ``base_slowdown``
+    makes the sleeps dominate the CPU time the devices share). The model is an MLP of ``depth`` Dense(``width``) layers. The same
     :class:`GroupedHybridStrategy` runs all three: data parallel = one group per device (``group_weights``
     equal, or the capacities), hybrid = ``num_groups`` groups (its capacity-aware plans, M micro-batches).
     The timed steps are interleaved (one step of each configuration per round) and medians are
