@@ -45,7 +45,8 @@ def test_simulated_ratio_matches_emulated_devices(caps, groups, microbatches):
     assert out.returncode == 0, out.stderr[-2000:]
     row = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
     n = len(caps.split(","))
-    assert row["group_batch_sizes"]["data_parallel"] == [256 // n] * n
+    from tf_commopt.core.hybrid import split_batch
+    assert row["group_batch_sizes"]["data_parallel"] == split_batch(256, [1.0] * n)
     assert len(row["group_batch_sizes"]["hybrid"]) == groups
     sim, real = row["sim_ratio_hybrid"], row["real_ratio_hybrid"]
     print(f"\n[hybrid {caps} G={groups} M={microbatches}] real/simulated hybrid-vs-DP ratio: {real:.3f} / {sim:.3f}"
