@@ -257,3 +257,40 @@ def test_strategy_surface():
     assert strategy.reduce(tf.distribute.ReduceOp.SUM, v) is v
     np.testing.assert_allclose(strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=0).numpy(), [2.0, 3.5])
     np.testing.assert_allclose(strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=1).numpy(), [3.0, 8.0])
+
+
+def test_executor_bucket_allreduce_does_not_wait_for_earlier_layers():
+    """Overlap in the executor, structurally: with one bucket per layer, the reduced gradient of the last
+    layer does not depend on the first layer's gradient (TensorFlow can run its all-reduce while the
+    backward continues); with one bucket for the whole model it does."""
+    def ancestors(t):
+        seen, todo = set(), [t.op]
+        while todo:
+            op = todo.pop()
+            if op in seen:
+                continue
+            seen.add(op)
+            todo += [i.op for i in op.inputs] + list(op.control_inputs)
+        return seen
+
+    x, y = data(8, seed=3)
+    for bucket_bytes, independent in ((1.0, True), (None, False)):
+        model = small_model()
+        strategy = GroupedHybridStrategy(devices=CPUS[:2], groups=[[0], [1]], microbatches=1, method="balanced",
+                                         bucket_bytes=bucket_bytes)
+        with strategy.scope():
+            strategy.compile(model, optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+        got = {}
+
+        def grads(x, y):
+            loss, reduced = strategy.compute_gradients(x, y)
+            run = strategy._last_runs[0]
+            vs = strategy.pipelines[0].trainable_variables
+            got["first"] = run.acc[vs[0].ref()]  # layer "a"'s kernel gradient in group 0
+            return reduced[0][len(vs) - 2]  # layer "out"'s kernel, reduced
+
+        fn = tf.function(grads).get_concrete_function(tf.constant(x), tf.constant(y))
+        out = fn.graph.outputs[0]
+        first_op = [o for o in fn.graph.get_operations() if o.name == got["first"].op.name][0]
+        assert (first_op not in ancestors(out)) == independent, bucket_bytes
+        assert len(strategy.program.buckets) == (4 if bucket_bytes else 1)

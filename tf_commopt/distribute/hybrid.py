@@ -42,9 +42,9 @@ The exact rules:
   batch's mean loss, exactly what one device training on the whole batch computes, whatever the
   (uneven) B_g.
 * **All-reduce and step.** Each ``AllReduce("grads<i>")`` sums bucket i's variables' gradients over the
-  groups: every holder adds all groups' gradients in group order on its own device (bit-identical
-  copies). Its TensorFlow ops depend only on that bucket's gradients, so the runtime starts them while
-  other gradients are still being computed (the overlap of ``overlap=True``; piece ranks'
+  groups as one fused vector (concatenated, summed, split back): every holder adds all groups' vectors
+  in group order on its own device (bit-identical copies). Its TensorFlow ops depend only on that
+  bucket's gradients, so the runtime starts them while other gradients are still being computed (the overlap of ``overlap=True``; piece ranks'
   ``Backward`` instructions are parts of their stage's last backward, which TensorFlow runs as one
   gradient call). After every ``OptimizerStep`` each group's own optimizer (a clone of the one given)
   applies the reduced gradients.
@@ -460,24 +460,30 @@ class GroupedHybridStrategy:
         return {key for key, ks in self._bucket_vars.items() if ks and all(k in sums for k in ks)}
 
     def _all_reduce_bucket(self, key: str, runs: List[Any]) -> Dict[int, List[tf.Tensor]]:
-        """Bucket ``key``: each variable's gradient summed over the groups, on every holder's device, in
-        group order (bit-identical copies)."""
-        out: Dict[int, List[tf.Tensor]] = {}
-        for k in self._bucket_vars[key]:
-            parts = []
-            holders = []
-            for g, (pipe, run) in enumerate(zip(self.pipelines, runs)):
-                j = self._index[g].index(k)
-                v = pipe.trainable_variables[j]
-                holders.append(v)
-                acc = run.acc.get(v.ref())
-                parts.append(acc if acc is not None else tf.zeros_like(v))
-            red = []
-            for v in holders:
-                with tf.device(v.device):
-                    ps = [tf.identity(t) for t in parts]
-                    red.append(tf.add_n(ps) if len(ps) > 1 else ps[0])
-            out[k] = red
+        """Bucket ``key`` as one fused all-reduce (as the simulator charges it): each group's gradients of
+        the bucket's variables flattened into one vector, the vectors summed in group order on every
+        holder's device (bit-identical copies), split back per variable."""
+        ks = self._bucket_vars[key]
+        if not ks:
+            return {}
+        flats, holders = [], []
+        for g, (pipe, run) in enumerate(zip(self.pipelines, runs)):
+            vs = [pipe.trainable_variables[self._index[g].index(k)] for k in ks]
+            holders.append(vs)
+            parts = [run.acc.get(v.ref()) for v in vs]
+            parts = [p if p is not None else tf.zeros_like(v) for p, v in zip(parts, vs)]
+            with tf.device(vs[0].device):
+                flats.append(tf.concat([tf.reshape(p, [-1]) for p in parts], 0) if len(parts) > 1
+                             else tf.reshape(parts[0], [-1]))
+        out: Dict[int, List[tf.Tensor]] = {k: [] for k in ks}
+        for vs in holders:
+            with tf.device(vs[0].device):
+                fl = [tf.identity(f) for f in flats]
+                tot = tf.add_n(fl) if len(fl) > 1 else fl[0]
+                sizes = [int(v.shape.num_elements()) for v in vs]
+                pieces = tf.split(tot, sizes) if len(vs) > 1 else [tot]
+                for k, v, piece in zip(ks, vs, pieces):
+                    out[k].append(tf.reshape(piece, v.shape))
         return out
 
     @staticmethod
