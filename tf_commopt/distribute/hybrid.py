@@ -313,6 +313,7 @@ class GroupedHybridStrategy:
         self.graph_plans = [dataclasses.replace(plan, stage_of_node=son)  # every cost-graph node staged
                             for plan, son in zip(self.plans, self._stage_maps())]
         self.program = self._make_program()
+        self._auto_weights = None
         self.schedule: Schedule = self.program.schedule
         self._order_cache = execution_order(self.schedule)
         if self._mw is not None and self._group_weights is None:
@@ -394,7 +395,9 @@ class GroupedHybridStrategy:
         if self._mw is not None:
             raise InputError("call strategy.compile(...) first: the hosts exchange their group throughputs "
                              "there", where="GroupedHybridStrategy")
-        return self._local_weights()
+        if getattr(self, "_auto_weights", None) is None:
+            self._auto_weights = self._local_weights()  # simulated once per compile
+        return list(self._auto_weights)
 
     def _local_weights(self) -> List[float]:
         """``1 / t_g`` of the groups this process runs (see module docstring)."""
