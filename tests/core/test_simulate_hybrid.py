@@ -275,6 +275,14 @@ def test_bad_input():
         simulate_grouped_hybrid(g, cl, [[0, 1, 2]], plans=[plan_of([0, 1], [0, 1])])
     with pytest.raises(InputError, match="bucket_bytes must be positive"):
         simulate_grouped_hybrid(g, cl, [[0], [1, 2]], bucket_bytes=0)
+    from tf_commopt.core.hybrid import hybrid_program
+    from tf_commopt.core.simulate.hybrid import simulate_replicated
+    with pytest.raises(InputError, match="replica shares must be positive and sum to 1"):
+        hybrid_program(["n0", "n1"], {}, [{"n0": 0, "n1": 1}], 2, replica_shares=[[(0.5, 0.6), (1.0,)]])
+    with pytest.raises(InputError, match="stage_devices must give each stage"):
+        simulate_replicated(g, cl, plan_of([0, 1], [0, 1]), [(0, 1), (1,)])
+    with pytest.raises(InputError, match="unknown replica shape"):
+        search_grouped_hybrid(g, cl, replicated=("diagonal",))
     with pytest.raises(InputError, match="unknown grouping"):
         search_grouped_hybrid(g, cl, groupings=("random",))
 

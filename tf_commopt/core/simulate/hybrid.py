@@ -385,6 +385,7 @@ def simulate_replicated(graph: CostGraph, cluster: ClusterLike, plan: PartitionP
                         overlap: bool = True, bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES) -> SimResult:
     """One pipeline whose stage s is replicated on ``stage_devices[s]`` (data parallel inside the stage)."""
     cl = as_cluster(cluster)
+    _stage_devices([[0]], [plan], [stage_devices], len(cl))  # one-line error before anything else
     flat = sorted(d for reps in stage_devices for d in reps)
     job, fr, prog = grouped_hybrid_job(graph, cl, [flat], [plan], microbatches, [1.0], optimizer_ms, overlap,
                                        bucket_bytes, [stage_devices])
