@@ -1,17 +1,19 @@
-"""Thesis 000, hybrid side: grouped hybrid vs synchronous data parallel vs the capacity-proportional
-ideal on heterogeneous clusters, simulated; and a small model run for real on emulated devices.
+"""Thesis 000, hybrid side: the grouped hybrid vs data parallel vs the capacity-proportional ideal on
+heterogeneous clusters, simulated; and a small model run for real on emulated devices.
 
-For every profile, cluster (capacities, optionally device kinds with their own per-layer costs from
-the H200 profiles), link bandwidth and group count ``G``: the grouped hybrid iteration
-(:func:`tf_commopt.core.simulate.hybrid.simulate_grouped_hybrid`; groups by the ``snake`` and
-``contiguous`` rules, the faster kept; capacity-aware plans per group; batch split in proportion to
-group throughput; GPipe with ``--microbatches``), synchronous data parallel with an equal batch split
-(the thesis's SSGD) and with a capacity-proportional split (a stronger baseline), and the ideal
-``1 / sum(speed)``. Pure Python unless ``--keras_apps`` or ``--real`` is given.
+For every profile, cluster (capacities, optionally device kinds with their own per-layer costs from the
+H200 profiles) and link bandwidth: the best hybrid of the joint search
+(:func:`tf_commopt.core.simulate.hybrid.search_grouped_hybrid`: every group count G with the ``snake``
+and ``contiguous`` groupings, the ``--microbatches`` counts, the ``--methods`` plans per group, and
+one-group pipelines of replicated stages for the ``--replicated`` shapes; bucketed all-reduce with
+``--overlap``), synchronous data parallel with an equal batch split (the thesis's SSGD), with a
+capacity-proportional split, and with that split plus the same bucketed overlap (the strongest
+baseline: G = N of the search), and the ideal ``1 / sum(speed)``. One JSON row per configuration.
+Pure Python unless ``--keras_apps`` or ``--real`` is given.
 
 Example:
     python -m experiments.hybrid_bench                          # the run of docs/results/hybrid.md
-    python -m experiments.hybrid_bench --json --profiles=h200/resnet50 --clusters="1,1,0.5,0.5"
+    python -m experiments.hybrid_bench --json --profiles=h200/resnet50 --clusters="1,1,0.5,0.5" --microbatches=4
     python -m experiments.hybrid_bench --keras_apps=MobileNetV2 --real
 """
 from __future__ import annotations
@@ -30,14 +32,14 @@ from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster, parse_capacities
 from tf_commopt.core.profiles import load_profile
 from tf_commopt.core.simulate.hybrid import (
-    GROUPINGS, device_speeds, ideal_iteration_ms, simulate_dp, simulate_grouped_hybrid,
+    REPLICA_SHAPES, ideal_iteration_ms, search_grouped_hybrid, simulate_dp, simulate_grouped_hybrid,
 )
 from tf_commopt.errors import InputError, TfCommoptError
 
 PROFILES = ["pipedream/vgg16", "pipedream/resnet50", "pipedream/inception_v3", "pipedream/alexnet",
             "pipedream/gnmt", "h200/vgg16", "h200/resnet50", "h200/resnet101", "h200/inception_v3",
             "h200/densenet121", "h200/mobilenet_v2"]
-CLUSTERS = ["1,1,1,1,0.5,0.5,0.25,0.25", "1,1,0.5,0.5", "1,1,1,1,1,1,0.5,0.5", "1,0.5,0.5,0.25",
+CLUSTERS = ["1,1,1,1,0.5,0.5,0.25,0.25", "1,1,0.7,0.7,0.4,0.4,0.4,0.2", "1,1,0.5,0.5", "1,1,1,1,1,1,0.5,0.5", "1,0.5,0.5,0.25",
             "bf16,bf16,tf32,tf32,fp32,fp32,fp32,fp32", "bf16,bf16,bf16,bf16,0.5:fp32,0.5:fp32,0.5:fp32,0.5:fp32"]
 THESIS_PCT = 21.0  # ~21% lower iteration time than synchronous data parallel on mixed clusters
 
@@ -49,7 +51,12 @@ flags.DEFINE_multi_string("clusters", CLUSTERS, "a cluster: comma-separated devi
 flags.DEFINE_list("bandwidths_gbps", ["10", "100", "400"], "link bandwidths (Gbit/s), every pair of devices")
 flags.DEFINE_float("latency_ms", 0.0, "per-message link latency (ms)")
 flags.DEFINE_list("group_counts", [], "group counts G to try (default 1..N)")
-flags.DEFINE_integer("microbatches", 8, "GPipe micro-batches per group per mini-batch")
+flags.DEFINE_list("microbatches", ["4", "8"], "GPipe micro-batch counts tried per group per mini-batch")
+flags.DEFINE_list("replicated", list(REPLICA_SHAPES), "replica shapes of one-group pipelines with replicated "
+                  "stages to try (empty: groups of unreplicated pipelines only)")
+flags.DEFINE_bool("overlap", True, "bucketed gradient all-reduce overlapping the backward (hybrid and the "
+                  "proportional-DP baseline alike)")
+flags.DEFINE_float("bucket_mb", 25.0, "gradient bucket cap (MB), as PyTorch DDP's bucket_cap_mb")
 flags.DEFINE_list("methods", ["balanced", "pipedream", "local"],
                   "partition methods; each group keeps the plan whose pipeline simulates fastest")
 flags.DEFINE_integer("seed", 0, "partitioner seed")
@@ -111,46 +118,44 @@ def load_graph(name: str) -> CostGraph:
 # ----------------------------------------------------------------------------- simulated
 def run_config(graph: CostGraph, profile: str, spec: str, bw: float, counts: Sequence[int],
                cache: Dict) -> List[dict]:
-    """One row per group count for ``graph`` on cluster ``spec`` at ``bw`` Gbit/s."""
+    """One row for ``graph`` on cluster ``spec`` at ``bw`` Gbit/s: the best hybrid of the joint search
+    (:func:`search_grouped_hybrid`: every G, grouping, micro-batch count, plan; replicated one-group
+    pipelines), the best G < N unreplicated groups, the best replicated pipeline, and the baselines."""
     cl = parse_cluster(spec, bw, FLAGS.latency_ms)
     for d in cl.devices:
         if d.kind is not None and d.kind not in graph.kinds:
             return []
+    bucket = FLAGS.bucket_mb * 1e6
+    ms = [int(m) for m in FLAGS.microbatches]
     dp = simulate_dp(graph, cl)
     dpp = simulate_dp(graph, cl, "proportional")
+    dppo = simulate_dp(graph, cl, "proportional", overlap=FLAGS.overlap, bucket_bytes=bucket)
     ideal = ideal_iteration_ms(graph, cl)
-    speeds = device_speeds(graph, cl)
-    rows = []
-    for G in (counts or range(1, len(cl) + 1)):
-        if G > len(cl):
-            continue
-        best, seen = None, set()
-        for gname, fn in GROUPINGS.items():
-            groups = fn(speeds, G)
-            if tuple(map(tuple, groups)) in seen:
-                continue
-            seen.add(tuple(map(tuple, groups)))
-            r = simulate_grouped_hybrid(graph, cl, groups, FLAGS.microbatches, method=FLAGS.methods,
-                                        seed=FLAGS.seed, cache=cache)
-            if best is None or r.iteration_ms < best[1].iteration_ms:
-                best = (gname, r)
-        gname, r = best
-        rows.append({
-            "profile": profile, "cluster": spec, "capacities": cl.capacities,
-            "kinds": [d.kind for d in cl.devices], "bandwidth_gbps": bw, "num_groups": G, "grouping": gname,
-            "groups": r.extra["groups"], "stage_layers": r.extra["stage_layers"],
-            "batch_fractions": [round(f, 4) for f in r.extra["batch_fractions"]],
-            "microbatches": FLAGS.microbatches,
-            "hybrid_iteration_ms": r.iteration_ms, "data_parallel_iteration_ms": dp.iteration_ms,
-            "data_parallel_proportional_iteration_ms": dpp.iteration_ms, "ideal_iteration_ms": ideal,
-            "hybrid_bubble_fraction": r.bubble_fraction, "hybrid_bytes_injected": r.bytes_injected,
-            "data_parallel_bytes_injected": dp.bytes_injected,
-        })
-    if rows:
-        b = min(rows, key=lambda x: x["hybrid_iteration_ms"])
-        for x in rows:
-            x["best_num_groups"] = x is b
-    return rows
+    best = search_grouped_hybrid(graph, cl, counts or None, microbatches=ms, method=FLAGS.methods, seed=FLAGS.seed,
+                                 cache=cache, overlap=FLAGS.overlap, bucket_bytes=bucket,
+                                 replicated=FLAGS.replicated)
+    cands = best.extra["candidates"]
+    n = len(cl)
+    groups_only = [c for c in cands if c["num_groups"] < n and not c["grouping"].startswith("replicated")]
+    repl = [c for c in cands if c["grouping"].startswith("replicated")]
+    return [{
+        "profile": profile, "cluster": spec, "capacities": cl.capacities,
+        "kinds": [d.kind for d in cl.devices], "bandwidth_gbps": bw, "overlap": FLAGS.overlap,
+        "bucket_mb": FLAGS.bucket_mb, "microbatches_tried": ms, "replica_shapes": list(FLAGS.replicated),
+        "grouping": best.extra["grouping"], "groups": best.extra["groups"],
+        "stage_devices": best.extra.get("stage_devices"), "num_groups": len(best.extra["groups"]),
+        "microbatches": best.extra["microbatches"], "stage_layers": best.extra["stage_layers"],
+        "batch_fractions": [round(f, 4) for f in best.extra["batch_fractions"]],
+        "hybrid_iteration_ms": best.iteration_ms, "hybrid_bubble_fraction": best.bubble_fraction,
+        "hybrid_bytes_injected": best.bytes_injected,
+        "groups_only_iteration_ms": min((c["iteration_ms"] for c in groups_only), default=None),
+        "replicated_iteration_ms": min((c["iteration_ms"] for c in repl), default=None),
+        "data_parallel_iteration_ms": dp.iteration_ms,
+        "data_parallel_proportional_iteration_ms": dpp.iteration_ms,
+        "data_parallel_proportional_overlap_iteration_ms": dppo.iteration_ms,
+        "data_parallel_bytes_injected": dp.bytes_injected, "ideal_iteration_ms": ideal,
+        "candidates": len(cands),
+    }]
 
 
 def pct(a: float, b: float) -> float:
@@ -158,51 +163,40 @@ def pct(a: float, b: float) -> float:
 
 
 def summary(rows: List[dict]) -> str:
-    """Markdown: the best G per (profile, cluster, bandwidth) and the means."""
-    best = [r for r in rows if r["best_num_groups"]]
-    out = ["| profile | cluster | Gbit/s | best G (grouping) | hybrid ms | DP equal ms | DP prop. ms | ideal ms "
-           "| hybrid vs DP equal | hybrid vs DP prop. | hybrid / ideal |", "|" + "---|" * 11]
-    for r in best:
-        out.append(f"| {r['profile']} | {r['cluster']} | {r['bandwidth_gbps']:g} | {r['num_groups']} ({r['grouping']}) "
-                   f"| {r['hybrid_iteration_ms']:.1f} | {r['data_parallel_iteration_ms']:.1f} "
-                   f"| {r['data_parallel_proportional_iteration_ms']:.1f} | {r['ideal_iteration_ms']:.1f} "
-                   f"| {pct(r['hybrid_iteration_ms'], r['data_parallel_iteration_ms']):+.1f}% "
-                   f"| {pct(r['hybrid_iteration_ms'], r['data_parallel_proportional_iteration_ms']):+.1f}% "
+    """Markdown: every configuration, then means per bandwidth (all figures from the rows)."""
+    out = ["| profile | cluster | Gbit/s | best (M) | hybrid ms | DP prop.+overlap ms | DP prop. ms | DP equal ms "
+           "| ideal ms | hybrid vs DP prop.+overlap | hybrid / ideal |", "|" + "---|" * 11]
+    for r in rows:
+        what = r["grouping"] if r["grouping"].startswith("replicated") else f"G={r['num_groups']} {r['grouping']}"
+        if r["stage_devices"]:
+            what += " " + "|".join(",".join(map(str, d)) for d in r["stage_devices"][0])
+        out.append(f"| {r['profile']} | {r['cluster']} | {r['bandwidth_gbps']:g} | {what} ({r['microbatches']}) "
+                   f"| {r['hybrid_iteration_ms']:.1f} | {r['data_parallel_proportional_overlap_iteration_ms']:.1f} "
+                   f"| {r['data_parallel_proportional_iteration_ms']:.1f} | {r['data_parallel_iteration_ms']:.1f} "
+                   f"| {r['ideal_iteration_ms']:.1f} "
+                   f"| {pct(r['hybrid_iteration_ms'], r['data_parallel_proportional_overlap_iteration_ms']):+.1f}% "
                    f"| {r['hybrid_iteration_ms'] / r['ideal_iteration_ms']:.2f} |")
-    out.append("")
-    out.append("Pipelined groups only (the best hybrid with G < N, i.e. excluding one-device groups, which is "
-               "capacity-proportional data parallelism):")
-    out.append("")
-    out.append("| bandwidth | configs | mean hybrid (G<N) vs DP equal | mean hybrid (G<N) vs DP prop. |")
-    out.append("|---|---|---|---|")
-    for bw in sorted({r["bandwidth_gbps"] for r in best}) + [None]:
-        vals = []
-        for b in best:
-            if bw is not None and b["bandwidth_gbps"] != bw:
-                continue
-            pip = [r for r in rows if (r["profile"], r["cluster"], r["bandwidth_gbps"]) ==
-                   (b["profile"], b["cluster"], b["bandwidth_gbps"]) and r["num_groups"] < len(r["capacities"])]
-            if pip:
-                h = min(r["hybrid_iteration_ms"] for r in pip)
-                vals.append((pct(h, b["data_parallel_iteration_ms"]),
-                             pct(h, b["data_parallel_proportional_iteration_ms"])))
-        if vals:
-            out.append(f"| {'all' if bw is None else f'{bw:g} Gbit/s'} | {len(vals)} "
-                       f"| {statistics.mean(v[0] for v in vals):+.1f}% | {statistics.mean(v[1] for v in vals):+.1f}% |")
-    out.append("")
-    out.append("| bandwidth | configs | mean hybrid vs DP equal | mean hybrid vs DP prop. | mean DP prop. vs DP equal "
-               "| mean hybrid / ideal | thesis |")
-    out.append("|---|---|---|---|---|---|---|")
-    for bw in sorted({r["bandwidth_gbps"] for r in best}) + [None]:
-        sel = [r for r in best if bw is None or r["bandwidth_gbps"] == bw]
+    out += ["", "| bandwidth | configs | mean hybrid vs DP prop.+overlap | configs >1% faster | best gain "
+            "| mean hybrid / ideal | within 1.6x ideal | DP prop.+overlap within 1.6x | mean hybrid vs DP equal "
+            "| mean groups-only vs DP prop.+overlap | mean replicated vs DP prop.+overlap |",
+            "|" + "---|" * 11]
+    for bw in sorted({r["bandwidth_gbps"] for r in rows}) + [None]:
+        sel = [r for r in rows if bw is None or r["bandwidth_gbps"] == bw]
         if not sel:
             continue
         m = lambda f: statistics.mean(f(r) for r in sel)  # noqa: E731
-        out.append(f"| {'all' if bw is None else f'{bw:g} Gbit/s'} | {len(sel)} "
+        base = "data_parallel_proportional_overlap_iteration_ms"
+        gains = [pct(r["hybrid_iteration_ms"], r[base]) for r in sel]
+        go = [pct(r["groups_only_iteration_ms"], r[base]) for r in sel if r["groups_only_iteration_ms"]]
+        rp = [pct(r["replicated_iteration_ms"], r[base]) for r in sel if r["replicated_iteration_ms"]]
+        out.append(f"| {'all' if bw is None else f'{bw:g} Gbit/s'} | {len(sel)} | {statistics.mean(gains):+.1f}% "
+                   f"| {sum(x < -1 for x in gains)} | {min(gains):+.1f}% "
+                   f"| {m(lambda r: r['hybrid_iteration_ms'] / r['ideal_iteration_ms']):.2f} "
+                   f"| {sum(r['hybrid_iteration_ms'] <= 1.6 * r['ideal_iteration_ms'] for r in sel)} "
+                   f"| {sum(r[base] <= 1.6 * r['ideal_iteration_ms'] for r in sel)} "
                    f"| {m(lambda r: pct(r['hybrid_iteration_ms'], r['data_parallel_iteration_ms'])):+.1f}% "
-                   f"| {m(lambda r: pct(r['hybrid_iteration_ms'], r['data_parallel_proportional_iteration_ms'])):+.1f}% "
-                   f"| {m(lambda r: pct(r['data_parallel_proportional_iteration_ms'], r['data_parallel_iteration_ms'])):+.1f}% "
-                   f"| {m(lambda r: r['hybrid_iteration_ms'] / r['ideal_iteration_ms']):.2f} | -{THESIS_PCT:g}% |")
+                   f"| {statistics.mean(go) if go else float('nan'):+.1f}% "
+                   f"| {statistics.mean(rp) if rp else float('nan'):+.1f}% |")
     return "\n".join(out)
 
 
@@ -233,7 +227,8 @@ def real_vs_sim(capacities: Sequence[float], base_slowdown: float = 1.0, width: 
     simulate the same configurations.
 
     Devices ``/CPU:0..N-1`` (logical CPUs) of capacity ``c`` run ``base_slowdown / c`` times slower
-    (:mod:`tf_commopt.tf.slowdown`). The model is an MLP of ``depth`` Dense(``width``) layers. The same
+    (:mod:`tf_commopt.tf.slowdown`: stateless sleeps, so the devices overlap; a large ``base_slowdown``
+    makes the sleeps dominate the CPU time the devices share). The model is an MLP of ``depth`` Dense(``width``) layers. The same
     :class:`GroupedHybridStrategy` runs all three: data parallel = one group per device (``group_weights``
     equal, or the capacities), hybrid = ``num_groups`` groups (its capacity-aware plans, M micro-batches).
     The timed steps are interleaved (one step of each configuration per round) and medians are
@@ -301,7 +296,8 @@ def real_vs_sim(capacities: Sequence[float], base_slowdown: float = 1.0, width: 
     sim = {}
     for name, s in strategies.items():
         fr = [b / batch for b in s.group_batch_sizes(batch)]
-        r = simulate_grouped_hybrid(graph, cl, s.groups, s.microbatches, plans=s.plans, batch_fractions=fr)
+        r = simulate_grouped_hybrid(graph, cl, s.groups, s.microbatches, plans=s.graph_plans, batch_fractions=fr,
+                                    overlap=s.overlap, bucket_bytes=s.bucket_bytes)
         sim[name] = r.iteration_ms * base_slowdown
     out = {
         "profile": f"mlp{depth}x{width}", "capacities": list(capacities), "base_slowdown": base_slowdown,
@@ -327,8 +323,10 @@ def main(argv):
     try:
         bws = [float(b) for b in FLAGS.bandwidths_gbps]
         counts = [int(g) for g in FLAGS.group_counts]
+        if any(int(m) < 1 for m in FLAGS.microbatches):
+            raise ValueError("micro-batch counts must be positive")
     except ValueError as e:
-        print(f"error: --bandwidths_gbps / --group_counts: {e}", file=sys.stderr)
+        print(f"error: --bandwidths_gbps / --group_counts / --microbatches: {e}", file=sys.stderr)
         return 2
     rows: List[dict] = []
     t0 = time.time()
@@ -350,14 +348,12 @@ def main(argv):
                     for r in rs:
                         if FLAGS.json:
                             print(json.dumps(r), flush=True)
-                    b = [r for r in rs if r["best_num_groups"]]
-                    if b and not FLAGS.json:
-                        r = b[0]
-                        print(f"{name} [{spec}] {bw:g} Gbit/s: best G={r['num_groups']} ({r['grouping']}) hybrid "
-                              f"{r['hybrid_iteration_ms']:.1f} ms, DP equal {r['data_parallel_iteration_ms']:.1f}, "
-                              f"DP prop. {r['data_parallel_proportional_iteration_ms']:.1f}, ideal "
-                              f"{r['ideal_iteration_ms']:.1f} ({pct(r['hybrid_iteration_ms'], r['data_parallel_iteration_ms']):+.1f}%"
-                              f" vs DP equal)", flush=True)
+                    if rs and not FLAGS.json:
+                        r = rs[0]
+                        print(f"{name} [{spec}] {bw:g} Gbit/s: best {r['grouping']} G={r['num_groups']} hybrid "
+                              f"{r['hybrid_iteration_ms']:.1f} ms, DP prop.+overlap "
+                              f"{r['data_parallel_proportional_overlap_iteration_ms']:.1f}, DP equal "
+                              f"{r['data_parallel_iteration_ms']:.1f}, ideal {r['ideal_iteration_ms']:.1f}", flush=True)
         real = None
         if FLAGS.real or FLAGS.real_only:
             caps = parse_capacities(",".join(FLAGS.real_capacities), where="--real_capacities")

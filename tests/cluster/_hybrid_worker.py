@@ -2,7 +2,7 @@
 
 Usage: python tests/cluster/_hybrid_worker.py OUT_DIR
 Each host is one group of 2 logical CPUs running a 2-stage pipeline (host 0: capacities 1, 0.5; host 1:
-1, 1, so the global batch of 10 splits 4 : 6). Host 1 builds its model from another seed: the strategy
+1, 1, so host 1 gets the larger share of the global batch of 10). Host 1 builds its model from another seed: the strategy
 must broadcast host 0's weights. Both hosts feed the same global batches; after two steps each host's
 weights must equal single-device training on the global batches (computed here, from host 0's initial
 weights). Writes OUT_DIR/worker<i>.npz.
@@ -41,13 +41,15 @@ def main(out_dir):
     caps = [1.0, 0.5] if task == 0 else [1.0, 1.0]
     plan = PartitionPlan("hand", {"a": 0, "b": 0, "c": 1, "res": 1, "out": 1}, [1, 0] if task == 0 else [0, 1],
                          [0, 0], [0, 0], [0, 0], 0.0, 0.0)
-    strategy = GroupedHybridStrategy(capacities=caps, microbatches=2, plans=[plan])
+    strategy = GroupedHybridStrategy(capacities=caps, microbatches=2, plans=[plan], bandwidth_gbps=1e9)
     assert strategy.num_groups == 2 and strategy.devices == ["/CPU:0", "/CPU:1"], strategy.devices
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     with strategy.scope():
         model = build(seed=100 + task)
         strategy.compile(model, optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=loss)
-    assert strategy.group_batch_sizes(10) == [4, 6], strategy.group_weights
+    from tf_commopt.core.hybrid import split_batch
+    sizes = strategy.group_batch_sizes(10)  # 1 / t_g of each host's pipeline, exchanged between the hosts
+    assert sizes == split_batch(10, strategy.group_weights) and sizes[0] < sizes[1], (sizes, strategy.group_weights)
     w0 = [w.numpy() for w in strategy.pipelines[0].model.trainable_weights]
     rng = np.random.default_rng(5)
     batches = [(rng.normal(size=(10, 6)).astype("float32"), rng.integers(0, 3, 10).astype("int32"))

@@ -1,5 +1,5 @@
 """GroupedHybridStrategy on a 2-host TF_CONFIG cluster (one group of 2 logical CPUs per host) through the
-launcher: weights broadcast from host 0, throughput-weighted batch split 4 : 6, and after two steps both
+launcher: weights broadcast from host 0, throughput-weighted (1 / t_g) uneven batch split, and after two steps both
 hosts hold exactly the single-device weights."""
 import os
 import sys

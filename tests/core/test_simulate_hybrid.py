@@ -136,10 +136,11 @@ def test_different_plans_make_chunks():
     g = chain([1, 1, 1, 1], [1, 1, 1, 1], params=[1e6, 2e6, 3e6, 4e6])
     cl = Cluster.from_capacities([1, 1, 1, 1], BW)
     plans = [plan_of([0, 1, 1, 1], [0, 1]), plan_of([0, 0, 0, 1], [1, 0])]
-    job, fr, chunks = grouped_hybrid_job(g, cl, [[0, 1], [2, 3]], plans, microbatches=2)
-    assert chunks == [((0, 0), 1e6), ((1, 0), 5e6), ((1, 1), 4e6)]
+    job, fr, prog = grouped_hybrid_job(g, cl, [[0, 1], [2, 3]], plans, microbatches=2, bucket_bytes=None)
+    assert [(b.stages, b.nodes, b.nbytes) for b in prog.buckets] == [
+        ((1, 1), ("n3",), 4e6), ((1, 0), ("n2", "n1"), 5e6), ((0, 0), ("n0",), 1e6)]
     assert job.ranks[2].device == 3 and job.ranks[3].device == 2  # the plan's device order is kept
-    r = simulate_grouped_hybrid(g, cl, [[0, 1], [2, 3]], microbatches=2, plans=plans)
+    r = simulate_grouped_hybrid(g, cl, [[0, 1], [2, 3]], microbatches=2, plans=plans, bucket_bytes=None)
     assert r.bytes_injected == pytest.approx(2 * 10e6)
     assert r.extra["allreduce_chunks"] == 3
 
@@ -158,8 +159,91 @@ def test_bounds_and_search_on_random_clusters():
         assert {c["num_groups"] for c in cands} == set(range(1, n + 1))
         assert best.iteration_ms >= ideal * (1 - 1e-9)
         assert simulate_dp(g, cl).iteration_ms >= ideal * (1 - 1e-9)
-        # G = N singletons is proportional data parallel, so the search never loses to it
-        assert best.iteration_ms <= simulate_dp(g, cl, "proportional").iteration_ms * (1 + 1e-9)
+        # G = N singletons is proportional data parallel (same overlap), so the search never loses to it
+        dpo = simulate_dp(g, cl, "proportional", overlap=True)
+        assert best.iteration_ms <= dpo.iteration_ms * (1 + 1e-9)
+        assert any(c["num_groups"] == n and c["iteration_ms"] == pytest.approx(dpo.iteration_ms) for c in cands)
+        assert dpo.iteration_ms <= simulate_dp(g, cl, "proportional").iteration_ms * (1 + 1e-9)
+
+
+def test_literal_overlap_streams():
+    """2 groups, plans (n0 | n1 n2) and (n0 n1 | n2), a bucket per node: stage ranks 0..3, piece ranks 4, 5."""
+    from tf_commopt.core.hybrid import hybrid_program
+    prog = hybrid_program(["n0", "n1", "n2"], {"n0": 1, "n1": 1, "n2": 1},
+                          [{"n0": 0, "n1": 1, "n2": 1}, {"n0": 0, "n1": 0, "n2": 1}], 2, overlap=True, bucket_bytes=1)
+    assert prog.schedule.compact(compute_only=False) == [
+        "F0 SA0>1 F1 SA1>1 RG1<1 B1 RG0<4 B0 AR(grads2:0,5) U",
+        "RA0<0 F0 RA1<0 F1 B1 SG1>0 B0 SG0>4 AR(grads0:1,3) RA0<4 U",
+        "F0 SA0>3 F1 SA1>3 RG1<3 B1 RG0<3 B0 SG0>5 AR(grads1:2,4) RA0<5 U",
+        "RA0<2 F0 RA1<2 F1 B1 SG1>2 B0 SG0>2 AR(grads0:1,3) U",
+        "RG0<1 B0 SG0>0 AR(grads1:2,4) SA0>1",
+        "RG0<2 B0 AR(grads2:0,5) SA0>2"]
+    assert [(x.group, x.stage, x.piece, x.nodes, x.bucket) for x in prog.roles] == [
+        (0, 0, 0, ("n0",), "grads2"), (0, 1, 0, ("n2",), "grads0"), (1, 0, 0, ("n1",), "grads1"),
+        (1, 1, 0, ("n2",), "grads0"), (0, 1, 1, ("n1",), "grads1"), (1, 0, 1, ("n0",), "grads2")]
+    no = hybrid_program(["n0", "n1", "n2"], {"n0": 1, "n1": 1, "n2": 1},
+                        [{"n0": 0, "n1": 1, "n2": 1}, {"n0": 0, "n1": 0, "n2": 1}], 2, overlap=False, bucket_bytes=1)
+    assert no.schedule.compact() == ["F0 F1 B1 B0 AR(grads2:0,2) U", "F0 F1 B1 B0 AR(grads0:1,3) AR(grads1:1,2) U",
+                                     "F0 F1 B1 B0 AR(grads1:1,2) AR(grads2:0,2) U", "F0 F1 B1 B0 AR(grads0:1,3) U"]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_data_parallel_overlap_against_a_recurrence(n):
+    """Proportional DP with one bucket per node: bucket k's ring starts when the backward has passed node
+    k and the previous ring has ended (they share the links); closed-form recurrence."""
+    fwd, bwd, params = [1.0, 2.0, 0.5, 1.5], [2.0, 3.0, 1.0, 2.5], [3e6, 0.0, 5e6, 2e6]
+    g = chain(fwd, bwd, params=params)
+    caps = [1.0, 0.5, 0.25][:n]
+    cl = Cluster.from_capacities(caps, BW)
+    share = sum(caps)  # device d gets caps[d] / share of the batch: every device takes total / share
+    F, t, ar = sum(fwd) / share, sum(fwd) / share, 0.0
+    for k in reversed(range(4)):
+        t += bwd[k] / share
+        if params[k] > 0:
+            ar = max(ar, t) + ring(params[k], n)
+    r = simulate_dp(g, cl, "proportional", overlap=True, bucket_bytes=1.0)
+    assert r.iteration_ms == pytest.approx(max(ar, t))
+    assert r.extra["allreduce_chunks"] == 3 and F < t
+    # one bucket ready only at the end of the backward (n0 has parameters): no overlap, the engine's DP
+    one = simulate_dp(g, cl, "proportional", overlap=True, bucket_bytes=None)
+    assert one.iteration_ms == pytest.approx(simulate_dp(g, cl, "proportional").iteration_ms)
+    assert r.iteration_ms < one.iteration_ms
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_replicated_stage_closed_form(overlap):
+    """Stage 0 replicated on devices 0 and 1 (equal speed: half a micro-batch each), stage 1 on device 2;
+    M = 1: the replicas' halves of the activations travel on separate links; stage 0's parameters are
+    all-reduced between the replicas after their backward, stage 1's are not (one holder)."""
+    from tf_commopt.core.simulate.hybrid import simulate_replicated
+    A = 5e6
+    g = chain([2.0, 1.0], [4.0, 3.0], params=[6e6, 9e6], act=[A, 0.0])
+    cl = Cluster.from_capacities([1.0, 1.0, 1.0], BW)
+    plan = plan_of([0, 1], [0, 1])
+    r = simulate_replicated(g, cl, plan, [(0, 1), (2,)], microbatches=1, overlap=overlap)
+    hop = A / 2 / BPM
+    assert r.iteration_ms == pytest.approx(2.0 / 2 + hop + 1.0 + 3.0 + hop + 4.0 / 2 + ring(6e6, 2))
+    assert r.extra["allreduce_chunks"] == 1 and r.extra["allreduce_bytes"] == 6e6
+    assert r.bytes_injected == pytest.approx(2 * A + 2 * 6e6)
+    # uneven capacities: shares follow speed, so both replicas finish their halves together
+    cl2 = Cluster.from_capacities([1.0, 0.5, 1.0], BW)
+    g0 = chain([2.0, 1.0], [4.0, 3.0])
+    r2 = simulate_replicated(g0, cl2, plan, [(0, 1), (2,)], microbatches=1, overlap=overlap)
+    assert r2.iteration_ms == pytest.approx(2.0 / 1.5 + 1.0 + 3.0 + 4.0 / 1.5)
+
+
+def test_search_with_replicated_stages_never_slower():
+    g = chain([3.0, 3.0, 1.0, 0.2], [6.0, 6.0, 2.0, 0.4], params=[1e6, 1e6, 2e6, 40e6], act=[4e6, 4e6, 1e6, 0])
+    cl = Cluster.from_capacities([1, 1, 0.5, 0.5], BW)
+    plain = search_grouped_hybrid(g, cl, microbatches=[2, 4], method="balanced")
+    rep = search_grouped_hybrid(g, cl, microbatches=[2, 4], method="balanced",
+                                replicated=("snake", "wide_first_fast"))
+    assert rep.iteration_ms <= plain.iteration_ms
+    kinds = {c["grouping"] for c in rep.extra["candidates"]}
+    assert {"replicated:snake", "replicated:wide_first_fast"} <= kinds
+    # a big last layer: one device holds it, the rest replicate the early layers (no 40 MB all-reduce)
+    assert rep.extra["grouping"].startswith("replicated")
+    assert rep.iteration_ms < 0.8 * simulate_dp(g, cl, "proportional", overlap=True).iteration_ms
 
 
 def test_groupings():
@@ -186,9 +270,19 @@ def test_bad_input():
     with pytest.raises(InputError, match="split must be"):
         simulate_dp(g, cl, split="weird")
     with pytest.raises(InputError, match="batch_fractions must be 1 positive"):
-        simulate_grouped_hybrid(g, cl, [[0, 1, 2]], plans=[plan_of([0, 1], [0, 1])], batch_fractions=[0.0])
+        simulate_grouped_hybrid(g, cl, [[0, 1]], plans=[plan_of([0, 1], [0, 1])], batch_fractions=[0.0])
     with pytest.raises(PlanError, match="a group of 3 devices needs a plan"):
         simulate_grouped_hybrid(g, cl, [[0, 1, 2]], plans=[plan_of([0, 1], [0, 1])])
+    with pytest.raises(InputError, match="bucket_bytes must be positive"):
+        simulate_grouped_hybrid(g, cl, [[0], [1, 2]], bucket_bytes=0)
+    from tf_commopt.core.hybrid import hybrid_program
+    from tf_commopt.core.simulate.hybrid import simulate_replicated
+    with pytest.raises(InputError, match="replica shares must be positive and sum to 1"):
+        hybrid_program(["n0", "n1"], {}, [{"n0": 0, "n1": 1}], 2, replica_shares=[[(0.5, 0.6), (1.0,)]])
+    with pytest.raises(InputError, match="stage_devices must give each stage"):
+        simulate_replicated(g, cl, plan_of([0, 1], [0, 1]), [(0, 1), (1,)])
+    with pytest.raises(InputError, match="unknown replica shape"):
+        search_grouped_hybrid(g, cl, replicated=("diagonal",))
     with pytest.raises(InputError, match="unknown grouping"):
         search_grouped_hybrid(g, cl, groupings=("random",))
 
@@ -207,20 +301,21 @@ def test_bench_json_rows_are_the_simulator():
 
     from tf_commopt.core.profiles import load_profile
     out = _bench("--json", "--profiles=pipedream/alexnet", "--clusters=1,0.5,0.25", "--bandwidths_gbps=10",
-                 "--microbatches=4", "--methods=balanced")
+                 "--microbatches=4", "--methods=balanced", "--replicated=wide_first_fast")
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
-    assert [r["num_groups"] for r in rows] == [1, 2, 3] and sum(r["best_num_groups"] for r in rows) == 1
+    assert len(rows) == 1
+    r = rows[0]
     g = load_profile("pipedream/alexnet")
     cl = Cluster.from_capacities([1, 0.5, 0.25], 10.0)
-    for r in rows:
-        for key in ("profile", "capacities", "groups", "hybrid_iteration_ms", "data_parallel_iteration_ms",
-                    "ideal_iteration_ms"):
-            assert key in r
-        h = simulate_grouped_hybrid(g, cl, r["groups"], microbatches=4, method="balanced")
-        assert r["hybrid_iteration_ms"] == pytest.approx(h.iteration_ms)
-        assert r["data_parallel_iteration_ms"] == pytest.approx(simulate_dp(g, cl).iteration_ms)
-        assert r["ideal_iteration_ms"] == pytest.approx(ideal_iteration_ms(g, cl))
+    best = search_grouped_hybrid(g, cl, microbatches=[4], method=["balanced"], replicated=["wide_first_fast"])
+    assert r["hybrid_iteration_ms"] == pytest.approx(best.iteration_ms)
+    assert r["candidates"] == len(best.extra["candidates"])
+    assert r["data_parallel_iteration_ms"] == pytest.approx(simulate_dp(g, cl).iteration_ms)
+    assert r["data_parallel_proportional_overlap_iteration_ms"] == pytest.approx(
+        simulate_dp(g, cl, "proportional", overlap=True).iteration_ms)
+    assert r["ideal_iteration_ms"] == pytest.approx(ideal_iteration_ms(g, cl))
+    assert r["hybrid_iteration_ms"] <= r["data_parallel_proportional_overlap_iteration_ms"] * (1 + 1e-9)
 
 
 def test_bench_bad_cluster_is_one_line_exit_2():

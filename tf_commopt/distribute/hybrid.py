@@ -27,22 +27,27 @@ The exact rules:
   graph (:func:`tf_commopt.tf.graph_import.from_keras_model` then :func:`tf_commopt.partition.partition`
   with the group's capacities): a device of capacity c gets a stage whose time / c is balanced with
   the others, i.e. slower devices get smaller segments. Or pass ``plans`` (one PartitionPlan per group).
-* **Batch split.** Group g's share of a global batch of B samples is proportional to its throughput
-  ``w_g``: by default ``w_g = M / ((M + P_g - 1) * max_stage_ms_g)`` (GPipe: a mini-batch of M
-  micro-batches takes (M + P_g - 1) slowest-stage micro-batch times), or the sum of the group's
-  capacities when the plans carry no costs, or ``group_weights`` if given. ``B_g`` = largest-remainder
-  rounding of ``B * w_g / sum(w)``, each group at least one sample (:func:`split_batch`).
+* **One definition.** Grouping, batch split, gradient buckets and the instruction streams are
+  :mod:`tf_commopt.core.hybrid`, the same functions the simulator (:mod:`tf_commopt.core.simulate.hybrid`)
+  binds to costs: :attr:`GroupedHybridStrategy.program` is ``hybrid_program(...)`` of the model's cost
+  graph and the groups' plans, and the executor runs exactly its streams (in an order from
+  :func:`tf_commopt.distribute.pipeline.execution_order`; ``executed`` records it).
+* **Batch split.** Group g's share is ``(1/t_g) / sum(1/t_h)`` with ``t_g`` its pipeline alone on the
+  whole batch, simulated on the cost graph (:func:`tf_commopt.core.simulate.hybrid.group_alone_ms`),
+  or ``group_weights`` if given; ``B_g`` = largest-remainder rounding, each group at least one sample
+  (:func:`split_batch`).
 * **Gradient weighting.** Group g splits B_g into M micro-batches of b_{g,m} samples and weights each
   micro-batch loss by ``b_{g,m} / B``; the all-reduce SUMS the groups' gradients. So the update uses
   ``sum_g sum_m (b_{g,m} / B) * grad(mean loss of micro-batch (g, m))`` = the gradient of the global
   batch's mean loss, exactly what one device training on the whole batch computes, whatever the
   (uneven) B_g.
-* **All-reduce and step.** Each variable's gradient is summed among the groups (each group holds every
-  layer once, in whichever of its stages its plan put it): in one process every holder adds all groups'
-  gradients in group order (so every copy gets bit-identical sums), then each group's own optimizer
-  (a clone of the one given) applies it. The instruction streams are
-  ``combine(gpipe(P_g, M, optimizer_step=False) for each group) + [AllReduce("grads", all ranks),
-  OptimizerStep()]`` (:attr:`GroupedHybridStrategy.schedule`), the same data the simulator reads.
+* **All-reduce and step.** Each ``AllReduce("grads<i>")`` sums bucket i's variables' gradients over the
+  groups as one fused vector (concatenated, summed, split back): every holder adds all groups' vectors
+  in group order on its own device (bit-identical copies). Its TensorFlow ops depend only on that
+  bucket's gradients, so the runtime starts them while other gradients are still being computed (the overlap of ``overlap=True``; piece ranks'
+  ``Backward`` instructions are parts of their stage's last backward, which TensorFlow runs as one
+  gradient call). After every ``OptimizerStep`` each group's own optimizer (a clone of the one given)
+  applies the reduced gradients.
 """
 from __future__ import annotations
 
@@ -54,9 +59,11 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import tensorflow as tf  # noqa: E402
 
+from tf_commopt.core.hybrid import (  # noqa: E402
+    DEFAULT_BUCKET_BYTES, HybridProgram, hybrid_program, snake_groups, split_batch,
+)
 from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
-from tf_commopt.core.schedule import AllReduce, OptimizerStep, Schedule, combine, gpipe  # noqa: E402
-from tf_commopt.core.simulate.hybrid import snake_groups  # noqa: E402
+from tf_commopt.core.schedule import AllReduce, OptimizerStep, Schedule  # noqa: E402
 from tf_commopt.distribute.pipeline import (  # noqa: E402
     Pipeline, execution_order,
 )
@@ -76,31 +83,6 @@ def form_groups(capacities: Sequence[float], num_groups: int) -> List[List[int]]
     [[0, 2], [3, 5], [1, 4]]
     """
     return snake_groups(capacities, num_groups)  # the one rule, shared with the simulator
-
-
-def split_batch(batch: int, weights: Sequence[float]) -> List[int]:
-    """``batch`` samples split in proportion to ``weights`` (largest remainder, each part >= 1).
-
-    >>> split_batch(10, [1.5, 2.0])
-    [4, 6]
-    >>> split_batch(7, [1, 1, 1])
-    [3, 2, 2]
-    """
-    G = len(weights)
-    if G < 1 or any(not (w > 0) for w in weights):
-        raise InputError(f"group weights must be positive, got {list(weights)}", where="group_weights")
-    if batch < G:
-        raise InputError(f"a global batch of {batch} samples cannot feed {G} groups", where="batch size")
-    total = float(sum(weights))
-    exact = [batch * w / total for w in weights]
-    sizes = [max(1, int(e)) for e in exact]
-    while sum(sizes) > batch:  # only possible through the max(1, .) floor
-        i = max((j for j in range(G) if sizes[j] > 1), key=lambda j: (sizes[j] - exact[j], -j))
-        sizes[i] -= 1
-    rest = batch - sum(sizes)
-    for i in sorted(range(G), key=lambda j: (-(exact[j] - sizes[j]), j))[:rest]:
-        sizes[i] += 1
-    return sizes
 
 
 def groups_from_tf_config(tf_config: Optional[str] = None) -> Tuple[List[str], int]:
@@ -137,6 +119,16 @@ def _local_devices(task: Optional[int]) -> List[str]:
 class GroupedHybridStrategy:
     """Grouped hybrid parallelism: a capacity-aware GPipe pipeline per group, gradients all-reduced.
 
+    Not a ``tf.distribute.Strategy`` subclass, on purpose: a Strategy's contract is that every replica runs
+    the *same* function on its shard with mirrored variables (``run``, ``extended.call_for_each_replica``,
+    Keras building the whole model per replica); here each device runs a *different* stage of the model
+    and the micro-batch schedule is the unit of work. It is a trainer with the surface a training script
+    uses: ``scope``, ``num_replicas_in_sync`` (the groups), ``experimental_distribute_dataset`` (global
+    batches, split inside the step), ``run`` / ``reduce`` (one global value), ``compile`` then
+    ``model.fit`` / ``evaluate`` / ``save_weights`` / ``load_weights`` on the user's model. Limits: the
+    optimizer state lives in one optimizer clone per group, so ``.keras`` saves and checkpoints of the
+    user's model do not carry the optimizer slots; sample weights are not supported.
+
     Args:
         devices: device names (default: all logical GPUs, else all logical CPUs).
         capacities: relative speed per device (default all 1), or ``"measure"`` to run
@@ -160,6 +152,8 @@ class GroupedHybridStrategy:
             instruction gets a control dependency on all ops of the device's previous instruction), as a
             GPU stream does; by default only data dependencies order them, so a logical CPU device
             overlaps micro-batches (and emulated slow-down sleeps). For comparing with the simulator.
+        overlap, bucket_bytes: the program's gradient buckets and overlap
+            (:func:`tf_commopt.core.hybrid.hybrid_program`).
     """
 
     def __init__(self, devices: Optional[Sequence[str]] = None, capacities: Any = None,
@@ -168,7 +162,8 @@ class GroupedHybridStrategy:
                  bandwidth_gbps: float = 10.0, seed: int = 0, profile_batch_size: int = 32,
                  group_weights: Optional[Sequence[float]] = None, emulate: bool = False,
                  slowdown: Optional[Mapping[str, float]] = None, tf_config: Optional[bool] = None,
-                 exclusive_devices: bool = False):
+                 exclusive_devices: bool = False, overlap: bool = True,
+                 bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES):
         if tf_config is None:  # like TensorFlow's own strategies: a multi-worker TF_CONFIG means multi-host
             tf_config = bool(os.environ.get("TF_CONFIG")) and len(groups_from_tf_config()[0]) > 1
         self.hosts: List[str] = []
@@ -235,6 +230,11 @@ class GroupedHybridStrategy:
         else:
             self.slowdown = {}
         self.exclusive_devices = bool(exclusive_devices)
+        self.overlap, self.bucket_bytes = bool(overlap), bucket_bytes
+        self.graph: Any = None
+        self.program: Optional[HybridProgram] = None
+        self.graph_plans: List[PartitionPlan] = []
+        self.executed: List[Tuple[int, Any]] = []
         self.pipelines: List[Pipeline] = []
         self.model: Any = None
         self._step_fn: Optional[Callable] = None
@@ -247,6 +247,39 @@ class GroupedHybridStrategy:
         with tf.device(self.devices[self.groups[0][0]]):
             yield self
 
+    # -- the tf.distribute.Strategy surface a training script uses (see the class docstring for why this
+    #    is not a tf.distribute.Strategy subclass)
+    @property
+    def num_replicas_in_sync(self) -> int:
+        """Data-parallel replicas: the groups (each a whole model copy, pipelined over its devices)."""
+        return self.num_groups
+
+    def experimental_distribute_dataset(self, dataset: Any) -> Any:
+        """The dataset itself: each element is one *global* batch, which the step splits among the groups
+        (:meth:`group_batch_sizes`). Its batch size must be static (``drop_remainder=True``)."""
+        self._check_static_batches(dataset, None)
+        return dataset
+
+    distribute_datasets_from_function = None  # per-replica input pipelines do not fit a split global batch
+
+    def run(self, fn: Callable, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None) -> Any:
+        """``fn(*args, **kwargs)`` once, in :meth:`scope`. Use it with :meth:`train_step` /
+        :meth:`compute_gradients`, which run all groups inside; the result is already global (one value,
+        not per replica), so :meth:`reduce` returns it unchanged."""
+        with self.scope():
+            return fn(*args, **(kwargs or {}))
+
+    def reduce(self, reduce_op: Any, value: Any, axis: Optional[int] = None) -> Any:
+        """``value`` (already global, see :meth:`run`); with ``axis``, summed or averaged over it as
+        ``reduce_op`` (``tf.distribute.ReduceOp.SUM`` / ``MEAN``) says."""
+        if axis is None:
+            return value
+        if reduce_op == tf.distribute.ReduceOp.SUM:
+            return tf.reduce_sum(value, axis=axis)
+        if reduce_op == tf.distribute.ReduceOp.MEAN:
+            return tf.reduce_mean(value, axis=axis)
+        raise InputError(f"reduce_op must be tf.distribute.ReduceOp.SUM or MEAN, got {reduce_op!r}", where="reduce")
+
     def group_devices(self, g: int) -> List[str]:
         return [self.devices[i] for i in self.groups[g]]
 
@@ -254,9 +287,11 @@ class GroupedHybridStrategy:
         """Partition ``model`` per group, place a copy of it on each group's devices, clone ``optimizer``
         per group, and make ``model.fit`` run the hybrid step (see :meth:`keras_train_step`).
         """
+        from tf_commopt.tf.graph_import import from_keras_model
+
+        self.graph = from_keras_model(model, batch_size=self.profile_batch_size)
         if self.plans is None:
             self.plans = self._partition(model)
-        import tf_keras as keras
 
         self.model, self.loss = model, loss
         if self._mw is not None:
@@ -273,23 +308,81 @@ class GroupedHybridStrategy:
         for pipe in self.pipelines:
             pos = {v.ref(): k for k, v in enumerate(pipe.model.trainable_weights)}
             self._index.append([pos[v.ref()] for v in pipe.trainable_variables])
-        sched_parts = [gpipe(p.layout.num_stages, self.microbatches, optimizer_step=False) for p in self.pipelines]
-        R = sum(p.layout.num_stages for p in self.pipelines)
-        self.schedule: Schedule = combine("grouped_hybrid", sched_parts,
-                                          extra=[[AllReduce("grads", tuple(range(R))), OptimizerStep()]] * R)
-        self._rank: List[Tuple[int, int]] = [(g, s) for g, p in enumerate(self.pipelines)
-                                             for s in range(p.layout.num_stages)]
+        import dataclasses
+
+        self.graph_plans = [dataclasses.replace(plan, stage_of_node=son)  # every cost-graph node staged
+                            for plan, son in zip(self.plans, self._stage_maps())]
+        self.program = self._make_program()
+        self._auto_weights = None
+        self.schedule: Schedule = self.program.schedule
+        self._order_cache = execution_order(self.schedule)
         if self._mw is not None and self._group_weights is None:
             self._group_weights = self._exchange_weights(self._local_weights())
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
         model.train_step = self.keras_train_step
+        fit = model.fit
+
+        def fit_from_current_weights(*args: Any, **kwargs: Any) -> Any:
+            self._check_static_batches(args[0] if args else kwargs.get("x"),
+                                       kwargs.get("batch_size", args[2] if len(args) > 2 else None))
+            self.push_model()  # weights loaded or restored after compile are the starting point
+            return fit(*args, **kwargs)
+
+        model.fit = fit_from_current_weights
         self._step_fn = None
+
+    def _stage_maps(self) -> List[Dict[str, int]]:
+        """Per group: every cost-graph node -> its stage (model inputs, which plans may omit: stage 0)."""
+        order = self.graph.topological_order()
+        out = []
+        for pipe in self.pipelines:
+            lay = pipe.layout
+            by_call = {name: s for s in range(lay.num_stages) for name in lay.layers_of_stage(s)}
+            son = {}
+            for v in order:
+                top = v.split("/")[0]
+                son[v] = by_call.get(v, by_call.get(top, lay.stage_of_layer.get(top, 0)))
+            out.append(son)
+        return out
+
+    def _make_program(self) -> HybridProgram:
+        """The core program of these groups and plans; also each bucket's variables (model indices)."""
+        order = self.graph.topological_order()
+        prog = hybrid_program(order, {v: self.graph[v].param_bytes for v in order},
+                              [p.stage_of_node for p in self.graph_plans],
+                              self.microbatches, self.overlap, self.bucket_bytes,
+                              [p.layout.num_stages for p in self.pipelines])
+        pos = {v.ref(): k for k, v in enumerate(self.model.trainable_weights)}
+        layer_of = {}
+        for layer in self.model.layers:
+            layer_of[layer.name] = layer
+            for sub in getattr(layer, "layers", []) or []:
+                layer_of[f"{layer.name}/{sub.name}"] = sub
+        self._bucket_vars: Dict[str, List[int]] = {}
+        owned = set()
+        for b in prog.buckets:
+            ks = []
+            for v in b.nodes:
+                layer = layer_of.get(v, layer_of.get(v.split("@")[0]))
+                for w in (layer.trainable_weights if layer is not None else []):
+                    k = pos.get(w.ref())
+                    if k is not None and k not in owned:
+                        owned.add(k)
+                        ks.append(k)
+            self._bucket_vars[b.key] = ks
+        if prog.buckets and len(owned) != len(self.model.trainable_weights):
+            from tf_commopt.errors import PlanError
+            missing = [self.model.trainable_weights[k].name for k in range(len(self.model.trainable_weights))
+                       if k not in owned]
+            raise PlanError(f"variables {missing[:3]} belong to no gradient bucket (their layer has no "
+                            "parameters in the cost graph)", where="GroupedHybridStrategy")
+        return prog
 
     def _partition(self, model: Any) -> List[PartitionPlan]:
         from tf_commopt.partition import partition
         from tf_commopt.tf.graph_import import from_keras_model
 
-        graph = from_keras_model(model, batch_size=self.profile_batch_size)
+        graph = self.graph if self.graph is not None else from_keras_model(model, batch_size=self.profile_batch_size)
         return [partition(graph, len(g), method=self.method, capacities=[self.capacities[i] for i in g],
                           bandwidth_gbps=self.bandwidth_gbps, seed=self.seed) for g in self.groups]
 
@@ -302,14 +395,21 @@ class GroupedHybridStrategy:
         if self._mw is not None:
             raise InputError("call strategy.compile(...) first: the hosts exchange their group throughputs "
                              "there", where="GroupedHybridStrategy")
-        return self._local_weights()
+        if getattr(self, "_auto_weights", None) is None:
+            self._auto_weights = self._local_weights()  # simulated once per compile
+        return list(self._auto_weights)
 
     def _local_weights(self) -> List[float]:
-        """Throughputs of the groups this process runs."""
-        if self.plans is not None and all(p.max_stage_ms > 0 for p in self.plans):
-            M = self.microbatches
-            return [M / ((M + p.num_stages - 1) * p.max_stage_ms) for p in self.plans]
-        return [sum(self.capacities[i] for i in g) for g in self.groups]
+        """``1 / t_g`` of the groups this process runs (see module docstring)."""
+        if self.graph is None:
+            raise InputError("call strategy.compile(...) first: the batch split needs the model's cost graph",
+                             where="GroupedHybridStrategy")
+        from tf_commopt.core.devices import Cluster
+        from tf_commopt.core.simulate.hybrid import group_alone_ms
+
+        cl = Cluster.from_capacities(self.capacities, self.bandwidth_gbps)
+        return [1.0 / group_alone_ms(self.graph, cl, grp, plan, self.microbatches)
+                for grp, plan in zip(self.groups, self.graph_plans)]
 
     def group_batch_sizes(self, batch: int) -> List[int]:
         """Samples of a global batch of ``batch`` that each group trains on."""
@@ -328,23 +428,66 @@ class GroupedHybridStrategy:
             if run.num_microbatches != self.microbatches:
                 raise InputError(f"a group got {sizes} samples, fewer than its {self.microbatches} micro-batches; "
                                  "use a larger batch or fewer micro-batches", where="GroupedHybridStrategy")
-        reduced: Optional[List[List[tf.Tensor]]] = None
+        prog = self.program
+        assert prog is not None
+        sums: Dict[int, List[tf.Tensor]] = {}  # model variable index -> reduced gradient per group
         done: Dict[str, Any] = {}
+        executed = []
         for r, ins in self._order():
-            g, s = self._rank[r]
+            role = prog.roles[r]
+            g, s = role.group, role.stage
+            executed.append((r, ins))
             if isinstance(ins, AllReduce):
-                if reduced is None:
-                    reduced = self._all_reduce([run.result()[1] for run in runs])
-            elif not isinstance(ins, OptimizerStep):
-                if self.exclusive_devices and not tf.executing_eagerly():
-                    self._execute_exclusive(runs[g], s, ins, self.pipelines[g].layout.devices[s], done)
-                else:
-                    runs[g].execute(s, ins)
+                if ins.key not in self._reduced_keys(sums):
+                    sums.update(self._all_reduce_bucket(ins.key, runs))
+            elif isinstance(ins, OptimizerStep):
+                continue
+            elif role.piece > 0:
+                continue  # a part of stage s's last backward, which the stage rank runs as one call
+            elif self.exclusive_devices and not tf.executing_eagerly():
+                self._execute_exclusive(runs[g], s, ins, self.pipelines[g].layout.devices[s], done)
+            else:
+                runs[g].execute(s, ins)
+        self.executed = executed
+        self._last_runs = runs
         loss = tf.add_n([tf.identity(run.result()[0]) for run in runs])
-        assert reduced is not None
+        reduced = []
+        for g, run in enumerate(runs):
+            own = run.result()[1]
+            reduced.append([sums[k][g] if k in sums else own[j] for j, k in enumerate(self._index[g])])
         if self._mw is not None:
             loss, reduced = self._all_reduce_hosts(loss, reduced)
         return loss, reduced
+
+    def _reduced_keys(self, sums: Dict[int, List[tf.Tensor]]) -> set:
+        return {key for key, ks in self._bucket_vars.items() if ks and all(k in sums for k in ks)}
+
+    def _all_reduce_bucket(self, key: str, runs: List[Any]) -> Dict[int, List[tf.Tensor]]:
+        """Bucket ``key`` as one fused all-reduce (as the simulator charges it): each group's gradients of
+        the bucket's variables flattened into one vector, the vectors summed in group order on every
+        holder's device (bit-identical copies), split back per variable."""
+        ks = self._bucket_vars[key]
+        if not ks:
+            return {}
+        flats, holders = [], []
+        for g, (pipe, run) in enumerate(zip(self.pipelines, runs)):
+            vs = [pipe.trainable_variables[self._index[g].index(k)] for k in ks]
+            holders.append(vs)
+            parts = [run.acc.get(v.ref()) for v in vs]
+            parts = [p if p is not None else tf.zeros_like(v) for p, v in zip(parts, vs)]
+            with tf.device(vs[0].device):
+                flats.append(tf.concat([tf.reshape(p, [-1]) for p in parts], 0) if len(parts) > 1
+                             else tf.reshape(parts[0], [-1]))
+        out: Dict[int, List[tf.Tensor]] = {k: [] for k in ks}
+        for vs in holders:
+            with tf.device(vs[0].device):
+                fl = [tf.identity(f) for f in flats]
+                tot = tf.add_n(fl) if len(fl) > 1 else fl[0]
+                sizes = [int(v.shape.num_elements()) for v in vs]
+                pieces = tf.split(tot, sizes) if len(vs) > 1 else [tot]
+                for k, v, piece in zip(ks, vs, pieces):
+                    out[k].append(tf.reshape(piece, v.shape))
+        return out
 
     @staticmethod
     def _execute_exclusive(run: Any, s: int, ins: Any, device: str, done: Dict[str, Any]) -> None:
@@ -358,26 +501,7 @@ class GroupedHybridStrategy:
             done[device] = tf.group(*new)
 
     def _order(self) -> List[Tuple[int, Any]]:
-        if not hasattr(self, "_order_cache"):
-            self._order_cache = execution_order(self.schedule)
         return self._order_cache
-
-    def _all_reduce(self, grads: List[List[tf.Tensor]]) -> List[List[tf.Tensor]]:
-        """Sum each variable's gradient over the groups; every holder sums in group order on its device."""
-        K = len(self.model.trainable_weights)
-        by_var: List[List[tf.Tensor]] = [[None] * len(grads) for _ in range(K)]  # type: ignore
-        for g, gl in enumerate(grads):
-            for j, k in enumerate(self._index[g]):
-                by_var[k][g] = gl[j]
-        out: List[List[tf.Tensor]] = []
-        for g, pipe in enumerate(self.pipelines):
-            red = []
-            for j, (k, v) in enumerate(zip(self._index[g], pipe.trainable_variables)):
-                with tf.device(v.device):
-                    parts = [tf.identity(t) for t in by_var[k]]
-                    red.append(tf.add_n(parts) if len(parts) > 1 else parts[0])
-            out.append(red)
-        return out
 
     def _step(self, x: Any, y: Any) -> tf.Tensor:
         loss, reduced = self.compute_gradients(x, y)
@@ -397,8 +521,10 @@ class GroupedHybridStrategy:
         return loss
 
     def fit(self, dataset: Any, epochs: int = 1, steps_per_epoch: Optional[int] = None) -> Dict[str, List[float]]:
-        """Train on ``(x, y)`` batches (a tf.data.Dataset or any iterable) for ``epochs``; copies the trained
-        weights into the user's model at the end. Returns ``{"loss": [mean loss per epoch]}``."""
+        """Train on ``(x, y)`` batches (a tf.data.Dataset or any iterable) for ``epochs``, starting from the
+        user's model's current weights (so ``load_weights`` / a checkpoint restore is honoured); copies the
+        trained weights into the user's model at the end. Returns ``{"loss": [mean loss per epoch]}``."""
+        self.push_model()
         hist: Dict[str, List[float]] = {"loss": []}
         for _ in range(epochs):
             losses = []
@@ -412,14 +538,52 @@ class GroupedHybridStrategy:
 
     def keras_train_step(self, data: Any) -> Dict[str, tf.Tensor]:
         """``model.train_step`` replacement used by ``model.fit``: the hybrid step, then the user's model
-        gets group 0's weights (so evaluate/predict/save see the trained model). Batches need a static
-        size (``dataset.batch(B, drop_remainder=True)``)."""
+        gets group 0's weights (so evaluate/predict/save see the trained model); the compiled loss and
+        metrics are computed on the step's own predictions (the pipelines' outputs, groups in batch
+        order). Batches need a static size: a dataset batched without ``drop_remainder=True`` is a
+        one-line InputError."""
         import tf_keras as keras
 
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        x, y, sw = keras.utils.unpack_x_y_sample_weight(data)
+        first = tf.nest.flatten(x)[0]
+        if first.shape.rank is None or first.shape[0] is None:
+            raise InputError("the batch size must be static: batch the dataset with "
+                             "dataset.batch(B, drop_remainder=True) (a partial last batch cannot be split into "
+                             "the groups' fixed micro-batches)", where="GroupedHybridStrategy model.fit")
+        if sw is not None:
+            raise InputError("sample weights are not supported", where="GroupedHybridStrategy model.fit")
         loss = self._step(x, y)
         self._assign_model(tf.identity)
-        return {"loss": loss}
+        flat = [tf.concat([tf.identity(run.predictions()[k]) for run in self._last_runs], 0)
+                if len(self._last_runs) > 1 else self._last_runs[0].predictions()[k]
+                for k in range(len(self._last_runs[0].predictions()))]
+        y_pred = tf.nest.pack_sequence_as(self.model._nested_outputs, flat)
+        self.model.compute_loss(x, y, y_pred, None)  # the loss tracker: the batch's mean loss, as the step's
+        return self.model.compute_metrics(x, y, y_pred, None)
+
+    @staticmethod
+    def _check_static_batches(x: Any, batch_size: Optional[int]) -> None:
+        """One-line InputError before ``model.fit`` traces if a batch could be partial."""
+        msg = ("batches need a static size: use dataset.batch(B, drop_remainder=True) (a partial last batch "
+               "cannot be split into the groups' fixed micro-batches)")
+        if isinstance(x, tf.data.Dataset):
+            spec = tf.nest.flatten(x.element_spec)[0]
+            if spec.shape.rank is None or spec.shape[0] is None:
+                raise InputError(msg, where="GroupedHybridStrategy model.fit")
+        elif x is not None and hasattr(tf.nest.flatten(x)[0], "shape"):
+            n, b = int(tf.nest.flatten(x)[0].shape[0]), int(batch_size or 32)
+            if n % b:
+                raise InputError(f"{n} samples leave a partial last batch of {n % b} with batch_size={b}; "
+                                 + msg, where="GroupedHybridStrategy model.fit")
+
+    def push_model(self) -> None:
+        """Copy the user's model's weights into every group's copy (after ``load_weights`` or a restore)."""
+        if not self.pipelines:
+            return
+        src = self.model.weights
+        for pipe in self.pipelines:
+            for v, w in zip(pipe.model.weights, src):
+                v.assign(w)
 
     def sync_model(self) -> None:
         """Copy group 0's weights into the user's model (all groups hold identical weights)."""

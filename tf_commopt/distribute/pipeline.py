@@ -351,6 +351,7 @@ class MiniBatchRun:
         self.grad_of: List[Dict[str, tf.Tensor]] = [dict() for _ in range(M)]
         self.acc: Dict[Any, tf.Tensor] = {}
         self.losses: List[tf.Tensor] = []
+        self.outputs: Dict[int, List[tf.Tensor]] = {}  # micro-batch -> the model's flattened outputs
 
     @property
     def num_microbatches(self) -> int:
@@ -378,6 +379,7 @@ class MiniBatchRun:
             with tf.device(L.devices[-1]):
                 with tf.GradientTape() as lt:
                     preds = [tf.identity(self.acts[m][t]) for t in L.output_ids]
+                    self.outputs[m] = preds
                     lt.watch(preds)
                     lm = pipe.loss(self.ys[m], tf.nest.pack_sequence_as(pipe.model._nested_outputs, preds))
                     lm = tf.cast(lm, tf.float32) * (self.sizes[m] / self.total)
@@ -389,6 +391,12 @@ class MiniBatchRun:
     def backward(self, s: int, m: int) -> None:
         tape, ins_t, outs_t = self.tapes.pop((s, m))
         self.pipe._backward(s, tape, ins_t, outs_t, self.grad_of[m], self.acc)
+
+    def predictions(self) -> List[tf.Tensor]:
+        """The model's flattened outputs for this mini-batch (micro-batches concatenated in order)."""
+        M = self.num_microbatches
+        return [tf.concat([self.outputs[m][k] for m in range(M)], 0) if M > 1 else self.outputs[0][k]
+                for k in range(len(self.outputs[0]))]
 
     def result(self) -> Tuple[tf.Tensor, List[tf.Tensor]]:
         """(sum of the weighted micro-batch losses, accumulated gradients of ``pipe.trainable_variables``)."""

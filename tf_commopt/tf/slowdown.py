@@ -1,15 +1,24 @@
 """Emulate slower devices on one machine: stretch a computation's wall time by a factor.
 
-``slowed(fn, factor)`` runs ``fn``, measures its wall time ``t`` with ``tf.timestamp()`` just
-before and just after, then sleeps ``(factor - 1) * t`` before releasing the outputs. The exact
-rule: the outputs become available ``factor * t`` after the inputs were (plus sleep jitter,
-~0.1 ms). Sleeping instead of repeating the work keeps the CPU free, so emulated devices that
+``slowed(fn, factor)`` runs ``fn``, measures its wall time ``t`` just before and just after, then
+sleeps ``(factor - 1) * t_min`` before releasing the outputs, ``t_min`` the shortest time this
+wrapper has measured so far (wrap each call site separately) (its calibration: on a shared machine a measured time includes waiting
+for a core, and multiplying that wait by ``factor - 1`` would turn load noise into emulated work).
+The exact rule: the outputs become available ``t + (factor - 1) * t_min`` after the inputs were
+(plus sleep jitter, ~0.1 ms); unloaded, ``factor * t``. Sleeping instead of repeating the work keeps the CPU free, so emulated devices that
 share the cores do not slow each other down further: a stage on a device with factor 2 takes
 twice its own time whatever the others do.
 
-It works eagerly and inside a ``tf.function`` (the delay is a ``tf.py_function`` ordered by
-control dependencies after the work), so a pipeline or hybrid executor can wrap each stage's
-forward function and the function computing its backward::
+It works eagerly and inside a ``tf.function``. The clock reads and the sleep are *stateless*
+``tf.numpy_function`` ops tied to the work by data and control dependencies only: ``tf.timestamp``
+and ``tf.py_function`` are stateful, and inside a ``tf.function`` TensorFlow runs stateful ops in
+program order (automatic control dependencies), which serialised every emulated device behind the
+others (measured before this rule: two slowed devices, 16 slowed calls, 0 overlaps). The sleep
+releases the GIL and occupies one inter-op thread: give TensorFlow at least as many inter-op threads
+as devices sleeping at once. Every sleep is recorded in :func:`sleep_log` (start, end, seconds;
+``time.perf_counter``), which the overlap test reads. The floating outputs are multiplied by the
+sleep's result (1.0, exact) so that Grappler cannot drop it. A pipeline or hybrid executor wraps each
+stage's forward function and the function computing its backward::
 
     fwd = slowed(stage_forward, get_slowdown(device))        # inside the schedule's tf.function
     bwd = slowed(stage_backward, get_slowdown(device))
@@ -30,18 +39,31 @@ Example:
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import time
-from typing import Any, Callable, Dict, Iterator, Mapping
+from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Tuple
+
+import numpy as np
 
 import tensorflow as tf
 
 from tf_commopt.errors import InputError
 
-__all__ = ["slowed", "set_slowdown", "get_slowdown", "clear_slowdowns", "slowdowns", "canonical_device"]
+__all__ = ["slowed", "set_slowdown", "get_slowdown", "clear_slowdowns", "slowdowns", "canonical_device",
+           "sleep_log"]
 
 _REGISTRY: Dict[str, float] = {}
+_LOG: Deque[Tuple[float, float, float]] = collections.deque(maxlen=10000)
+
+
+def sleep_log(clear: bool = False) -> List[Tuple[float, float, float]]:
+    """The emulated delays so far, ``(start, end, requested seconds)`` in ``time.perf_counter`` time."""
+    out = list(_LOG)
+    if clear:
+        _LOG.clear()
+    return out
 
 
 def canonical_device(device: str) -> str:
@@ -96,11 +118,32 @@ def slowdowns(factors: Mapping[str, float]) -> Iterator[None]:
         _REGISTRY.update(saved)
 
 
-def _sleep(seconds: Any) -> Any:
-    s = float(seconds)
-    if s > 0:
-        time.sleep(s)
-    return tf.constant(0.0, tf.float64)
+def _now(_probe: Any) -> np.ndarray:
+    return np.float64(time.perf_counter())
+
+
+def _sleeper(extra: float) -> Callable[[Any], np.ndarray]:
+    """``sleep((factor - 1) * shortest measured time so far)`` for one wrapped call site."""
+    state = {"min": float("inf")}
+
+    def sleep(measured: Any) -> np.ndarray:
+        state["min"] = min(state["min"], max(0.0, float(measured)))
+        s = extra * state["min"]
+        if s > 0:
+            t0 = time.perf_counter()
+            time.sleep(s)
+            _LOG.append((t0, time.perf_counter(), s))
+        return np.float32(1.0)
+
+    return sleep
+
+
+def _probe(tensors: List[Any]) -> Any:
+    """A cheap scalar that depends on the data of ``tensors`` (so a clock read waits for them and
+    cannot be folded or moved), or a constant if there are none."""
+    parts = [tf.reduce_sum(tf.cast(tf.reshape(t, [-1])[:1], tf.float64)) for t in tensors
+             if t.dtype.is_floating or t.dtype.is_integer]
+    return tf.add_n(parts) if parts else tf.constant(0.0, tf.float64)
 
 
 def slowed(fn: Callable[..., Any], factor: float) -> Callable[..., Any]:
@@ -114,19 +157,30 @@ def slowed(fn: Callable[..., Any], factor: float) -> Callable[..., Any]:
     if factor == 1.0:
         return fn
     extra = factor - 1.0
+    sleeper = _sleeper(extra)  # one calibration per wrapper: wrap each call site separately
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         inputs = [t for t in tf.nest.flatten((args, kwargs)) if tf.is_tensor(t)]
         with tf.control_dependencies(inputs):
-            t0 = tf.timestamp()
+            t0 = tf.numpy_function(_now, [_probe(inputs)], tf.float64, stateful=False)
         with tf.control_dependencies([t0]):
             out = fn(*args, **kwargs)
         flat = [t for t in tf.nest.flatten(out) if tf.is_tensor(t)]
         with tf.control_dependencies(flat):
-            t1 = tf.timestamp()
-        done = tf.py_function(_sleep, [(t1 - t0) * extra], tf.float64)
-        with tf.control_dependencies([done]):
-            return tf.nest.map_structure(lambda t: tf.identity(t) if tf.is_tensor(t) else t, out)
+            t1 = tf.numpy_function(_now, [_probe(flat) + 0.0 * t0], tf.float64, stateful=False)
+        one = tf.stop_gradient(tf.numpy_function(sleeper, [t1 - t0], tf.float32, stateful=False))
+
+        def release(t: Any) -> Any:
+            # a data dependency on the sleep (its result is 1.0): Grappler turns a stateless op that only
+            # feeds control edges into a NoOp, which would drop the sleep
+            if not tf.is_tensor(t):
+                return t
+            if t.dtype.is_floating or t.dtype.is_complex:
+                return t * tf.cast(one, t.dtype)
+            with tf.control_dependencies([one]):
+                return tf.identity(t)
+
+        return tf.nest.map_structure(release, out)
 
     wrapper.__name__ = getattr(fn, "__name__", "fn") + f"_x{factor:g}"
     return wrapper
