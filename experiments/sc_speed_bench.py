@@ -59,6 +59,7 @@ flags.DEFINE_integer("sync_syncs", 8, "sync part: syncs per run")
 flags.DEFINE_integer("auto_runs", 5, "auto part: identical runs")
 flags.DEFINE_string("auto_setting", "mlp:2:switch:10:300", "auto part: model:workers:topology:mbit:steps")
 flags.DEFINE_string("table_setting", "mlp:4:shared:100:300", "table part: model:workers:topology:mbit:steps")
+flags.DEFINE_integer("table_repeats", 3, "table part: repetitions (variants interleaved; medians reported)")
 flags.DEFINE_string("out", "", "append the records to this .jsonl")
 flags.DEFINE_string("page", "", "rewrite this markdown page from --out's records (no runs unless --parts given)")
 flags.DEFINE_bool("worker", False, "internal: one process of the step/sync part")
@@ -238,15 +239,23 @@ def part_table() -> None:
                 ("sc_h16_none", ["--strategy=skip_correct", "--interval=16", "--correction=none"]),
                 ("sc_auto", ["--strategy=skip_correct", "--interval=auto"]),
                 ("sc_h1000", ["--strategy=skip_correct", "--interval=1000"])]
-    rows = {}
-    for name, extra in variants:
-        r = _runner(base + extra, int(workers), float(mbit), topology)
-        rows[name] = {"wall_s": r["wall_s"], "test_accuracy": r["test_accuracy"], "interval": r.get("interval"),
-                      "syncs": r.get("syncs")}
-        print(f"  {name}: {r['wall_s']} s, accuracy {r['test_accuracy']:.3f}", flush=True)
+    runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name, _ in variants}
+    for rep in range(FLAGS.table_repeats):
+        for name, extra in variants:
+            r = _runner(base + extra, int(workers), float(mbit), topology)
+            runs[name].append({"wall_s": r["wall_s"], "test_accuracy": r["test_accuracy"],
+                               "interval": r.get("interval"), "syncs": r.get("syncs"), "comm_s": r.get("comm_s"),
+                               "first_sync_s": r.get("first_sync_s")})
+            print(f"  repeat {rep + 1}/{FLAGS.table_repeats} {name}: {r['wall_s']} s, accuracy "
+                  f"{r['test_accuracy']:.3f}, H {r.get('interval')}", flush=True)
+    rows = {name: {"wall_s": statistics.median(x["wall_s"] for x in rs),
+                   "test_accuracy": statistics.median(x["test_accuracy"] for x in rs),
+                   "interval": statistics.median(x["interval"] for x in rs) if rs[0]["interval"] else None,
+                   "syncs": statistics.median(x["syncs"] for x in rs) if rs[0]["syncs"] else None}
+            for name, rs in runs.items()}
     ssgd = rows["ssgd"]["wall_s"]
-    _record({"part": "table", "setting": FLAGS.table_setting, "rows": rows,
-             "wall_ratio_vs_ssgd": {k: round(v["wall_s"] / ssgd, 3) for k, v in rows.items()}})
+    _record({"part": "table", "setting": FLAGS.table_setting, "repeats": FLAGS.table_repeats, "runs": runs,
+             "rows": rows, "wall_ratio_vs_ssgd": {k: round(v["wall_s"] / ssgd, 3) for k, v in rows.items()}})
 
 
 def main(argv: List[str]) -> None:
@@ -258,7 +267,8 @@ def main(argv: List[str]) -> None:
     bad = [p for p in FLAGS.parts if p not in PARTS]
     if bad:
         _error(f"--parts: unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)}")
-    for name in ("workers", "repeats", "steps", "per_replica_batch", "steps_per_execution", "sync_syncs", "auto_runs"):
+    for name in ("workers", "repeats", "steps", "per_replica_batch", "steps_per_execution", "sync_syncs", "auto_runs",
+                 "table_repeats"):
         if getattr(FLAGS, name) < 1:
             _error(f"--{name}: must be >= 1, got {getattr(FLAGS, name)}")
     if FLAGS.page and not FLAGS["parts"].present:

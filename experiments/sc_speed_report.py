@@ -90,7 +90,8 @@ def render(records: List[Dict[str, Any]], source: str = "sc_speed.jsonl") -> str
                  "sc_auto": "skip-correct `interval=auto` (vrl)", "sc_h1000": "skip-correct H = 1000 (one sync)"}
         for setting, r in sorted(table.items()):
             lines += [f"## The issue's testbed: `{setting}` (model:workers:topology:Mbit/s:steps)", "",
-                      "`experiments.train`, global batch 128, momentum 0; wall = `model.fit` only.", "",
+                      f"`experiments.train`, global batch 128, momentum 0; wall = `model.fit` only; median of "
+                      f"{r.get('repeats', 1)} runs per row (rows interleaved).", "",
                       "| run | H | syncs | wall s | wall / SSGD | test accuracy |", "|---|---:|---:|---:|---:|---:|"]
             for key, row in r["rows"].items():
                 lines.append(f"| {names.get(key, key)} | {row.get('interval') or ''} | {row.get('syncs') or ''} | "

@@ -60,14 +60,14 @@ def main(dump_dir: str) -> None:
                     out[t.op_type] = out.get(t.op_type, 0) + 1
             return out
 
-    def report(stage, steps, marker):
+    def report(stage, steps, marker, history=None):
         print(json.dumps({"stage": stage, "steps": steps, "syncs": strategy.stats()["syncs"],
-                          "collectives": collectives(marker)}), flush=True)
+                          "collectives": collectives(marker), "history": history}), flush=True)
 
     # model.fit: steps 1-3 local, step 4 syncs, steps 5-7 local
     for stage, n in (("fit_local_1", 3), ("fit_sync", 1), ("fit_local_2", 3)):
-        model.fit(ds, epochs=1, steps_per_epoch=n, verbose=0)
-        report(stage, n, "train_function")
+        h = model.fit(ds, epochs=1, steps_per_epoch=n, verbose=0)
+        report(stage, n, "train_function", h.history)
 
     # custom loop (the local-step counter carries over): step 8 syncs, 9-11 local, 12 syncs, 13 local
     with strategy.scope():

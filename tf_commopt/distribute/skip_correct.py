@@ -308,7 +308,6 @@ class _SkipCorrectMixin:
 
         new_k, sync_dt = tf.cond(do_sync, sync, skip)
         state.local_steps.assign(new_k)
-        tel.synced.assign(tf.cast(do_sync, tf.int64))
         deps = [new_k]
         if ivs.auto:
             with tf.control_dependencies([new_k]):
@@ -406,29 +405,21 @@ class _SkipCorrectMixin:
         variable (tf-keras metric totals and counts read by ``Metric.result()``).
 
         On a multi-worker cluster, inside a traced step that runs skip-and-correct updates, a metric read
-        is reduced over this worker's replicas only — no collective — unless the step synced; then, and
-        everywhere else (evaluate, eager reads), it is the usual reduction over all workers. So the
-        per-batch values Keras shows between syncs are this worker's running means, and the epoch's
-        values (History, the progress bar's final line: tf-keras re-reads every metric eagerly at the
-        epoch end) are global, as under MultiWorkerMirroredStrategy.
+        is reduced over this worker's replicas only: no collective, sync step or not. Everywhere else
+        (``evaluate``, eager reads) it is the usual reduction over all workers — and tf-keras re-reads
+        every metric eagerly at an epoch's end, so the epoch's values (History, the progress bar's final
+        line, callbacks' ``on_epoch_end`` logs) are global, as under MultiWorkerMirroredStrategy; the
+        per-batch values in between are this worker's running means.
         """
-        parent = super()._reduce
         if (getattr(self, "_num_workers", 1) > 1 and isinstance(value, _values.SyncOnReadVariable)
                 and not tf.executing_eagerly() and self._sc_in_train_graph()):
             comps = list(value.values)
-
-            def local() -> tf.Tensor:
-                with tf.device(comps[0].device):
-                    total = tf.add_n([c.read_value() for c in comps]) if len(comps) > 1 else comps[0].read_value()
-                    if reduce_op == tf.distribute.ReduceOp.MEAN and len(comps) > 1:
-                        total = total / tf.cast(len(comps), total.dtype)
-                    return tf.identity(total)
-
-            def glob() -> tf.Tensor:
-                return tf.identity(parent(reduce_op, value))
-
-            return tf.cond(self.telemetry.synced.read_value() > 0, glob, local)
-        return parent(reduce_op, value)
+            with tf.device(comps[0].device):
+                total = tf.add_n([c.read_value() for c in comps]) if len(comps) > 1 else comps[0].read_value()
+                if reduce_op == tf.distribute.ReduceOp.MEAN and len(comps) > 1:
+                    total = total / tf.cast(len(comps), total.dtype)
+                return tf.identity(total)
+        return super()._reduce(reduce_op, value)
 
     def _sc_regroup(self, comps: List[Any]) -> Any:
         return _values.PerReplica(tuple(comps))

@@ -39,8 +39,6 @@ class Telemetry:
         # the first averaging also sets up the collective group: kept apart so a steady per-sync time is
         # (comm_s - first_sync_s) / (syncs - 1)
         self.first_sync_s = host_variable(0.0, tf.float64, "skip_correct/first_sync_s")
-        # 1 when the latest step synced: metric reads in that step may use a collective (see _reduce)
-        self.synced = host_variable(0, tf.int64, "skip_correct/synced")
 
     def step_time(self) -> tf.Tensor:
         """In a traced step: seconds since the end of the previous step (0 after a clock reset); adds
