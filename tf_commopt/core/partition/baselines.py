@@ -173,7 +173,7 @@ def _parts(p: Problem, devs: Sequence[int], perm: Sequence[int]):
         cap = p.mem_cap[devs[m]]
         if cap is None:
             return 0.0
-        mem = (par[j][None, :] - par[i][:, None]) + (p.K - m) * (act[j][None, :] - act[i][:, None])
+        mem = p.weight_versions[m] * (par[j][None, :] - par[i][:, None]) + (p.K - m) * (act[j][None, :] - act[i][:, None])
         return p.penalty_factor * np.maximum(mem - cap, 0.0) / cap
 
     return pref, cut, comm, penalty
