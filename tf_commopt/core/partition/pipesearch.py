@@ -32,8 +32,9 @@ forward/backward compute and hop bytes (:class:`local_search.State`).
   (a predecessor-closed set, since A is convex) and parent B's labels for the rest, lifted to at
   least ``h + 1``; convex by construction (no repair needed), empty stages refilled
   (:func:`convexity.fill_empty`); devices from A for stages ``<= h`` and B after, if distinct;
-* *mutations*: 1-3 frontier moves across random boundaries, or a branch move (the closure of a
-  random node, up to half its stage), or a device swap (heterogeneous clusters);
+* *mutations*: a jump (a random node to any stage between its predecessors' and its successors'),
+  1-3 frontier moves across random boundaries, a branch move (the closure of a random node, up to
+  half its stage), or a device swap (heterogeneous clusters);
 * *memetic step*: every child is improved by :func:`pipe_improve` (a few steps);
 * *selection*: tournaments of 3; the next population is the best ``pop_size`` distinct plans of
   parents and children (elitist: never worse than its best seed). Stops after ``generations`` or
@@ -222,10 +223,19 @@ def pipe_genetic(p: Problem, model: PipelineModel, seeds: Sequence[Plan], seed: 
     def mutate(x: Plan) -> Plan:
         st = PipeState(p, model, x[0], x[1])
         r = rng.random()
-        if hetero and r < 0.2 and K > 1:
+        if r < 0.25 and K > 2:                       # jump: a node to any stage its edges allow
+            v = rng.randrange(n)
+            lo = max((st.stage[u] for u in p.pred[v]), default=0)
+            hi = min((st.stage[w] for w in p.succ[v]), default=K - 1)
+            t = rng.randint(lo, hi)
+            while st.stage[v] != t and len(st.members[st.stage[v]]) > 1:
+                s = st.stage[v]
+                st.apply_move([v], s, s + (1 if t > s else -1))
+            return list(st.stage), list(st.devs)
+        if hetero and r < 0.4 and K > 1:
             a, b = rng.sample(range(K), 2)
             st.swap_devices(a, b)
-        elif r < 0.6:
+        elif r < 0.7:
             for _ in range(rng.randint(1, 3)):
                 h = rng.randrange(K - 1) if K > 1 else 0
                 s, t = (h, h + 1) if rng.random() < 0.5 else (h + 1, h)
