@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import List, Optional
@@ -82,15 +83,25 @@ def _from_plan(flag_value, plan_value, flag: str, path: str):
     return flag_value
 
 
-def _cluster(a, plan, graph):
-    """The cluster to simulate: the plan's record, flags checked against it; else built from the flags."""
-    from tf_commopt.core.devices import Cluster, parse_capacities
+def _device_flags(a, graph):
+    """``--capacities`` and ``--kinds`` parsed and checked against the profile (None where not given)."""
+    from tf_commopt.core.devices import parse_capacities
 
-    rec = plan.cluster
     caps = parse_capacities(a.capacities) if a.capacities else None
     kinds = None
     if a.kinds:
         kinds = [k.strip() or None for k in a.kinds.split(",")]
+        for k in kinds:
+            if k is not None and k not in graph.kinds:
+                raise InputError(f"unknown kind {k!r}; the profile has {graph.kinds or 'none'}", where="--kinds")
+    return caps, kinds
+
+
+def _cluster(a, plan, caps, kinds):
+    """The cluster to simulate: the plan's record, flags checked against it; else built from the flags."""
+    from tf_commopt.core.devices import Cluster
+
+    rec = plan.cluster
     if rec is not None:
         if caps is not None and [float(c) for c in caps] != rec["capacities"]:
             raise InputError(f"{a.capacities} contradicts the plan's {','.join(f'{c:g}' for c in rec['capacities'])} "
@@ -112,16 +123,15 @@ def _cluster(a, plan, graph):
                 kinds = kinds * len(caps)
             if len(kinds) != len(caps):
                 raise InputError(f"{len(kinds)} kinds for {len(caps)} devices", where="--kinds")
-    for k in kinds or []:
-        if k is not None and k not in graph.kinds:
-            raise InputError(f"unknown kind {k!r}; the profile has {graph.kinds or 'none'}", where="--kinds")
     mem = rec.get("memory_bytes") if rec is not None else None
     return Cluster.from_capacities(caps, a.bandwidth_gbps, a.latency_ms, kinds=kinds, memory_bytes=mem)
 
 
 def _run(argv: Optional[List[str]]) -> dict:
     from tf_commopt.core.partition.plan import PartitionPlan
+    from tf_commopt.core.devices import Cluster
     from tf_commopt.core.simulate import simulate_pipeline
+    from tf_commopt.core.simulate.pipeline import stage_costs
     from tf_commopt.partition.profile_arg import load_profile_arg
 
     a = build_parser().parse_args(argv)
@@ -129,9 +139,12 @@ def _run(argv: Optional[List[str]]) -> dict:
         raise InputError("must be > 0", where="--bandwidth-gbps")
     graph = load_profile_arg(a.profile)
     plan = PartitionPlan.load(a.plan)
+    caps, kinds = _device_flags(a, graph)                 # flag syntax first, then the plan's fit to the graph,
+    stage_costs(graph, dataclasses.replace(plan, device_of_stage=list(range(plan.num_stages))),
+                Cluster.homogeneous(plan.num_stages))     # then contradictions between flags and plan
     a.schedule = _from_plan(a.schedule, plan.schedule, "--schedule", a.plan)
     a.microbatches = _from_plan(a.microbatches, plan.microbatches, "--microbatches", a.plan)
-    cluster = _cluster(a, plan, graph)
+    cluster = _cluster(a, plan, caps, kinds)
     micro = load_profile_arg(a.micro_profile, "--micro-profile") if a.micro_profile else None
     res = simulate_pipeline(graph, plan, a.schedule, a.microbatches, cluster=cluster, split=a.split,
                             micro_profile=micro, optimizer_ms=a.optimizer_ms)
