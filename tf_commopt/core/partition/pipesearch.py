@@ -21,9 +21,9 @@ Example:
 **Local search** (:func:`pipe_improve`): best-improvement descent. A move sends a boundary node (all
 its successors in later stages, or all its predecessors in earlier ones) to the adjacent stage, over
 *every* boundary (the pipeline time has sums, not only a maximum, so any hop matters); when no single
-move helps, the closure of a sampled node inside its stage (a whole branch: it and its in-stage
-descendants going up, ancestors going down) is tried, and on heterogeneous clusters every swap of two
-stages' devices. A move is evaluated in O(edges touching it + K) from incrementally kept per-stage
+move helps, on heterogeneous clusters every swap of two stages' devices, then the closure of a sampled
+node (a whole branch: it and its in-stage descendants going up, ancestors going down) out of the
+slowest stage or across the slowest hop. A move is evaluated in O(edges touching it + K) from incrementally kept per-stage
 forward/backward compute and hop bytes (:class:`local_search.State`).
 
 **Genetic algorithm** (:func:`pipe_genetic`), thesis 000's method with operators that know the graph:
@@ -111,6 +111,20 @@ class PipeState(State):
         return (float(f"{v:.12g}"), float(f"{sum(hop[:-1]):.12g}"))
 
 
+def _critical_moves(st: PipeState) -> List[Tuple[int, int]]:
+    """(from, to) stage pairs worth a branch move: out of the slowest stage, and across the slowest hop."""
+    p, K = st.p, st.p.K
+    comp = [st.ck[p.kind_of_dev[d]][s] / p.cap[d] for s, d in enumerate(st.devs)]
+    sc = max(range(K), key=lambda s: comp[s])
+    pairs = [(sc, sc - 1), (sc, sc + 1)]
+    if K > 1:
+        ht = [st.hop[h] / p.bpm[st.devs[h]][st.devs[h + 1]] for h in range(K - 1)]
+        hc = max(range(K - 1), key=lambda h: ht[h])
+        if ht[hc] > 0:
+            pairs += [(hc, hc + 1), (hc + 1, hc)]
+    return [(a, b) for a, b in dict.fromkeys(pairs) if 0 <= a < K and 0 <= b < K]
+
+
 def pipe_improve(st: PipeState, max_steps: int = 10_000, rng: Optional[random.Random] = None,
                  closure_samples: int = 16, closure_limit: int = 64) -> int:
     """Best-improvement descent of ``st`` on the pipeline model, in place; returns moves applied."""
@@ -140,20 +154,19 @@ def pipe_improve(st: PipeState, max_steps: int = 10_000, rng: Optional[random.Ra
                     if k < best_key:
                         best, best_key = ("swap", a, c), k
         if best is None:
-            for s in range(K):
-                for t in (s - 1, s + 1):
-                    if not 0 <= t < K or len(st.members[s]) <= 1:
+            for s, t in _critical_moves(st):
+                if not 0 <= t < K or len(st.members[s]) <= 1:
+                    continue
+                pool = sorted(st.members[s])
+                if len(pool) > closure_samples:
+                    pool = rng.sample(pool, closure_samples)
+                for v in pool:
+                    M = st.closure(v, t, closure_limit)
+                    if M is None or len(M) == 1:
                         continue
-                    pool = sorted(st.members[s])
-                    if len(pool) > closure_samples:
-                        pool = rng.sample(pool, closure_samples)
-                    for v in pool:
-                        M = st.closure(v, t, closure_limit)
-                        if M is None or len(M) == 1:
-                            continue
-                        k = st.try_key(M, s, t)
-                        if k < best_key:
-                            best, best_key = ("move", M, s, t), k
+                    k = st.try_key(M, s, t)
+                    if k < best_key:
+                        best, best_key = ("move", M, s, t), k
         if best is None:
             break
         if best[0] == "swap":
