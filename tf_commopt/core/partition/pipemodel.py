@@ -18,12 +18,15 @@ simulator (:mod:`tf_commopt.core.simulate`) for the same costs (the shared rule 
   with ``lat`` counted on hops that carry bytes. This is **exact** for the engine (tested against the
   simulator on random DAGs, devices and links in ``tests/core/test_partition_pipeline.py``).
 * **1F1B** (PipeDream, weight stashing; every micro-batch a profiled mini-batch): the steady-state
-  period is the largest cycle mean of the schedule's event graph. We take the cycles that matter:
-  a device's ``f_s + b_s + optimizer``, a link direction's ``x_h`` / ``y_h``, and stage ``s``'s window
-  of ``K - s`` micro-batches in flight (its forward waits for the backward ``K - s`` micro-batches
-  earlier): ``(sum_{t>=s} f_t + b_t + sum_{h>=s} x_h + y_h + 2 lat_h + optimizer) / (K - s)``. A lower
-  bound of the simulated period, equal to it in the tests' cases; the planner ranks final candidates
-  in the simulator itself (:mod:`tf_commopt.core.planner`).
+  period is the largest cycle mean of the schedule's event graph. On stage ``t`` the forward of
+  micro-batch ``i`` precedes the backward of ``i - (K - t) + 1``, so a micro-batch's forward from stage
+  ``s`` down to ``t``, then the backward ``K - t - 1`` micro-batches older back up to ``s``, then the
+  forward ``t - s + 1`` micro-batches later on ``s`` closes a cycle with ``t - s + 1`` micro-batches in
+  flight. The model takes these cycles and each link direction alone:
+  ``max( max_{s<=t} (sum_{u=s..t} f_u + b_u + sum_{h=s..t-1} x_h + y_h + 2 lat_h + optimizer) / (t - s + 1),
+  max_h x_h, max_h y_h )`` (``s = t``: a device's own ``f + b``). Cycles through a link's queue are left
+  out, so it can be optimistic where transfers queue; the planner ranks the final candidates in the
+  simulator itself (:mod:`tf_commopt.core.planner`).
 
 Memory penalties of :class:`Problem` are added to the time (a plan that fits beats one that does not).
 
@@ -98,16 +101,17 @@ class PipelineModel:
             M = self.M
             t = (sum(f) + sum(x) + (M - 1) * max(f + x) + sum(b) + sum(y) + (M - 1) * max(b + y) + lat + self.opt)
             return t + penalty
-        period = max(max(fs + bs + self.opt for fs, bs in zip(f, b)), max(x, default=0.0), max(y, default=0.0))
-        tail = self.opt
-        for s in range(K - 1, -1, -1):           # window of stage s: K - s micro-batches in flight
-            tail += f[s] + b[s]
-            if s < K - 1:
-                nb = hop[s]
-                tail += x[s] + y[s] + ((p.lat[devs[s]][devs[s + 1]] + p.lat[devs[s + 1]][devs[s]]) if nb > EPS_BYTES else 0.0)
-            w = K - s
-            if tail / w > period:
-                period = tail / w
+        period = max(max(x, default=0.0), max(y, default=0.0))
+        lat_h = [(p.lat[devs[h]][devs[h + 1]] + p.lat[devs[h + 1]][devs[h]]) if hop[h] > EPS_BYTES else 0.0
+                 for h in range(K - 1)]
+        for s in range(K):                        # stages s..t: t - s + 1 micro-batches in flight
+            tail = self.opt
+            for t in range(s, K):
+                if t > s:
+                    tail += x[t - 1] + y[t - 1] + lat_h[t - 1]
+                tail += f[t] + b[t]
+                if tail / (t - s + 1) > period:
+                    period = tail / (t - s + 1)
         return period + penalty
 
     # ------------------------------------------------------------------ full evaluation
