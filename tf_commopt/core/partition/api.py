@@ -12,19 +12,21 @@ Methods (see the modules for the exact rules):
 
 * ``layerwise``: equal node counts over the graph's topological order, devices in cluster order.
 * ``balanced``: exact compute-balanced contiguous split (torchgpipe/DeepSpeed style).
-* ``pipedream``: PipeDream's DP with overlapped communication.
-* ``local``: graph local search (:mod:`local_search`) started from the balanced and PipeDream plans.
-* ``ga``: the DEAP memetic GA (:mod:`genetic`) seeded with all of the above plus the exact contiguous
-  optimum of our objective over two topological orders (Kahn's and depth-first).
+* ``pipedream``: PipeDream's DP with overlapped communication (and, under the pipeline score, the
+  fastest of its tied optima, :func:`baselines.pipedream_ties`).
+* ``local``: seeds + memetic local search on the pipeline time (:mod:`pipesearch`); under
+  ``score="objective"`` the objective's local search from the balanced and PipeDream plans.
+* ``ga``: the same + the graph-aware GA on the pipeline time (:mod:`pipesearch`); under
+  ``score="objective"`` the DEAP GA on the objective (:mod:`genetic`).
 
-``score="simulated"`` (``local`` and ``ga`` only; the baselines ignore it): the search is unchanged, but
-the returned plan is the candidate (every seed, every local-search result, the GA's final population)
-with the best simulated ``schedule`` time (:mod:`simrank`), so never worse in simulation than the
-``layerwise``, ``balanced`` and ``pipedream`` plans.
+``score``: ``"pipeline"`` (default here) searches and chooses by :class:`pipemodel.PipelineModel` for
+``schedule`` / ``microbatches`` (exact for GPipe); ``"simulated"`` makes the final choice with a ``rank``
+callable (the planner, :mod:`tf_commopt.core.planner`, passes the simulator's; this package never
+imports the simulator); ``"objective"`` is the additive objective alone (the earlier default).
 
-Device placement: the plan uses the ``num_stages`` fastest devices. ``balanced``, ``pipedream`` and the
-seeds of ``local``/``ga`` try the given device order, fastest-first and slowest-first (heterogeneous
-clusters only) and keep the best under the objective; ``local`` and ``ga`` then also swap devices.
+Device placement: the plan uses the ``num_stages`` fastest devices. Every method tries the given
+device order, fastest-first and slowest-first (heterogeneous clusters only) and keeps the best under
+its score; ``local`` and ``ga`` then also swap devices.
 """
 from __future__ import annotations
 
