@@ -35,7 +35,8 @@ forward/backward compute and hop bytes (:class:`local_search.State`).
 * *mutations*: a jump (a random node to any stage between its predecessors' and its successors'),
   1-3 frontier moves across random boundaries, a branch move (the closure of a random node, up to
   half its stage), or a device swap (heterogeneous clusters);
-* *memetic step*: every child is improved by :func:`pipe_improve` (a few steps);
+* *memetic step*: every child is improved by :func:`pipe_improve` (a few steps, moves focused on the
+  stages next to the slowest stage and the slowest hop);
 * *selection*: tournaments of 3; the next population is the best ``pop_size`` distinct plans of
   parents and children (elitist: never worse than its best seed). Stops after ``generations`` or
   ``stall`` generations without improvement. Deterministic for a seed (``random.Random(seed)``).
@@ -126,8 +127,12 @@ def _critical_moves(st: PipeState) -> List[Tuple[int, int]]:
 
 
 def pipe_improve(st: PipeState, max_steps: int = 10_000, rng: Optional[random.Random] = None,
-                 closure_samples: int = 16, closure_limit: int = 64) -> int:
-    """Best-improvement descent of ``st`` on the pipeline model, in place; returns moves applied."""
+                 closure_samples: int = 16, closure_limit: int = 64, focus: bool = False) -> int:
+    """Best-improvement descent of ``st`` on the pipeline model, in place; returns moves applied.
+
+    ``focus``: single moves only out of the stages next to the slowest stage and the slowest hop (the
+    GA's short memetic steps), instead of across every boundary.
+    """
     p, K = st.p, st.p.K
     rng = rng or random.Random(0)
     hetero = len(set((p.cap[d], p.kind_of_dev[d]) for d in st.devs)) > 1
@@ -135,7 +140,11 @@ def pipe_improve(st: PipeState, max_steps: int = 10_000, rng: Optional[random.Ra
     while steps < max_steps:
         best_key = st.key()
         best = None
-        for s in range(K):
+        sources = range(K)
+        if focus:
+            sources = sorted({x for pair in _critical_moves(st) for y in pair for x in (y - 1, y, y + 1)
+                              if 0 <= x < K})
+        for s in sources:
             if len(st.members[s]) <= 1:
                 continue
             for t, front in ((s + 1, st.up_front[s]), (s - 1, st.down_front[s])):
@@ -230,7 +239,7 @@ def pipe_genetic(p: Problem, model: PipelineModel, seeds: Sequence[Plan], seed: 
 
     def memetic(x: Plan) -> Plan:
         st = PipeState(p, model, x[0], x[1])
-        pipe_improve(st, max_steps=ls_steps, rng=rng, closure_samples=8)
+        pipe_improve(st, max_steps=ls_steps, rng=rng, closure_samples=8, focus=True)
         return list(st.stage), list(st.devs)
 
     def mutate(x: Plan) -> Plan:
