@@ -155,3 +155,26 @@ def test_plan_json_round_trip_keeps_the_cluster_and_old_files_load():
     d["cluster"] = {"capacities": [1.0]}
     with pytest.raises(PlanError, match="cluster.capacities"):
         PartitionPlan.from_dict(d)
+
+
+def test_pipedream_optimizer_format_with_a_stage_field_loads_as_profile_and_plan(tmp_path, capsys):
+    # PipeDream's optimizer writes "name -- desc -- costs -- stage_id=N"; the file is both profile and plan
+    from tf_commopt.core.profiles import bundled_profile_path
+    g = load_profile("pipedream/vgg16")
+    ref = partition(g, 3, method="balanced", bandwidth_gbps=10.0)
+    lines = []
+    for raw in open(bundled_profile_path("pipedream/vgg16"), encoding="utf-8").read().splitlines():
+        if raw and raw[0] not in "\t ":
+            raw = f"{raw} -- stage_id={ref.stage_of_node[raw.split(' -- ', 1)[0]]}"
+        lines.append(raw)
+    path = tmp_path / "vgg16.graph.txt"
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["--profile", str(path), "--method", "given", "--quiet"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["stage_of_node"] == ref.stage_of_node and d["graph_name"] == "vgg16"
+    # a broken line in such a file is reported against the user's file, not a temporary copy
+    lines[0] = lines[0].replace("forward_compute_time=", "forward_compute_time=x")
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["--profile", str(path), "--method", "given", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and ".profile-" not in err
