@@ -7,6 +7,8 @@ import sys
 import pytest
 
 from tf_commopt.core.partition import PartitionPlan
+from tf_commopt.core.planner import partition
+from tf_commopt.core.profiles import load_profile
 from tf_commopt.partition.__main__ import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -76,3 +78,103 @@ def test_cli_subprocess_bad_file_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tf_commopt.partition", "--profile", str(p)],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--stages" in r.stderr
+
+
+# ------------------------------------------------------------------ external assignments (--method given)
+def _with_stage_ids(tmp_path, plan_stage, name="pd.graph.txt", drop=None):
+    """PipeDream's bundled vgg16 profile with ``stage_id=N`` appended to each node line (as its optimizer writes)."""
+    from tf_commopt.core.profiles import bundled_profile_path
+    lines = []
+    for raw in open(bundled_profile_path("pipedream/vgg16"), encoding="utf-8").read().splitlines():
+        if raw and raw[0] not in "\t " and raw.split(" -- ", 1)[0] != drop:
+            raw = f"{raw}, stage_id={plan_stage[raw.split(' -- ', 1)[0]]}"
+        lines.append(raw)
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_method_given_scores_a_pipedream_assignment_like_any_plan(tmp_path, capsys):
+    from tf_commopt.core.planner import given_plan, read_stage_ids
+    from tf_commopt.core.simulate import simulate_pipeline
+    from tf_commopt.core.devices import Cluster
+    g = load_profile("pipedream/vgg16")
+    ref = partition(g, 4, method="pipedream", bandwidth_gbps=10.0)
+    # PipeDream numbers stages with gaps sometimes: ids 0, 2, 4, 6 must become 0..3
+    path = _with_stage_ids(tmp_path, {n: 2 * s for n, s in ref.stage_of_node.items()})
+    assert read_stage_ids(path) == {n: 2 * s for n, s in ref.stage_of_node.items()}
+    assert main(["--profile", path, "--method", "given", "--quiet"]) == 0      # the profile carries the ids
+    d = json.loads(capsys.readouterr().out)
+    assert d["method"] == "given" and d["stage_of_node"] == ref.stage_of_node and d["schedule"] == "gpipe"
+    want = simulate_pipeline(g, ref, "gpipe", microbatches=16, cluster=Cluster.homogeneous(4, 10.0)).iteration_ms
+    assert d["extra"]["simulated_ms"] == pytest.approx(want, rel=1e-12)
+    assert d["objective"] == pytest.approx(ref.objective)
+    # the same through --assignment with a bundled profile, and from Python
+    assert main(["--profile", "pipedream/vgg16", "--method", "given", "--assignment", path, "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["stage_of_node"] == ref.stage_of_node
+    assert given_plan(g, path).stage_of_node == ref.stage_of_node
+
+
+def test_method_given_bad_assignments_are_one_line_errors(tmp_path, capsys):
+    g = load_profile("pipedream/vgg16")
+    ref = partition(g, 4, method="balanced", bandwidth_gbps=10.0)
+    first = g.topological_order()[0]
+    last = g.topological_order()[-1]
+    missing = _with_stage_ids(tmp_path, ref.stage_of_node, "missing.graph.txt", drop=last)
+    back = dict(ref.stage_of_node)
+    back[first] = 3                                     # the input on the last stage: edges go back
+    backwards = _with_stage_ids(tmp_path, back, "back.graph.txt")
+    for argv, needle in (([ "--assignment", missing], repr(last)), (["--assignment", backwards], "back"),
+                         (["--assignment", str(tmp_path / "none.txt")], "none.txt"),
+                         (["--assignment", missing, "--stages", "4"], repr(last)),
+                         (["--stages", "4", "--assignment", backwards, "--method", "ga"], "--assignment")):
+        argv = ["--profile", "pipedream/vgg16", "--method", "given", "--quiet"] + argv
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err, (argv, err)
+    ok = _with_stage_ids(tmp_path, ref.stage_of_node, "ok.graph.txt")
+    assert main(["--profile", "pipedream/vgg16", "--method", "given", "--assignment", ok, "--stages", "3"]) == 2
+    assert "--stages" in capsys.readouterr().err
+
+
+def test_plan_json_round_trip_keeps_the_cluster_and_old_files_load():
+    from tf_commopt.core.partition.plan import PartitionPlan
+    from tf_commopt.errors import PlanError
+    plan = partition(load_profile("pipedream/alexnet"), 2, method="balanced", capacities=[1.0, 0.5, 2.0],
+                     bandwidth_gbps=25.0, latency_ms=0.2, memory=[1e10, None, 2e10], schedule="1f1b")
+    back = PartitionPlan.from_json(plan.to_json())
+    assert back == plan and back.cluster == {"capacities": [1.0, 0.5, 2.0], "kinds": [None, None, None],
+                                             "bandwidth_gbps": 25.0, "latency_ms": 0.2,
+                                             "memory_bytes": [1e10, None, 2e10]}
+    assert back.schedule == "1f1b" and back.microbatches == 16
+    d = json.loads(plan.to_json())
+    for k in ("cluster", "schedule", "microbatches"):
+        del d[k]
+    old = PartitionPlan.from_dict(d)
+    assert old.cluster is None and old.schedule is None and old.stage_of_node == plan.stage_of_node
+    d["cluster"] = {"capacities": [1.0]}
+    with pytest.raises(PlanError, match="cluster.capacities"):
+        PartitionPlan.from_dict(d)
+
+
+def test_pipedream_optimizer_format_with_a_stage_field_loads_as_profile_and_plan(tmp_path, capsys):
+    # PipeDream's optimizer writes "name -- desc -- costs -- stage_id=N"; the file is both profile and plan
+    from tf_commopt.core.profiles import bundled_profile_path
+    g = load_profile("pipedream/vgg16")
+    ref = partition(g, 3, method="balanced", bandwidth_gbps=10.0)
+    lines = []
+    for raw in open(bundled_profile_path("pipedream/vgg16"), encoding="utf-8").read().splitlines():
+        if raw and raw[0] not in "\t ":
+            raw = f"{raw} -- stage_id={ref.stage_of_node[raw.split(' -- ', 1)[0]]}"
+        lines.append(raw)
+    path = tmp_path / "vgg16.graph.txt"
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["--profile", str(path), "--method", "given", "--quiet"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["stage_of_node"] == ref.stage_of_node and d["graph_name"] == "vgg16"
+    # a broken line in such a file is reported against the user's file, not a temporary copy
+    lines[0] = lines[0].replace("forward_compute_time=", "forward_compute_time=x")
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["--profile", str(path), "--method", "given", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and ".profile-" not in err

@@ -1,11 +1,14 @@
-"""``partition(..., score="simulated")``: the returned plan is never slower in the simulator than any
-baseline plan (layerwise, balanced, pipedream) on the same setting; the default is unchanged."""
+"""The planner's ``partition`` (default ``score="simulated"``): the returned plan is never slower in the
+simulator than any baseline plan (layerwise, balanced, pipedream) on the same setting; it records the
+cluster, schedule and micro-batches it was made for."""
 import json
 
 import pytest
 
-from tf_commopt.core.partition import evaluate, make_cluster, partition
+from tf_commopt.core.partition import evaluate, make_cluster
+from tf_commopt.core.partition import partition as search
 from tf_commopt.core.partition.synthetic import branchy_graph
+from tf_commopt.core.planner import partition
 from tf_commopt.core.profiles import load_profile
 from tf_commopt.core.simulate import simulate_pipeline
 from tf_commopt.errors import InputError
@@ -35,18 +38,16 @@ def test_simulated_score_is_never_worse_than_any_baseline_in_simulation(gseed, n
     g = branchy_graph(n, seed=gseed, act_mb=2.0)
     m = 2 * k + 1
     cl = make_cluster(k, caps, bandwidth_gbps=bw)
-    plan = partition(g, k, method=method, capacities=caps, bandwidth_gbps=bw, seed=0, score="simulated",
-                     schedule=schedule, microbatches=m)
+    plan = partition(g, k, method=method, capacities=caps, bandwidth_gbps=bw, seed=0, schedule=schedule, microbatches=m)
     got = sim_ms(g, plan, schedule, m, cl)
     assert plan.extra["simulated_ms"] == pytest.approx(got, rel=1e-9)
-    assert plan.extra["score"] == "simulated" and plan.extra["schedule"] == schedule and plan.extra["microbatches"] == m
+    assert plan.extra["score"] == "simulated" and plan.schedule == schedule and plan.microbatches == m
+    assert plan.cluster["capacities"] == (caps or [1.0] * k) and plan.cluster["bandwidth_gbps"] == bw
     for base in BASELINES:
-        bp = partition(g, k, method=base, capacities=caps, bandwidth_gbps=bw)
-        assert got <= sim_ms(g, bp, schedule, m, cl) * (1 + 1e-9), base
-    # the objective-scored plan of the same search is a candidate too
-    op = partition(g, k, method=method, capacities=caps, bandwidth_gbps=bw, seed=0)
-    assert got <= sim_ms(g, op, schedule, m, cl) * (1 + 1e-9)
-    assert plan.extra["objective_best_simulated_ms"] >= got * (1 - 1e-9)
+        for score in ("simulated", "pipeline", "objective"):
+            bp = partition(g, k, method=base, capacities=caps, bandwidth_gbps=bw, schedule=schedule,
+                           microbatches=m, score=score)
+            assert got <= sim_ms(g, bp, schedule, m, cl) * (1 + 1e-9), (base, score)
     # a valid, convex plan whose reported numbers are the objective's
     ref = evaluate(g, plan.stage_of_node, plan.device_of_stage, capacities=caps, bandwidth_gbps=bw)
     assert ref.objective == pytest.approx(plan.objective) and ref.comm_bytes == pytest.approx(plan.comm_bytes)
@@ -54,32 +55,29 @@ def test_simulated_score_is_never_worse_than_any_baseline_in_simulation(gseed, n
 
 def test_real_profile_where_the_objective_and_the_simulator_disagree():
     # pipedream/vgg16, 4 stages, 10 Gbit/s: the objective's favourite (a low-traffic plan) is ~40% slower
-    # in GPipe than PipeDream's DP plan, which models overlap; the simulated score must not be.
+    # in GPipe than PipeDream's DP plan, which models overlap; the default must not be.
     g = load_profile("pipedream/vgg16")
     cl = make_cluster(4, None, bandwidth_gbps=10.0)
-    by_obj = partition(g, 4, method="ga", bandwidth_gbps=10.0)
-    by_sim = partition(g, 4, method="ga", bandwidth_gbps=10.0, score="simulated", schedule="gpipe")
-    pd = partition(g, 4, method="pipedream", bandwidth_gbps=10.0)
+    by_obj = partition(g, 4, method="ga", bandwidth_gbps=10.0, score="objective")
+    by_sim = partition(g, 4, method="ga", bandwidth_gbps=10.0)
+    pd = partition(g, 4, method="pipedream", bandwidth_gbps=10.0, score="objective")
     t_obj, t_sim, t_pd = (sim_ms(g, p, "gpipe", 16, cl) for p in (by_obj, by_sim, pd))
     assert t_sim < 0.9 * t_obj
     assert t_sim <= t_pd * (1 + 1e-9)
     assert by_sim.objective >= by_obj.objective * (1 - 1e-9)   # it trades the objective for simulated time
-    assert by_sim.extra["microbatches"] == 16                   # default 4 K for GPipe
+    assert by_sim.microbatches == 16                            # default 4 K for GPipe
+    # GPipe: the closed-form model is exact, so the pipeline score picks a plan exactly as fast
+    by_model = partition(g, 4, method="ga", bandwidth_gbps=10.0, score="pipeline")
+    assert sim_ms(g, by_model, "gpipe", 16, cl) == pytest.approx(t_sim, rel=1e-9)
 
 
-def test_default_is_unchanged_and_baselines_ignore_the_score():
+def test_deterministic_and_default_microbatches():
     g = branchy_graph(50, seed=7)
-    a = partition(g, 3, method="ga", seed=2)
-    b = partition(g, 3, method="ga", seed=2, score="objective", schedule="1f1b", microbatches=5)
-    assert a.stage_of_node == b.stage_of_node and a.device_of_stage == b.device_of_stage
-    assert "score" not in a.extra and "population" not in a.extra
-    for base in BASELINES:
-        x = partition(g, 3, method=base)
-        y = partition(g, 3, method=base, score="simulated")
-        assert x.stage_of_node == y.stage_of_node and "score" not in y.extra
-    c = partition(g, 3, method="ga", seed=2, score="simulated", schedule="1f1b")
-    d = partition(g, 3, method="ga", seed=2, score="simulated", schedule="1f1b")
-    assert c.stage_of_node == d.stage_of_node and c.extra["microbatches"] == 24   # deterministic; 8 K for 1F1B
+    c = partition(g, 3, method="ga", seed=2, schedule="1f1b")
+    d = partition(g, 3, method="ga", seed=2, schedule="1f1b")
+    assert c.stage_of_node == d.stage_of_node and c.microbatches == 24   # deterministic; 8 K for 1F1B
+    o = partition(g, 3, method="ga", seed=2, score="objective")
+    assert o.extra["score"] == "objective" and "population" not in o.extra
 
 
 @pytest.mark.parametrize("kwargs,where", [({"score": "sim"}, "score"), ({"schedule": "zb"}, "schedule"),
@@ -88,14 +86,17 @@ def test_default_is_unchanged_and_baselines_ignore_the_score():
 def test_bad_score_arguments(kwargs, where):
     with pytest.raises(InputError, match=where):
         partition(branchy_graph(20, seed=0), 2, method="ga", **kwargs)
+    with pytest.raises(InputError, match=where):
+        search(branchy_graph(20, seed=0), 2, method="ga", **kwargs)
 
 
-def test_cli_score_simulated(capsys):
-    rc = main(["--profile", "pipedream/alexnet", "--stages", "2", "--score", "simulated", "--schedule", "1f1b",
-               "--microbatches", "6", "--quiet"])
+def test_cli_default_is_simulated_and_records_the_setting(capsys):
+    rc = main(["--profile", "pipedream/alexnet", "--stages", "2", "--schedule", "1f1b", "--microbatches", "6",
+               "--capacities", "1,0.5", "--bandwidth-gbps", "25", "--quiet"])
     assert rc == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["extra"]["score"] == "simulated" and d["extra"]["schedule"] == "1f1b" and d["extra"]["microbatches"] == 6
+    assert d["extra"]["score"] == "simulated" and d["schedule"] == "1f1b" and d["microbatches"] == 6
+    assert d["cluster"]["capacities"] == [1.0, 0.5] and d["cluster"]["bandwidth_gbps"] == 25.0
 
 
 @pytest.mark.parametrize("argv,flag", [(["--score", "fast"], "--score"), (["--schedule", "zb"], "--schedule"),

@@ -80,13 +80,42 @@ def test_cli_subprocess_exit_code(vgg_plan, tmp_path):
 def test_plan_from_the_partition_cli(tmp_path, capsys):
     plan = tmp_path / "plan.json"
     p = subprocess.run([sys.executable, "-m", "tf_commopt.partition", "--profile", "h200/resnet50", "--stages", "4",
-                        "--method", "balanced", "--kinds", "bf16", "--out", str(plan), "--quiet"],
-                       capture_output=True, text=True, cwd=ROOT)
+                        "--method", "balanced", "--kinds", "bf16", "--schedule", "1f1b", "--microbatches", "16",
+                        "--out", str(plan), "--quiet"], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     assert main(["--profile", "h200/resnet50", "--plan", str(plan), "--schedule", "1f1b", "--microbatches", "16",
-                 "--kinds", "bf16"]) == 0
+                 "--kinds", "bf16"]) == 0                      # flags that agree with the plan are fine
     out = json.loads(capsys.readouterr().out)
     assert out["schedule"] == "1f1b" and out["bytes_injected"] > 0
-    assert main(["--profile", "h200/resnet50", "--plan", str(plan), "--schedule", "gpipe", "--microbatches", "4",
-                 "--kinds", "int4"]) == 2
+    assert main(["--profile", "h200/resnet50", "--plan", str(plan), "--kinds", "int4"]) == 2
     assert "int4" in capsys.readouterr().err
+
+
+def test_sim_uses_the_cluster_schedule_and_microbatches_the_plan_records(tmp_path, capsys):
+    # the README's example: a plan for half-speed devices must be simulated on them (not on equal devices)
+    from tf_commopt.partition.__main__ import main as partition_main
+    path = tmp_path / "plan.json"
+    assert partition_main(["--profile", "pipedream/alexnet", "--stages", "3", "--capacities", "1,1,0.5",
+                           "--bandwidth-gbps", "25", "--latency-ms", "0.1", "--out", str(path), "--quiet"]) == 0
+    made = json.loads(capsys.readouterr().out)
+    assert main(["--profile", "pipedream/alexnet", "--plan", str(path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schedule"] == "gpipe" and out["num_microbatches"] == 12
+    assert out["iteration_ms"] == pytest.approx(made["extra"]["simulated_ms"], rel=1e-9)
+    assert out["bandwidth_gbps"] == 25.0 and out["latency_ms"] == 0.1
+    for flag, value in (("--bandwidth-gbps", "10"), ("--latency-ms", "0"), ("--capacities", "1,1,1"),
+                        ("--schedule", "1f1b"), ("--microbatches", "8")):
+        assert main(["--profile", "pipedream/alexnet", "--plan", str(path), flag, value]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and flag in err and "contradicts" in err
+    # a plan file from before the record: loads, equal devices by default, schedule required
+    old = json.loads(path.read_text())
+    for k in ("cluster", "schedule", "microbatches"):
+        del old[k]
+    path.write_text(json.dumps(old))
+    assert main(["--profile", "pipedream/alexnet", "--plan", str(path)]) == 2
+    assert "--schedule" in capsys.readouterr().err
+    assert main(["--profile", "pipedream/alexnet", "--plan", str(path), "--schedule", "gpipe",
+                 "--microbatches", "12", "--capacities", "1,1,0.5", "--bandwidth-gbps", "25",
+                 "--latency-ms", "0.1"]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_ms"] == pytest.approx(made["extra"]["simulated_ms"])

@@ -4,8 +4,15 @@ Example::
 
     python -m tf_commopt.partition --profile pipedream/inception_v3 --stages 4 --method ga \\
         --capacities 1,1,0.5,0.5 --bandwidth-gbps 10 --seed 0 --out plan.json --dot plan.dot
-    python -m tf_commopt.partition --profile pipedream/vgg16 --stages 4 --score simulated \
-        --schedule 1f1b --microbatches 32      # return the candidate best in the simulator
+    python -m tf_commopt.partition --profile pipedream/vgg16 --stages 4 --schedule 1f1b --microbatches 32
+    python -m tf_commopt.partition --profile pipedream/vgg16 --stages 4 --score objective   # the old default
+    python -m tf_commopt.partition --profile pipedream/vgg16 --method given --assignment vgg16.pd.graph.txt
+
+The default (``--score simulated``) returns the plan fastest in the simulator for ``--schedule`` (gpipe)
+with ``--microbatches`` (4 x stages for gpipe, 8 x stages for 1f1b) on the given devices and links; the
+plan JSON records them (``cluster``, ``schedule``, ``microbatches``) and ``python -m tf_commopt.sim``
+uses them. ``--method given`` scores an external assignment: a PipeDream optimizer output (graph.txt
+whose node lines carry ``stage_id=N``) given by ``--assignment`` (default: the ``--profile`` file).
 
 ``--profile`` takes a PipeDream graph.txt, our JSON, or a bundled name (``pipedream/resnet50``,
 ``h200/resnet50.bf16``; ``h200/resnet50`` loads all three kinds, chosen per device with ``--kinds``),
@@ -25,9 +32,10 @@ import sys
 from typing import List, Optional
 
 from tf_commopt.core.devices import parse_capacities
-from tf_commopt.core.partition.api import METHODS, partition
+from tf_commopt.core.partition.api import METHODS, SCHEDULES, SCORES
 from tf_commopt.core.partition.plan import PartitionPlan
-from tf_commopt.core.partition.simrank import SCORES, SIM_SCHEDULES
+from tf_commopt.core.planner import given_plan, partition
+from tf_commopt.partition.profile_arg import load_profile_or_model
 from tf_commopt.errors import InputError, TfCommoptError
 
 _PALETTE = ["#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
@@ -43,8 +51,10 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m tf_commopt.partition", description=__doc__.split("\n")[0])
     ap.add_argument("--profile", required=True, help="graph.txt, our JSON, or a bundled name")
-    ap.add_argument("--stages", required=True, help="number of pipeline stages")
-    ap.add_argument("--method", default="ga", help=f"one of {', '.join(METHODS)}")
+    ap.add_argument("--stages", default=None, help="number of pipeline stages (not with --method given)")
+    ap.add_argument("--method", default="ga", help=f"one of {', '.join(METHODS + ('given',))}")
+    ap.add_argument("--assignment", default=None,
+                    help="for --method given: graph.txt with stage_id=N per node (default: the --profile file)")
     ap.add_argument("--capacities", default=None, help="relative device speeds, e.g. 1,1,0.5,0.5")
     ap.add_argument("--kinds", default=None, help="device kind per device (or one for all), e.g. bf16,bf16,fp32,fp32")
     ap.add_argument("--bandwidth-gbps", default="10", help="link bandwidth in Gbit/s (default 10)")
@@ -53,11 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", default="0", help="random seed (default 0)")
     ap.add_argument("--out", default=None, help="also write the plan JSON here")
     ap.add_argument("--dot", default=None, help="write the graph coloured by stage (Graphviz DOT; PNG too if `dot` exists)")
-    ap.add_argument("--score", default="objective",
-                    help=f"one of {', '.join(SCORES)}: how local/ga pick the returned plan (default objective)")
-    ap.add_argument("--schedule", default="gpipe", help=f"for --score simulated: one of {', '.join(SIM_SCHEDULES)}")
+    ap.add_argument("--score", default="simulated",
+                    help=f"one of {', '.join(SCORES)}: simulated (default: fastest in the simulator), pipeline "
+                         "(closed-form pipeline time), objective (additive objective only)")
+    ap.add_argument("--schedule", default="gpipe", help=f"the schedule that will run: one of {', '.join(SCHEDULES)}")
     ap.add_argument("--microbatches", default=None,
-                    help="for --score simulated: micro-batches simulated (default 4*stages gpipe, 8*stages 1f1b)")
+                    help="micro-batches per mini-batch for gpipe / simulated for 1f1b (default 4*stages, 8*stages)")
     ap.add_argument("--quiet", action="store_true", help="no progress on stderr")
     ap.add_argument("--batch-size", default=None, help="for model files (SavedModel, .keras, .h5, GraphDef): batch size (default 32)")
     ap.add_argument("--device", default=None, help="for model files: roofline preset (v100, h200, h200-bf16, cpu, cpu-here...)")
@@ -104,19 +115,37 @@ def write_dot(plan: PartitionPlan, graph, path: str) -> Optional[str]:
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        stages = _number(args.stages, "--stages", int)
-        if args.method not in METHODS:
-            raise InputError(f"unknown method {args.method!r}; choose from {', '.join(METHODS)}", where="--method")
+        given = args.method == "given"
+        if args.method not in METHODS and not given:
+            raise InputError(f"unknown method {args.method!r}; choose from {', '.join(METHODS + ('given',))}",
+                             where="--method")
+        if args.assignment is not None and not given:
+            raise InputError("only with --method given", where="--assignment")
+        if args.stages is None and not given:
+            raise InputError("required (the number of pipeline stages)", where="--stages")
         if args.score not in SCORES:
             raise InputError(f"unknown score {args.score!r}; choose from {', '.join(SCORES)}", where="--score")
-        if args.schedule not in SIM_SCHEDULES:
-            raise InputError(f"unknown schedule {args.schedule!r}; choose from {', '.join(SIM_SCHEDULES)}",
+        if args.schedule not in SCHEDULES:
+            raise InputError(f"unknown schedule {args.schedule!r}; choose from {', '.join(SCHEDULES)}",
                              where="--schedule")
         micro = _number(args.microbatches, "--microbatches", int) if args.microbatches is not None else None
         bw = _number(args.bandwidth_gbps, "--bandwidth-gbps")
         lat = _number(args.latency_ms, "--latency-ms", positive=False)
         seed = _number(args.seed, "--seed", int, positive=False)
         caps = parse_capacities(args.capacities, "--capacities") if args.capacities is not None else None
+        graph, source = load_profile_or_model(args.profile, device=args.device, batch_size=None if args.batch_size
+                                              is None else _number(args.batch_size, "--batch-size", int))
+        if "summary" in source and not args.quiet:
+            print(source["summary"], file=sys.stderr)
+        if given:
+            from tf_commopt.core.planner import read_stage_ids
+
+            son = read_stage_ids(args.assignment or args.profile)
+            stages = len(set(son.values()))
+            if args.stages is not None and _number(args.stages, "--stages", int) != stages:
+                raise InputError(f"{args.stages} but the assignment has {stages} stages", where="--stages")
+        else:
+            stages = _number(args.stages, "--stages", int)
         n_dev = len(caps) if caps is not None else stages
         kinds = None
         if args.kinds is not None:
@@ -128,11 +157,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         memory = _number(args.memory_gb, "--memory-gb") * 1e9 if args.memory_gb is not None else None
         if stages > n_dev:
             raise InputError(f"{stages} stages need at least as many devices; --capacities gives {n_dev}", where="--stages")
-        from tf_commopt.tf.model_files import load_graph  # profiles, or SavedModel/.keras/.h5/GraphDef imports
-        graph, source = load_graph(args.profile, device=args.device, batch_size=None if args.batch_size is None
-                                   else _number(args.batch_size, "--batch-size", int))
-        if "summary" in source and not args.quiet:
-            print(source["summary"], file=sys.stderr)
         if stages > len(graph):
             raise InputError(f"{stages} stages for a graph of {len(graph)} nodes", where="--stages")
         if kinds is not None:
@@ -150,9 +174,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                     print("\r" + text, end="", file=sys.stderr, flush=True)
                 elif gen % 5 == 0:
                     print(text, file=sys.stderr, flush=True)
-        plan = partition(graph, stages, method=args.method, capacities=caps, bandwidth_gbps=bw, latency_ms=lat,
-                         memory=memory, seed=seed, kinds=kinds, progress=progress,
-                         score=args.score, schedule=args.schedule, microbatches=micro)
+        if given:
+            plan = given_plan(graph, son, capacities=caps, bandwidth_gbps=bw, latency_ms=lat, memory=memory,
+                              kinds=kinds, schedule=args.schedule, microbatches=micro)
+        else:
+            plan = partition(graph, stages, method=args.method, capacities=caps, bandwidth_gbps=bw, latency_ms=lat,
+                             memory=memory, seed=seed, kinds=kinds, progress=progress,
+                             score=args.score, schedule=args.schedule, microbatches=micro)
         if progress is not None and sys.stderr.isatty():
             print("", file=sys.stderr)
         from tf_commopt.tf.stage_use import idle_stage_report

@@ -7,9 +7,12 @@ Example:
     >>> plan.num_stages
     2
 
-Modules: :mod:`objective` (the one cost model), :mod:`baselines` (layerwise, balanced, PipeDream DP),
-:mod:`local_search`, :mod:`genetic` (DEAP), :mod:`convexity` (repair), :mod:`api` (``partition``),
-:mod:`plan` (the result value), :mod:`synthetic` (branchy test graphs).
+Modules: :mod:`objective` (the additive objective), :mod:`pipemodel` (the pipeline time of GPipe /
+1F1B in closed form), :mod:`baselines` (layerwise, balanced, PipeDream DP and its tie-breaks),
+:mod:`local_search` and :mod:`genetic` (search on the objective), :mod:`pipesearch` (memetic local
+search and graph-aware GA on the pipeline time), :mod:`convexity` (repair), :mod:`api` (``partition``),
+:mod:`plan` (the result value), :mod:`synthetic` (branchy test graphs). This package does not import
+the simulator; choosing among candidates by simulation is :mod:`tf_commopt.core.planner`.
 """
 from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.core.partition.objective import Evaluation, Problem

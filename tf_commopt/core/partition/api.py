@@ -12,22 +12,25 @@ Methods (see the modules for the exact rules):
 
 * ``layerwise``: equal node counts over the graph's topological order, devices in cluster order.
 * ``balanced``: exact compute-balanced contiguous split (torchgpipe/DeepSpeed style).
-* ``pipedream``: PipeDream's DP with overlapped communication.
-* ``local``: graph local search (:mod:`local_search`) started from the balanced and PipeDream plans.
-* ``ga``: the DEAP memetic GA (:mod:`genetic`) seeded with all of the above plus the exact contiguous
-  optimum of our objective over two topological orders (Kahn's and depth-first).
+* ``pipedream``: PipeDream's DP with overlapped communication (and, under the pipeline score, the
+  fastest of its tied optima, :func:`baselines.pipedream_ties`).
+* ``local``: seeds + memetic local search on the pipeline time (:mod:`pipesearch`); under
+  ``score="objective"`` the objective's local search from the balanced and PipeDream plans.
+* ``ga``: the same + the graph-aware GA on the pipeline time (:mod:`pipesearch`); under
+  ``score="objective"`` the DEAP GA on the objective (:mod:`genetic`).
 
-``score="simulated"`` (``local`` and ``ga`` only; the baselines ignore it): the search is unchanged, but
-the returned plan is the candidate (every seed, every local-search result, the GA's final population)
-with the best simulated ``schedule`` time (:mod:`simrank`), so never worse in simulation than the
-``layerwise``, ``balanced`` and ``pipedream`` plans.
+``score``: ``"pipeline"`` (default here) searches and chooses by :class:`pipemodel.PipelineModel` for
+``schedule`` / ``microbatches`` (exact for GPipe); ``"simulated"`` makes the final choice with a ``rank``
+callable (the planner, :mod:`tf_commopt.core.planner`, passes the simulator's; this package never
+imports the simulator); ``"objective"`` is the additive objective alone (the earlier default).
 
-Device placement: the plan uses the ``num_stages`` fastest devices. ``balanced``, ``pipedream`` and the
-seeds of ``local``/``ga`` try the given device order, fastest-first and slowest-first (heterogeneous
-clusters only) and keep the best under the objective; ``local`` and ``ga`` then also swap devices.
+Device placement: the plan uses the ``num_stages`` fastest devices. Every method tries the given
+device order, fastest-first and slowest-first (heterogeneous clusters only) and keeps the best under
+its score; ``local`` and ``ga`` then also swap devices.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -39,10 +42,12 @@ from tf_commopt.core.partition.genetic import genetic
 from tf_commopt.core.partition.local_search import local_search
 from tf_commopt.core.partition.objective import Problem
 from tf_commopt.core.partition.plan import PartitionPlan
-from tf_commopt.core.partition.simrank import best_simulated, check_score, default_microbatches
+from tf_commopt.core.partition.pipemodel import PipelineModel
+from tf_commopt.core.partition.pipesearch import pipe_genetic, pipe_local_search
 from tf_commopt.errors import InputError
 
-__all__ = ["partition", "evaluate", "make_cluster", "METHODS"]
+__all__ = ["partition", "evaluate", "make_cluster", "cluster_record", "check_score", "default_microbatches",
+           "METHODS", "SCORES", "SCHEDULES"]
 
 METHODS = ("layerwise", "balanced", "pipedream", "local", "ga")
 Plan = Tuple[List[int], List[int]]
@@ -99,12 +104,48 @@ def _to_plan(p: Problem, method: str, stage: Sequence[int], devs: Sequence[int],
                          comm_bytes=ev.comm_bytes, search_s=search_s, graph_name=g.name, extra=extra)
 
 
+SCORES = ("pipeline", "objective", "simulated")
+SCHEDULES = ("gpipe", "1f1b")
+Ranker = Callable[[Problem, Sequence[Plan], Callable[[Sequence[int], Sequence[int]], PartitionPlan], int],
+                  Tuple[Plan, Dict]]
+
+
+def default_microbatches(schedule: str, num_stages: int) -> int:
+    """``4 K`` micro-batches for GPipe, ``8 K`` streamed mini-batches for 1F1B."""
+    return (4 if schedule == "gpipe" else 8) * num_stages
+
+
+def check_score(score: str, schedule: str, microbatches: Optional[int]) -> None:
+    """InputError naming the argument if ``score``/``schedule``/``microbatches`` is not valid."""
+    if score not in SCORES:
+        raise InputError(f"unknown score {score!r}; choose from {', '.join(SCORES)}", where="score")
+    if schedule not in SCHEDULES:
+        raise InputError(f"unknown schedule {schedule!r}; choose from {', '.join(SCHEDULES)}", where="schedule")
+    if microbatches is not None and (isinstance(microbatches, bool) or not isinstance(microbatches, int)
+                                     or microbatches < 1):
+        raise InputError(f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches")
+
+
+def cluster_record(cl: Cluster, memory: Union[None, float, Sequence[Optional[float]]] = None) -> Dict:
+    """The JSON record of a cluster a plan was made for (every device, the default link)."""
+    if memory is None:
+        mem = [d.memory_bytes for d in cl.devices]
+    elif isinstance(memory, (int, float)) and not isinstance(memory, bool):
+        mem = [float(memory)] * len(cl)
+    else:
+        mem = list(memory)
+    return {"capacities": [float(d.capacity) for d in cl.devices], "kinds": [d.kind for d in cl.devices],
+            "bandwidth_gbps": cl.default_link.bandwidth_gbps, "latency_ms": cl.default_link.latency_ms,
+            "memory_bytes": mem}
+
+
 def partition(graph: CostGraph, num_stages: int, method: str = "ga", capacities: Optional[Sequence[float]] = None,
               bandwidth_gbps: float = 10.0, latency_ms: float = 0.0,
               memory: Union[None, float, Sequence[Optional[float]]] = None, seed: int = 0,
               cluster: Optional[Cluster] = None, kinds: Union[None, str, Sequence[Optional[str]]] = None,
-              progress: Optional[Callable[[int, int, float], None]] = None, score: str = "objective",
-              schedule: str = "gpipe", microbatches: Optional[int] = None) -> PartitionPlan:
+              progress: Optional[Callable[[int, int, float], None]] = None, score: str = "pipeline",
+              schedule: str = "gpipe", microbatches: Optional[int] = None,
+              rank: Optional[Ranker] = None) -> PartitionPlan:
     """Partition ``graph`` into ``num_stages`` convex pipeline stages.
 
     Args:
@@ -118,66 +159,127 @@ def partition(graph: CostGraph, num_stages: int, method: str = "ga", capacities:
         cluster: a full :class:`Cluster` instead of capacities/kinds/bandwidth.
         kinds: device kind per device (or one for all), naming per-kind costs of the graph.
         progress: ``progress(generation, generations, best_ms)`` called by the GA.
-        score: ``"objective"`` (default) or ``"simulated"``: ``local``/``ga`` return the candidate with the
-            best simulated time (:mod:`simrank`); the search itself always uses the objective.
-        schedule: ``"gpipe"`` (iteration time) or ``"1f1b"`` (time per mini-batch in steady state), for
-            ``score="simulated"``.
-        microbatches: micro-batches simulated (default ``4 * num_stages`` for GPipe, ``8 * num_stages`` for 1F1B).
+        score: ``"pipeline"`` (default): search and choose by the time of ``schedule`` with
+            ``microbatches`` (:mod:`pipemodel`; exact for GPipe); ``"simulated"``: the same search, the
+            final choice by ``rank`` (the planner passes the simulator, :mod:`tf_commopt.core.planner`);
+            ``"objective"``: the additive objective of :mod:`objective` only (the earlier default).
+        schedule: ``"gpipe"`` (iteration time) or ``"1f1b"`` (time per mini-batch in steady state; the
+            memory model then counts stashed weight versions).
+        microbatches: GPipe micro-batches per mini-batch (default ``4 * num_stages``); for 1F1B the
+            number simulated by ``rank`` (default ``8 * num_stages``).
+        rank: ``rank(problem, candidates, to_plan, n_baselines) -> ((stage, devs), info)``, required by
+            ``"simulated"``; the first ``n_baselines`` candidates are the baseline plans.
+
+    Example:
+        >>> from tf_commopt.core.partition.synthetic import branchy_graph
+        >>> plan = partition(branchy_graph(60, seed=1), 3, method="ga", schedule="gpipe")
+        >>> plan.schedule, plan.microbatches, plan.extra["score"]
+        ('gpipe', 12, 'pipeline')
     """
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; choose from {', '.join(METHODS)}", where="method")
     if not isinstance(graph, CostGraph):
         raise InputError(f"graph must be a CostGraph, got {type(graph).__name__}", where="graph")
     check_score(score, schedule, microbatches)
+    if score == "simulated" and rank is None:
+        raise InputError("score='simulated' needs the simulator: call tf_commopt.core.planner.partition "
+                         "(or tf_commopt.partition.partition)", where="score")
     cl = make_cluster(num_stages, capacities, bandwidth_gbps, latency_ms, kinds, cluster)
     for d in cl.devices:
         if d.kind is not None and d.kind not in graph.kinds:
             raise InputError(f"device kind {d.kind!r} has no costs in the graph (kinds: {graph.kinds or 'none'})",
                              where=f"device {d.name!r}")
     t0 = time.perf_counter()
-    p = Problem(graph, cl, num_stages, memory)
+    m = microbatches or default_microbatches(schedule, num_stages)
+    p = Problem(graph, cl, num_stages, memory, stash_weights=(schedule == "1f1b" and score != "objective"))
     extra: Dict = {"bandwidth_gbps": cl.default_link.bandwidth_gbps, "latency_ms": cl.default_link.latency_ms,
-                   "seed": seed}
+                   "seed": seed, "score": score}
+    if score == "objective":
+        stage, devs = _objective_search(p, method, seed, progress, extra)
+    else:
+        stage, devs = _pipeline_search(p, method, seed, progress, extra, PipelineModel(p, schedule, m), rank)
+    plan = _to_plan(p, method, stage, devs, time.perf_counter() - t0, extra)
+    return dataclasses.replace(plan, cluster=cluster_record(cl, memory), schedule=schedule, microbatches=m)
+
+
+def _objective_search(p: Problem, method: str, seed: int, progress, extra: Dict) -> Plan:
+    """The additive-objective search (``score="objective"``)."""
     if method == "layerwise":
         devs = p.default_devices()
-        stage, devs = baselines.layerwise(p, devs), devs
-    elif method == "balanced":
-        stage, devs = _dp_method(p, baselines.balanced)
-    elif method == "pipedream":
-        stage, devs = _dp_method(p, baselines.pipedream)
-    else:
-        starts = [_dp_method(p, baselines.balanced), _dp_method(p, baselines.pipedream)]
-        locals_ = [local_search(p, s, d, seed=seed) for s, d in starts]
-        stage, devs = _best(p, locals_)
-        candidates: List[Plan] = []
-        if score == "simulated":            # every baseline plan is a candidate (the guarantee)
-            candidates.append((baselines.layerwise(p, p.default_devices()), p.default_devices()))
-            for fn in (baselines.balanced, baselines.pipedream):
-                candidates += [(fn(p, o), o) for o in _device_orders(p)]
-            candidates += starts + locals_
-        if method == "ga":
-            seeds: List[Plan] = [(baselines.layerwise(p, p.default_devices()), p.default_devices())]
-            seeds += starts + locals_
-            dfs = dfs_topological_order(p.pred, p.succ)
-            for o in _device_orders(p):
-                for perm in (None, dfs):
-                    s = baselines.contiguous_optimal(p, o, perm)
-                    seeds.append((s, o))
-                    seeds.append(local_search(p, s, o, seed=seed))
-            seeds.sort(key=lambda sd: p.objective(*sd))
-            stage, devs, info = genetic(p, seeds, seed=seed, progress=progress)
-            extra.update({k: v for k, v in info.items() if k not in ("history", "population")})
-            if score == "simulated":
-                candidates += seeds + info["population"]
-        if score == "simulated":
-            m = microbatches or default_microbatches(schedule, num_stages)
-            (stage, devs), sinfo = best_simulated(p, candidates,
-                                                  lambda s_, d_: _to_plan(p, method, s_, d_, 0.0, {}), schedule, m)
-            extra.update(sinfo)
-    if score == "simulated" and method in ("local", "ga"):
-        extra.update({"score": score, "schedule": schedule,
-                      "microbatches": microbatches or default_microbatches(schedule, num_stages)})
-    return _to_plan(p, method, stage, devs, time.perf_counter() - t0, extra)
+        return baselines.layerwise(p, devs), devs
+    if method == "balanced":
+        return _dp_method(p, baselines.balanced)
+    if method == "pipedream":
+        return _dp_method(p, baselines.pipedream)
+    starts = [_dp_method(p, baselines.balanced), _dp_method(p, baselines.pipedream)]
+    locals_ = [local_search(p, s, d, seed=seed) for s, d in starts]
+    stage, devs = _best(p, locals_)
+    if method == "ga":
+        seeds: List[Plan] = [(baselines.layerwise(p, p.default_devices()), p.default_devices())]
+        seeds += starts + locals_
+        dfs = dfs_topological_order(p.pred, p.succ)
+        for o in _device_orders(p):
+            for perm in (None, dfs):
+                s = baselines.contiguous_optimal(p, o, perm)
+                seeds.append((s, o))
+                seeds.append(local_search(p, s, o, seed=seed))
+        seeds.sort(key=lambda sd: p.objective(*sd))
+        stage, devs, info = genetic(p, seeds, seed=seed, progress=progress)
+        extra.update({k: v for k, v in info.items() if k not in ("history", "population")})
+    return stage, devs
+
+
+def _pipeline_search(p: Problem, method: str, seed: int, progress, extra: Dict, model: PipelineModel,
+                     rank: Optional[Ranker]) -> Plan:
+    """Search and choose by the pipeline time (``score="pipeline"`` / ``"simulated"``).
+
+    Baselines keep their own rule for the split; among their device orders (and, for ``pipedream``,
+    among the splits tied at PipeDream's optimum) the pipeline time chooses. ``local``: every seed
+    (layerwise; balanced, PipeDream's ties and the exact contiguous optimum of the additive objective
+    over Kahn's and depth-first orders, each under every device order; local-search results on the
+    objective) then the memetic descent on the pipeline time from the best four. ``ga``: the same,
+    then :func:`pipesearch.pipe_genetic` from all of them.
+    """
+    def key(sd: Plan):
+        return (float(f"{model.time(*sd):.12g}"), float(f"{p.evaluate(*sd).comm_bytes:.12g}"))
+
+    orders = _device_orders(p)
+    lw = (baselines.layerwise(p, p.default_devices()), p.default_devices())
+    bal = [(baselines.balanced(p, o), o) for o in orders]
+    pd = [(s, o) for o in orders for s in baselines.pipedream_ties(p, o)]
+    if method == "layerwise":
+        return lw
+    if method == "balanced":
+        return min(bal, key=key)
+    if method == "pipedream":
+        return min(pd, key=key)
+    dfs = dfs_topological_order(p.pred, p.succ)
+    seeds: List[Plan] = [lw] + bal + pd
+    seeds += [(baselines.contiguous_optimal(p, o, perm), o) for o in orders for perm in (None, dfs)]
+    starts = [_dp_method(p, baselines.balanced), _dp_method(p, baselines.pipedream)]
+    seeds += [local_search(p, s, d, seed=seed) for s, d in starts]
+    uniq: Dict[Tuple, Plan] = {}
+    for sd in seeds:
+        uniq.setdefault(tuple(sd[0]) + (-1,) + tuple(sd[1]), (list(sd[0]), list(sd[1])))
+    seeds = sorted(uniq.values(), key=key)
+    extra["seeds_best_ms"] = key(seeds[0])[0]
+    t_ls = time.perf_counter()
+    improved = [pipe_local_search(p, model, s, d, seed=seed) for s, d in seeds[:4]]
+    extra["local_s"] = time.perf_counter() - t_ls
+    candidates = seeds + improved
+    extra["local_best_ms"] = min(key(c) for c in candidates)[0]
+    if method == "ga":
+        stage, devs, info = pipe_genetic(p, model, candidates, seed=seed, progress=progress)
+        candidates = candidates + info["population"]
+        extra.update({k: v for k, v in info.items() if k not in ("history", "population")})
+        extra["ga_best_ms"] = key((stage, devs))[0]
+    best = min(candidates, key=key)
+    extra["model_ms"] = key(best)[0]
+    if rank is not None:
+        base = [lw] + bal + pd
+        best, sinfo = rank(p, base + candidates, lambda s_, d_: _to_plan(p, "candidate", s_, d_, 0.0, {}), len(base))
+        extra.update(sinfo)
+    return best
 
 
 def evaluate(graph: CostGraph, stage_of_node: Dict[str, int], device_of_stage: Optional[Sequence[int]] = None,

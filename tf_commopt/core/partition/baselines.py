@@ -22,7 +22,9 @@ the prefix with a consumer outside it (an antichain's activations, as in PipeDre
 * ``pipedream`` (Narayanan et al., SOSP'19, msr-fiddle/pipedream ``optimizer/optimizer_graph_hierarchical.py``,
   straight pipeline, no replication): ``A[m][j] = min_i max(A[m-1][i], T(i, j))`` with
   ``T(i, j) = max(compute(i..j)/capacity, 2*transfer(cut(i)), 2*transfer(cut(j)))`` — communication
-  overlapped with compute, as PipeDream models it — plus our memory penalty.
+  overlapped with compute, as PipeDream models it — plus our memory penalty. Ties between optimal
+  bottlenecks can be broken by a second DP over the splits whose every stage is within the optimum
+  (smallest sum of squared stage costs, or of squared compute): :func:`pipedream_ties`.
 * ``contiguous_optimal``: the same DP with *our* additive stage time
   ``compute(i..j)/capacity + 2*transfer(cut(j)) + penalty``: the exact optimum of :mod:`objective`
   over contiguous splits of ``perm`` (used to seed the genetic algorithm).
@@ -35,7 +37,7 @@ import numpy as np
 
 from tf_commopt.core.partition.objective import Problem
 
-__all__ = ["layerwise", "balanced", "pipedream", "contiguous_optimal", "cut_bytes", "labels_from_bounds"]
+__all__ = ["layerwise", "balanced", "pipedream", "pipedream_ties", "contiguous_optimal", "cut_bytes", "labels_from_bounds"]
 
 
 def labels_from_bounds(p: Problem, perm: Sequence[int], bounds: Sequence[int]) -> List[int]:
@@ -121,24 +123,31 @@ def _balanced_bounds(p: Problem, devs: Sequence[int], perm: Sequence[int]) -> Li
 
 def _dp(p: Problem, devs: Sequence[int], perm: Sequence[int],
         stage_cost: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
-        compute_pref: Sequence[np.ndarray]) -> List[int]:
+        compute_pref: Sequence[np.ndarray], bound: Optional[float] = None,
+        secondary: Optional[Callable[[int, np.ndarray, np.ndarray], np.ndarray]] = None) -> List[int]:
     """Minimise the max stage cost over contiguous splits: ``stage_cost(m, i, j)`` is a matrix (i x j).
 
     ``compute_pref[m]`` are prefix sums of stage m's compute, a lower bound of its cost: starts ``i``
     whose compute alone exceeds the cost of a known split (the balanced one) are skipped (exactness kept).
+    With ``bound``: among splits whose every stage costs at most ``bound``, minimise the sum over stages
+    of ``secondary(m, i, j)`` instead (default: the squared stage cost), the tie-break among optimal
+    bottlenecks.
     """
     K, n = p.K, p.n
     INF = float("inf")
-    bb = _balanced_bounds(p, devs, perm)
-    ub = max(float(stage_cost(m, np.array([bb[m]]), np.array([bb[m + 1]]))[0, 0]) for m in range(K))
-    ub = ub * (1 + 1e-9) + 1e-12
+    if bound is None:
+        bb = _balanced_bounds(p, devs, perm)
+        ub = max(float(stage_cost(m, np.array([bb[m]]), np.array([bb[m + 1]]))[0, 0]) for m in range(K))
+        ub = ub * (1 + 1e-9) + 1e-12
+    else:
+        ub = bound
     A = np.full((K + 1, n + 1), INF)
     arg = np.zeros((K + 1, n + 1), dtype=np.int64)
     A[0, 0] = 0.0
     for m in range(1, K + 1):
         jlo, jhi = m, n - (K - m)                       # stage m-1 ends at j, leaving >= 1 node per later stage
         js = np.arange(jlo, jhi + 1)
-        ok = np.nonzero(A[m - 1, :jhi] <= ub)[0]        # prefixes that can still lead to a split <= ub
+        ok = np.nonzero(A[m - 1, :jhi] < INF)[0] if bound is not None else np.nonzero(A[m - 1, :jhi] <= ub)[0]
         pm = compute_pref[m - 1]
         for c0 in range(0, js.size, 256):
             jj = js[c0:c0 + 256]
@@ -147,7 +156,11 @@ def _dp(p: Problem, devs: Sequence[int], perm: Sequence[int],
             if ii.size == 0:
                 continue
             cost = stage_cost(m - 1, ii, jj)            # (len(ii), len(jj))
-            tot = np.maximum(A[m - 1, ii][:, None], cost)
+            if bound is None:
+                tot = np.maximum(A[m - 1, ii][:, None], cost)
+            else:
+                sec = cost * cost if secondary is None else secondary(m - 1, ii, jj)
+                tot = A[m - 1, ii][:, None] + np.where(cost <= bound, sec, INF)
             tot[ii[:, None] >= jj[None, :]] = INF
             k = np.argmin(tot, axis=0)
             A[m, jj] = tot[k, np.arange(jj.size)]
@@ -173,14 +186,23 @@ def _parts(p: Problem, devs: Sequence[int], perm: Sequence[int]):
         cap = p.mem_cap[devs[m]]
         if cap is None:
             return 0.0
-        mem = (par[j][None, :] - par[i][:, None]) + (p.K - m) * (act[j][None, :] - act[i][:, None])
+        mem = p.weight_versions[m] * (par[j][None, :] - par[i][:, None]) + (p.K - m) * (act[j][None, :] - act[i][:, None])
         return p.penalty_factor * np.maximum(mem - cap, 0.0) / cap
 
     return pref, cut, comm, penalty
 
 
-def pipedream(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = None) -> List[int]:
-    """PipeDream's straight-pipeline DP (communication overlapped: max, not sum)."""
+def pipedream(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = None,
+              tie_break: str = "none") -> List[int]:
+    """PipeDream's straight-pipeline DP (communication overlapped: max, not sum).
+
+    ``tie_break`` among the splits with the optimal bottleneck: ``"none"`` (whichever the DP's argmin
+    keeps, as PipeDream's optimizer does), ``"cost2"`` (smallest sum of squared stage costs) or
+    ``"compute2"`` (smallest sum of squared stage compute): the even splits a pipeline prefers, since it
+    runs its non-bottleneck stages in its fill and drain. See :func:`pipedream_ties`.
+    """
+    if tie_break not in ("none", "cost2", "compute2"):
+        raise ValueError(f"unknown tie_break {tie_break!r}")
     perm = list(range(p.n)) if perm is None else perm
     pref, cut, comm, penalty = _parts(p, devs, perm)
 
@@ -190,7 +212,28 @@ def pipedream(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = N
         t_out = comm(m, cut[j])
         return np.maximum(np.maximum(compute, t_in[:, None]), t_out[None, :]) + penalty(m, i, j)
 
-    return _dp(p, devs, perm, cost, pref)
+    stage = _dp(p, devs, perm, cost, pref)
+    if tie_break == "none":
+        return stage
+    bounds = [0] + [i + 1 for i in range(p.n - 1) if stage[perm[i]] != stage[perm[i + 1]]] + [p.n]
+    best = max(float(cost(m, np.array([bounds[m]]), np.array([bounds[m + 1]]))[0, 0]) for m in range(p.K))
+    sec = None
+    if tie_break == "compute2":
+        def sec(m, i, j):
+            c = pref[m][j][None, :] - pref[m][i][:, None]
+            return c * c
+    return _dp(p, devs, perm, cost, pref, bound=best * (1 + 1e-9) + 1e-12, secondary=sec)
+
+
+def pipedream_ties(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = None) -> List[List[int]]:
+    """The distinct PipeDream-optimal splits under the three tie-breaks (``none``, ``cost2``, ``compute2``);
+    the caller keeps the one a pipeline runs fastest (:func:`tf_commopt.core.partition.api.partition`)."""
+    out: List[List[int]] = []
+    for tb in ("none", "cost2", "compute2"):
+        s = pipedream(p, devs, perm, tie_break=tb)
+        if s not in out:
+            out.append(s)
+    return out
 
 
 def contiguous_optimal(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = None) -> List[int]:

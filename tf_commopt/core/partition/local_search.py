@@ -49,6 +49,7 @@ class State:
         self.devs = list(devs)
         self.comp_rows, self.act, self.param = p.comp_lists, p.act_list, p.param_list
         self.ck = [np.bincount(st, weights=row, minlength=K).tolist() for row in p.comp]
+        self.ckf = [np.bincount(st, weights=row, minlength=K).tolist() for row in p.fwd]   # forward part
         self.acts = np.bincount(st, weights=p.act, minlength=K).tolist()
         self.pars = np.bincount(st, weights=p.param, minlength=K).tolist()
         order = np.argsort(st, kind="stable")
@@ -97,7 +98,7 @@ class State:
         if s < p.K - 1:
             c += p.comm_ms(self.hop[s] if hop_s is None else hop_s, d, devs[s + 1])
         if p.mem_cap[d] is not None:
-            mem = (self.pars[s] if pars_s is None else pars_s) + (p.K - s) * (self.acts[s] if acts_s is None else acts_s)
+            mem = p.weight_versions[s] * (self.pars[s] if pars_s is None else pars_s) + (p.K - s) * (self.acts[s] if acts_s is None else acts_s)
             c += p.penalty_ms(mem, d)
         return c
 
@@ -156,6 +157,10 @@ class State:
         dpar = sum(self.param[v] for v in M)
         return dck, dact, dpar, self.hop[h] + dhop
 
+    def delta_fwd(self, M: Sequence[int]) -> List[float]:
+        """Forward ms per kind that ``M`` carries."""
+        return [sum(row[v] for v in M) for row in self.p.fwd_lists]
+
     def try_move(self, M: Sequence[int], s: int, t: int) -> Tuple[float, float]:
         """New times of stages s and t if ``M`` moved (nothing changes)."""
         dck, dact, dpar, hop_h = self._delta(M, s, t)
@@ -170,9 +175,12 @@ class State:
     def apply_move(self, M: Sequence[int], s: int, t: int) -> None:
         dck, dact, dpar, hop_h = self._delta(M, s, t)
         p = self.p
+        dckf = self.delta_fwd(M)
         for k in range(len(p.kinds)):
             self.ck[k][s] -= dck[k]
             self.ck[k][t] += dck[k]
+            self.ckf[k][s] -= dckf[k]
+            self.ckf[k][t] += dckf[k]
         self.acts[s] -= dact
         self.acts[t] += dact
         self.pars[s] -= dpar

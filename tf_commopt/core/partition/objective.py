@@ -23,8 +23,9 @@ The exact rule (stages ``0..K-1`` in pipeline order, stage ``s`` on device ``d(s
 * **Communication**: stage ``s`` sends its outgoing activations and receives the gradients coming back:
   ``comm(s) = 2 * (latency + B(s) / bandwidth(d(s), d(s+1)))`` if ``B(s) > 0`` else 0 (the last stage
   has no outgoing hop).
-* **Memory**: ``mem(s) = params(s) + (K - s) * activations(s)`` (1F1B keeps up to ``K - s`` micro-batches'
-  activations stashed on stage ``s``). Over a device's cap, stage ``s`` pays
+* **Memory**: ``mem(s) = V(s) * params(s) + (K - s) * activations(s)`` (1F1B keeps up to ``K - s``
+  micro-batches' activations stashed on stage ``s``; ``V(s) = K - s`` stashed weight versions with
+  ``Problem(..., stash_weights=True)``, i.e. when partitioning for the asynchronous 1F1B schedule, else 1). Over a device's cap, stage ``s`` pays
   ``penalty(s) = P * (mem(s) - cap) / cap`` with ``P = 1000 * (1 + total compute ms / smallest
   capacity)``, so any plan that fits beats any plan that does not.
 * **Objective** (minimised): ``max_s compute(s) + comm(s) + penalty(s)``. ``comm_bytes = 2 * sum_h B(h)``
@@ -40,6 +41,7 @@ import numpy as np
 
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster
+from tf_commopt.core.stagecost import hop_bytes_array, transfer_ms
 from tf_commopt.errors import InputError, PlanError
 
 __all__ = ["Problem", "Evaluation"]
@@ -79,10 +81,12 @@ class Problem:
         num_stages: K.
         memory: optional memory cap in bytes for every device (a number) or per device (a list);
             overrides the devices' own ``memory_bytes`` where given.
+        stash_weights: count 1F1B's stashed weight versions in the memory model (stage ``s`` holds
+            ``K - s`` versions of its parameters, one per micro-batch in flight).
     """
 
     def __init__(self, graph: CostGraph, cluster: Cluster, num_stages: int,
-                 memory: Union[None, float, Sequence[Optional[float]]] = None):
+                 memory: Union[None, float, Sequence[Optional[float]]] = None, stash_weights: bool = False):
         if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
             raise InputError(f"number of stages must be a positive integer, got {num_stages!r}")
         if num_stages > len(graph):
@@ -90,6 +94,9 @@ class Problem:
         if num_stages > len(cluster):
             raise InputError(f"{num_stages} stages need at least as many devices; cluster has {len(cluster)}")
         self.graph, self.cluster, self.K = graph, cluster, num_stages
+        self.stash_weights = bool(stash_weights)
+        # weight versions held by stage s: 1, or K - s with 1F1B's weight stashing (one per micro-batch in flight)
+        self.weight_versions: List[int] = [num_stages - s if stash_weights else 1 for s in range(num_stages)]
         self.order: List[str] = graph.topological_order()
         self.index = {n: i for i, n in enumerate(self.order)}
         n = self.n = len(self.order)
@@ -109,10 +116,12 @@ class Problem:
                 kinds.append(d.kind)
         self.kinds = kinds
         self.kind_of_dev = [kinds.index(d.kind) for d in cluster.devices]
-        self.comp = np.array([[graph.compute_ms(v, k) for v in self.order] for k in kinds], dtype=float)
+        self.fwd = np.array([[graph.forward_ms(v, k) for v in self.order] for k in kinds], dtype=float)
+        self.comp = self.fwd + np.array([[graph.backward_ms(v, k) for v in self.order] for k in kinds], dtype=float)
         self.cap = [float(d.capacity) for d in cluster.devices]
         # plain-list copies for the incremental (pure Python) evaluation of local search
         self.comp_lists: List[List[float]] = [row.tolist() for row in self.comp]
+        self.fwd_lists: List[List[float]] = [row.tolist() for row in self.fwd]
         self.act_list: List[float] = self.act.tolist()
         self.param_list: List[float] = self.param.tolist()
         if memory is None:
@@ -134,9 +143,7 @@ class Problem:
     # ------------------------------------------------------------------ pieces
     def comm_ms(self, nbytes: float, da: int, db: int) -> float:
         """Time charged to the sending stage for ``nbytes`` activations out and their gradients back."""
-        if nbytes <= 1e-9:
-            return 0.0
-        return 2.0 * (self.lat[da][db] + nbytes / self.bpm[da][db])
+        return 2.0 * transfer_ms(nbytes, self.bpm[da][db], self.lat[da][db])
 
     def penalty_ms(self, mem: float, dev: int) -> float:
         cap = self.mem_cap[dev]
@@ -170,18 +177,11 @@ class Problem:
         st = np.asarray(stage, dtype=np.int64)
         per_kind = [np.bincount(st, weights=self.comp[k], minlength=K) for k in range(len(self.kinds))]
         compute = [float(per_kind[self.kind_of_dev[d]][s]) / self.cap[d] for s, d in enumerate(devs)]
-        last = st.copy()
-        if self.eu.size:
-            np.maximum.at(last, self.eu, st[self.ev])
-        w = np.where(last > st, self.act, 0.0)
-        diff = np.bincount(st, weights=w, minlength=K + 1) - np.bincount(last, weights=w, minlength=K + 1)
-        hop = np.cumsum(diff)[:K]
-        hop[K - 1] = 0.0
-        hop = [max(0.0, float(h)) for h in hop]
+        hop = hop_bytes_array(st, self.eu, self.ev, self.act, K) + [0.0]
         comm = [self.comm_ms(hop[s], devs[s], devs[s + 1]) if s < K - 1 else 0.0 for s in range(K)]
         par = np.bincount(st, weights=self.param, minlength=K)
         acts = np.bincount(st, weights=self.act, minlength=K)
-        mem = [float(par[s] + (K - s) * acts[s]) for s in range(K)]
+        mem = [float(self.weight_versions[s] * par[s] + (K - s) * acts[s]) for s in range(K)]
         pen = [self.penalty_ms(mem[s], devs[s]) for s in range(K)]
         obj = max(c + m + p for c, m, p in zip(compute, comm, pen))
         return Evaluation(compute, comm, pen, hop, mem, obj, 2.0 * sum(hop))

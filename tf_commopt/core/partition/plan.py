@@ -38,6 +38,11 @@ class PartitionPlan:
         search_s: wall seconds the search took.
         graph_name: name of the graph partitioned.
         extra: method-specific details (JSON-serialisable).
+        cluster: the cluster the plan was made for: ``capacities``, ``kinds`` and ``memory_bytes`` of
+            every device, ``bandwidth_gbps`` and ``latency_ms`` of the links (None in plans written
+            before the field existed).
+        schedule: the schedule it was scored for (``"gpipe"`` / ``"1f1b"``), or None.
+        microbatches: the micro-batches it was scored for, or None.
     """
 
     method: str
@@ -51,6 +56,9 @@ class PartitionPlan:
     search_s: float = 0.0
     graph_name: str = ""
     extra: Dict[str, Any] = field(default_factory=dict)
+    cluster: Optional[Dict[str, Any]] = None
+    schedule: Optional[str] = None
+    microbatches: Optional[int] = None
 
     @property
     def num_stages(self) -> int:
@@ -120,6 +128,13 @@ class PartitionPlan:
         method = d["method"]
         if not isinstance(method, str):
             raise PlanError("method must be a string", where=where)
+        cluster = _cluster(d.get("cluster"), k, where)
+        schedule = d.get("schedule")
+        if schedule is not None and schedule not in ("gpipe", "1f1b", "1f1b_flush"):
+            raise PlanError(f"schedule {schedule!r} is not one of gpipe, 1f1b, 1f1b_flush", where=where)
+        micro = d.get("microbatches")
+        if micro is not None and (isinstance(micro, bool) or not isinstance(micro, int) or micro < 1):
+            raise PlanError(f"microbatches = {micro!r} is not a positive integer", where=where)
         return cls(
             method=method,
             stage_of_node={str(n): int(s) for n, s in son.items()},
@@ -129,6 +144,9 @@ class PartitionPlan:
             search_s=_num(d.get("search_s", 0.0), "search_s", where),
             graph_name=str(d.get("graph_name", "")),
             extra=dict(extra),
+            cluster=cluster,
+            schedule=schedule,
+            microbatches=micro,
             **lists,
         )
 
@@ -172,3 +190,30 @@ def _num(x: Any, what: str, where: str) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(float(x) if abs(x) < 1e308 else math.inf):
         raise PlanError(f"{what} = {str(x)[:40]} is not a finite number", where=where)
     return float(x)
+
+
+def _cluster(c: Any, k: int, where: str) -> Optional[Dict[str, Any]]:
+    """Validate a plan's ``cluster`` record (None stays None: plans from before the field)."""
+    if c is None:
+        return None
+    if not isinstance(c, Mapping):
+        raise PlanError("cluster must be an object", where=where)
+    caps = c.get("capacities")
+    if not isinstance(caps, list) or len(caps) < k:
+        raise PlanError(f"cluster.capacities must be a list of at least {k} numbers", where=where)
+    caps = [_num(x, f"cluster.capacities[{i}]", where) for i, x in enumerate(caps)]
+    if any(x <= 0 for x in caps):
+        raise PlanError("cluster.capacities must be positive", where=where)
+    n = len(caps)
+    kinds = c.get("kinds", [None] * n)
+    if not isinstance(kinds, list) or len(kinds) != n or any(x is not None and not isinstance(x, str) for x in kinds):
+        raise PlanError(f"cluster.kinds must be a list of {n} strings or nulls", where=where)
+    mem = c.get("memory_bytes", [None] * n)
+    if not isinstance(mem, list) or len(mem) != n:
+        raise PlanError(f"cluster.memory_bytes must be a list of {n} numbers or nulls", where=where)
+    mem = [None if x is None else _num(x, f"cluster.memory_bytes[{i}]", where) for i, x in enumerate(mem)]
+    bw = _num(c.get("bandwidth_gbps", 10.0), "cluster.bandwidth_gbps", where)
+    lat = _num(c.get("latency_ms", 0.0), "cluster.latency_ms", where)
+    if bw <= 0 or lat < 0:
+        raise PlanError("cluster.bandwidth_gbps must be > 0 and cluster.latency_ms >= 0", where=where)
+    return {"capacities": caps, "kinds": list(kinds), "bandwidth_gbps": bw, "latency_ms": lat, "memory_bytes": mem}

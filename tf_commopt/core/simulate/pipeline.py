@@ -23,20 +23,23 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Union
 
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster
-from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.core.schedule import SCHEDULES, Schedule
+from tf_commopt.core import stagecost
 from tf_commopt.core.simulate.engine import Job, RankCost
 from tf_commopt.core.simulate.result import SimResult, simulate_job
 from tf_commopt.errors import InputError, PlanError
 
+if TYPE_CHECKING:  # the plan is a value; simulate does not import the partitioner
+    from tf_commopt.core.partition.plan import PartitionPlan
+
 __all__ = ["hop_bytes", "stage_costs", "pipeline_job", "simulate_pipeline"]
 
 
-def _stages(graph: CostGraph, plan: PartitionPlan) -> Dict[str, int]:
+def _stages(graph: CostGraph, plan: "PartitionPlan") -> Dict[str, int]:
     where = f"plan {plan.method!r}"
     son = plan.stage_of_node
     missing = [n for n in graph.topological_order() if n not in son]
@@ -53,7 +56,8 @@ def _stages(graph: CostGraph, plan: PartitionPlan) -> Dict[str, int]:
 
 
 def hop_bytes(graph: CostGraph, stage_of_node: Mapping[str, int], num_stages: int) -> List[float]:
-    """Bytes (per mini-batch, forward direction) crossing each boundary ``h -> h+1``.
+    """Bytes (per mini-batch, forward direction) crossing each boundary ``h -> h+1``: the shared rule
+    :func:`tf_commopt.core.stagecost.hop_bytes` (the partitioner's objective uses the same function).
 
     >>> from tf_commopt.core.costgraph import CostGraph, Node
     >>> g = CostGraph([Node("a", 1, 1, activation_bytes=10), Node("b", 1, 1, activation_bytes=3),
@@ -61,17 +65,10 @@ def hop_bytes(graph: CostGraph, stage_of_node: Mapping[str, int], num_stages: in
     >>> hop_bytes(g, {"a": 0, "b": 1, "c": 2}, 3)      # a's output is relayed through stage 1
     [10.0, 13.0]
     """
-    out = [0.0] * max(0, num_stages - 1)
-    for u in graph.topological_order():
-        su = stage_of_node[u]
-        last = max((stage_of_node[v] for v in graph.successors(u)), default=su)
-        nbytes = graph[u].activation_bytes
-        for h in range(su, last):
-            out[h] += nbytes
-    return out
+    return [h if h > stagecost.EPS_BYTES else 0.0 for h in stagecost.hop_bytes(graph, stage_of_node, num_stages)]
 
 
-def stage_costs(graph: CostGraph, plan: PartitionPlan, cluster: Cluster) -> List[Tuple[float, float]]:
+def stage_costs(graph: CostGraph, plan: "PartitionPlan", cluster: Cluster) -> List[Tuple[float, float]]:
     """``(forward_ms, backward_ms)`` of each stage per mini-batch on its device (capacity and kind applied)."""
     son = _stages(graph, plan)
     k = plan.num_stages
@@ -90,7 +87,7 @@ def stage_costs(graph: CostGraph, plan: PartitionPlan, cluster: Cluster) -> List
     return costs
 
 
-def pipeline_job(graph: CostGraph, plan: PartitionPlan, schedule: Union[str, Schedule] = "gpipe",
+def pipeline_job(graph: CostGraph, plan: "PartitionPlan", schedule: Union[str, Schedule] = "gpipe",
                  microbatches: int = 4, cluster: Optional[Cluster] = None, bandwidth_gbps: float = 10.0,
                  latency_ms: float = 0.0, split: Optional[int] = None,
                  micro_profile: Optional[CostGraph] = None, optimizer_ms: float = 0.0) -> Job:
@@ -122,7 +119,7 @@ def pipeline_job(graph: CostGraph, plan: PartitionPlan, schedule: Union[str, Sch
     return Job(sched, ranks, cluster, msgs, {}, split=split)
 
 
-def simulate_pipeline(graph: CostGraph, plan: PartitionPlan, schedule: Union[str, Schedule] = "gpipe",
+def simulate_pipeline(graph: CostGraph, plan: "PartitionPlan", schedule: Union[str, Schedule] = "gpipe",
                       microbatches: int = 4, cluster: Optional[Cluster] = None, bandwidth_gbps: float = 10.0,
                       latency_ms: float = 0.0, split: Optional[int] = None,
                       micro_profile: Optional[CostGraph] = None, optimizer_ms: float = 0.0) -> SimResult:
