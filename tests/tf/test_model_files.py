@@ -161,7 +161,7 @@ def test_sim_cli_takes_a_keras_file(exported, tmp_path, capsys):
     assert part(["--profile", keras_file, "--stages", "2", "--method", "balanced", "--batch-size", str(B),
                  "--bandwidth-gbps", "1000", "--out", str(tmp_path / "p.json"), "--quiet"]) == 0
     capsys.readouterr()
-    assert sim(["--profile", keras_file, "--plan", str(tmp_path / "p.json"), "--schedule", "gpipe",
-                "--microbatches", "2", "--batch-size", str(B)]) == 0
+    # the plan carries its schedule and micro-batches (gpipe, 4 x stages); sim uses them
+    assert sim(["--profile", keras_file, "--plan", str(tmp_path / "p.json"), "--batch-size", str(B)]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["cost_model"]["batch_size"] == B and res["iteration_ms"] > 0
