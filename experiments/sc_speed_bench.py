@@ -166,7 +166,8 @@ def _parse(setting: str, n: int, flag: str) -> List[str]:
 
 
 def _record(rec: Dict[str, Any]) -> None:
-    rec = dict(rec, when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), command=" ".join(sys.argv))
+    rec = dict(rec, when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), command="python -m experiments.sc_speed_bench " + " ".join(sys.argv[1:]),
+               load_average_1m=round(os.getloadavg()[0], 2), cores=os.cpu_count())
     print(json.dumps(rec), flush=True)
     if FLAGS.out:
         with open(FLAGS.out, "a", encoding="utf-8") as f:
