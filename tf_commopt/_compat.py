@@ -22,7 +22,7 @@ from tf_commopt.errors import TfCommoptError
 
 __all__ = ["SUPPORTED_TF", "INTERNALS", "check_internals", "host_variable", "values", "mirrored_strategy",
            "collective_all_reduce_strategy", "collective_util", "distribute_lib", "tfconfig_cluster_resolver",
-           "resource_variable_ops", "save_context", "trackable_base"]
+           "resource_variable_ops", "save_context", "trackable_base", "tf_keras_internals"]
 
 SUPPORTED_TF: Tuple[str, ...] = ("2.21",)
 """TensorFlow major.minor versions this release was tested with (tf-keras must match)."""
@@ -84,3 +84,38 @@ def host_variable(value: Any, dtype: tf.DType, name: str) -> tf.Variable:
     """
     with tf.init_scope(), tf.device("/CPU:0"):
         return resource_variable_ops.ResourceVariable(tf.constant(value, dtype), name=name, trainable=False)
+
+
+# ---- private tf-keras modules (tf_keras.src.*), used by tf_commopt/distribute/_keras_hooks.py -------
+def tf_keras_internals() -> Any:
+    """The tf-keras private modules the Keras hooks patch, or None when tf-keras is not installed.
+
+    >>> tk = tf_keras_internals()   # doctest: +SKIP
+    >>> tk.loss_scale_optimizer.LossScaleOptimizerV3   # doctest: +SKIP
+    """
+    try:
+        from tf_keras.src import callbacks
+        from tf_keras.src.distribute import worker_training_state
+        from tf_keras.src.engine import training
+        from tf_keras.src.mixed_precision import loss_scale_optimizer
+        from tf_keras.src.optimizers import optimizer
+        from tf_keras.src.optimizers.legacy import optimizer_v2
+    except ImportError:
+        return None
+    import types
+    return types.SimpleNamespace(callbacks=callbacks, worker_training_state=worker_training_state,
+                                 training=training, loss_scale_optimizer=loss_scale_optimizer,
+                                 optimizer=optimizer, optimizer_v2=optimizer_v2)
+
+
+_tk = tf_keras_internals()
+if _tk is not None:
+    INTERNALS += [
+        (_tk.loss_scale_optimizer, "strategy_supports_loss_scaling"),
+        (_tk.loss_scale_optimizer, "LossScaleOptimizer"), (_tk.loss_scale_optimizer, "LossScaleOptimizerV3"),
+        (_tk.loss_scale_optimizer, "_DynamicLossScaleState"),
+        (_tk.callbacks.BackupAndRestore, "on_train_begin"),  # it reads self._supported_strategies (set in __init__)
+        (_tk.worker_training_state.WorkerTrainingState, "back_up"),
+        (_tk.optimizer.Optimizer, "apply_gradients"), (_tk.optimizer_v2.OptimizerV2, "apply_gradients"),
+        (_tk.training.Model, "save_weights"),
+    ]
