@@ -115,7 +115,7 @@ if _tk is not None:
         (_tk.loss_scale_optimizer, "LossScaleOptimizer"), (_tk.loss_scale_optimizer, "LossScaleOptimizerV3"),
         (_tk.loss_scale_optimizer, "_DynamicLossScaleState"),
         (_tk.callbacks.BackupAndRestore, "on_train_begin"),  # it reads self._supported_strategies (set in __init__)
-        (_tk.worker_training_state.WorkerTrainingState, "back_up"),
+        (_tk.worker_training_state.WorkerTrainingState, "back_up"), (_tk.callbacks.TensorBoard, "on_train_begin"),
         (_tk.optimizer.Optimizer, "apply_gradients"), (_tk.optimizer_v2.OptimizerV2, "apply_gradients"),
         (_tk.training.Model, "save_weights"),
     ]

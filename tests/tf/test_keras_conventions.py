@@ -130,3 +130,104 @@ def test_mixed_float16_a_non_finite_gradient_on_one_replica_skips_the_step_every
     assert int(model.optimizer.iterations.numpy()) == 1
     assert strategy.extended.correction_state(model.optimizer.inner_optimizer) is None or \
         int(strategy.extended.correction_state(model.optimizer.inner_optimizer).local_steps.numpy()) == 0
+
+
+# ---- BackupAndRestore (one process; the 2-worker resume: tests/cluster/test_backup_and_restore_cluster.py) --
+class _Preempted(Exception):
+    pass
+
+
+class _StopAt(tf.keras.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == self.epoch:
+            raise _Preempted()
+
+
+def _backup_run(backup_dir, init, epochs, stop_at=None, optimizer="sgd"):
+    strategy = SkipCorrectStrategy(interval=3, devices=DEVICES, average_optimizer_state=(optimizer == "adam"))
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,),
+                                                           kernel_initializer=tf.keras.initializers.Constant(init))])
+        opt = tf.keras.optimizers.Adam(0.05) if optimizer == "adam" else tf.keras.optimizers.SGD(LR)
+        model.compile(opt, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = _global_batches(make_batches(5, R, B, F, C, seed=43))  # 5 steps per epoch, H = 3: backups mid-interval
+    callbacks = [tf.keras.callbacks.BackupAndRestore(str(backup_dir))] + ([_StopAt(stop_at)] if stop_at else [])
+    try:
+        hist = model.fit(x, y, batch_size=R * B, epochs=epochs, shuffle=False, verbose=0, callbacks=callbacks)
+        ran = len(hist.history["loss"])
+    except _Preempted:
+        ran = None
+    state = strategy.extended.correction_state(model.optimizer)
+    kernels = np.stack([c.numpy() for c in model.layers[0].kernel.values])
+    return ran, kernels, state.delta_numpy()[0], int(model.optimizer.iterations.numpy()), int(state.local_steps.numpy())
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_backup_and_restore_resumes_exactly(tmp_path, optimizer):
+    _, k_whole, d_whole, t_whole, k_steps = _backup_run(tmp_path / "a", 0.1, 4, optimizer=optimizer)
+    ran, _, d_cut, t_cut, k_cut = _backup_run(tmp_path / "b", 0.1, 4, stop_at=2, optimizer=optimizer)
+    assert ran is None and t_cut == 10 and k_cut == 1 and np.abs(d_cut).max() > 1e-3  # backed up mid-interval
+    ran, k_res, d_res, t_res, k_steps_res = _backup_run(tmp_path / "b", 0.0, 4, optimizer=optimizer)  # new model
+    assert ran == 2 and t_res == t_whole == 20 and k_steps_res == k_steps
+    np.testing.assert_allclose(k_res, k_whole, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d_res, d_whole, rtol=1e-5, atol=1e-5)
+
+
+# ---- TensorBoard ------------------------------------------------------------------------------------
+def _tensorboard_installed():
+    try:
+        import tensorboard.summary  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_tensorboard_callback_writes_scalars_or_fails_at_once_saying_what_to_install(tmp_path):
+    """Whichever way this machine is set up: with tensorboard the callback writes the epoch scalars;
+    without it (TensorFlow 2.21 does not install it) fit fails before the first step with one line."""
+    strategy = SkipCorrectStrategy(interval=2, devices=DEVICES)
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,))])
+        model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = _global_batches(make_batches(4, R, B, F, C, seed=3))
+    fit = lambda: model.fit(x, y, batch_size=R * B, epochs=2, verbose=0,  # noqa: E731
+                            callbacks=[tf.keras.callbacks.TensorBoard(str(tmp_path / "tb"))])
+    if _tensorboard_installed():
+        fit()
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        acc = EventAccumulator(str(tmp_path / "tb" / "train"), size_guidance={"tensors": 0})
+        acc.Reload()
+        assert [e.step for e in acc.Tensors("epoch_loss")] == [0, 1]
+        assert strategy.stats()["syncs"] == 4
+    else:
+        from tf_commopt.errors import InputError
+        with pytest.raises(InputError) as info:
+            fit()
+        assert str(info.value).count("\n") == 0 and "pip install tensorboard" in str(info.value)
+        assert strategy.stats()["steps"] == 0  # refused at train begin, not after an epoch
+
+
+def test_without_tensorboard_the_callback_is_a_one_line_error_before_training():
+    code = ("import sys; sys.modules['tensorboard'] = None\n"  # as if not installed
+            "import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'\n"
+            "import numpy as np, tensorflow as tf\n"
+            "from tf_commopt.distribute import SkipCorrectStrategy\n"
+            "s = SkipCorrectStrategy(interval=2)\n"
+            "with s.scope():\n"
+            "    m = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))]); m.compile('sgd', 'mse')\n"
+            "try:\n"
+            "    m.fit(np.ones((8, 3)), np.ones((8, 2)), batch_size=4, epochs=2, verbose=0,\n"
+            "          callbacks=[tf.keras.callbacks.TensorBoard('/tmp/unused_tb')])\n"
+            "    print('TRAINED')\n"
+            "except Exception as e:\n"
+            "    print('ERROR', type(e).__name__, e, s.stats()['steps'])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT))
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("ERROR", "TRAINED"))]
+    assert len(lines) == 1, proc.stdout + proc.stderr[-2000:]
+    assert lines[0].startswith("ERROR InputError TensorBoard: tf.keras.callbacks.TensorBoard needs the tensorboard"), lines
+    assert "pip install tensorboard" in lines[0] and lines[0].endswith(" 0")

@@ -15,7 +15,10 @@
 4. ``tf.keras.callbacks.BackupAndRestore``: accepted (tf-keras lists the strategies it allows); every
    backup averages the replicas first, so the chief's checkpoint, from which every worker restores, holds
    the global model, t, k, H and every replica's Δ_i (each worker restores its own rows).
-5. Keras 3: :func:`refuse_keras3` (called when the strategy creates a variable) raises a one-line
+5. ``tf.keras.callbacks.TensorBoard`` needs the ``tensorboard`` package (a tf_commopt dependency; TensorFlow
+   2.21 no longer installs it): without it the callback crashed at the end of epoch 1; under this
+   strategy it now fails at train begin with a one-line InputError naming the package.
+6. Keras 3: :func:`refuse_keras3` (called when the strategy creates a variable) raises a one-line
    InputError when the caller is Keras 3 (``keras.src``), whose optimizers bypass this strategy.
 
 Example:
@@ -33,7 +36,7 @@ import tensorflow as tf
 from tf_commopt import _compat
 from tf_commopt.errors import InputError
 
-__all__ = ["install", "refuse_keras3", "KERAS3_MESSAGE"]
+__all__ = ["install", "refuse_keras3", "KERAS3_MESSAGE", "TENSORBOARD_MESSAGE"]
 
 KERAS3_MESSAGE = ("a Keras 3 model or optimizer (the `keras` package) was built under this strategy; Keras 3 "
                   "all-reduces gradients itself, so nothing would be skipped. Use tf-keras: set "
@@ -186,6 +189,36 @@ def _accept_backup_and_restore(callback_cls: Any, state_cls: Any) -> None:
         state_cls.back_up = wrapped_back_up
 
 
+TENSORBOARD_MESSAGE = ("tf.keras.callbacks.TensorBoard needs the tensorboard package, which TensorFlow 2.21 does "
+                       "not install: pip install tensorboard (a dependency of tf_commopt: pip install tf_commopt "
+                       "installs it), or use tf_commopt.keras.SkipCorrectTelemetry(log_dir=...), which does not")
+
+
+def _tensorboard_installed() -> bool:
+    try:
+        import tensorboard.summary  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _check_tensorboard(callback_cls: Any) -> None:
+    begin = callback_cls.on_train_begin
+    if getattr(begin, "_tf_commopt_wrapped", False):
+        return
+
+    @functools.wraps(begin)
+    def on_train_begin(self, logs=None):
+        from tf_commopt.distribute.skip_correct import SkipCorrectStrategy
+        if isinstance(getattr(self.model, "_distribution_strategy", None), SkipCorrectStrategy) \
+                and not _tensorboard_installed():
+            raise InputError(TENSORBOARD_MESSAGE, where="TensorBoard")
+        return begin(self, logs)
+
+    on_train_begin._tf_commopt_wrapped = True  # type: ignore[attr-defined]
+    callback_cls.on_train_begin = on_train_begin
+
+
 def install() -> None:
     """Install the hooks (idempotent). A no-op when tf-keras is not importable."""
     if _INSTALLED["done"]:
@@ -201,4 +234,5 @@ def install() -> None:
     _wrap_loss_scale_apply(tk.loss_scale_optimizer.LossScaleOptimizerV3, legacy=False)
     _wrap_loss_scale_apply(tk.loss_scale_optimizer.LossScaleOptimizer, legacy=True)
     _accept_backup_and_restore(tk.callbacks.BackupAndRestore, tk.worker_training_state.WorkerTrainingState)
+    _check_tensorboard(tk.callbacks.TensorBoard)
     _INSTALLED["done"] = True
