@@ -22,6 +22,7 @@ from tf_commopt.errors import TfCommoptError
 
 __all__ = ["SUPPORTED_TF", "INTERNALS", "check_internals", "host_variable", "values", "mirrored_strategy",
            "collective_all_reduce_strategy", "collective_util", "distribute_lib", "tfconfig_cluster_resolver",
+           "slurm_cluster_resolver",
            "resource_variable_ops", "save_context", "trackable_base", "tf_keras_internals"]
 
 SUPPORTED_TF: Tuple[str, ...] = ("2.21",)
@@ -47,6 +48,7 @@ from tensorflow.python.distribute import collective_util  # noqa: E402
 from tensorflow.python.distribute import distribute_lib  # noqa: E402
 from tensorflow.python.distribute import mirrored_strategy  # noqa: E402
 from tensorflow.python.distribute import values  # noqa: E402
+from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver  # noqa: E402
 from tensorflow.python.distribute.cluster_resolver import tfconfig_cluster_resolver  # noqa: E402
 from tensorflow.python.ops import resource_variable_ops  # noqa: E402
 from tensorflow.python.saved_model import save_context  # noqa: E402
@@ -65,6 +67,9 @@ INTERNALS: List[Tuple[Any, str]] = [
     (tfconfig_cluster_resolver, "TFConfigClusterResolver"),
     (resource_variable_ops, "ResourceVariable"), (save_context, "in_save_context"),
     (trackable_base, "Trackable"), (trackable_base.Trackable, "_serialize_to_tensors"),
+    # distribute/slurm.py sets _gpus_per_node/_gpus_per_task and reads _task_configuration (set by these)
+    (slurm_cluster_resolver.SlurmClusterResolver, "_resolve_task_configuration"),
+    (slurm_cluster_resolver.SlurmClusterResolver, "cluster_spec"),
 ]
 
 
