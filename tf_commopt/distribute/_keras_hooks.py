@@ -57,6 +57,10 @@ def refuse_keras3(max_frames: int = 80) -> None:
     Example:
         >>> refuse_keras3()   # from plain code: nothing happens
     """
+    keras = sys.modules.get("keras")
+    if keras is None or not str(getattr(keras, "__version__", "3")).split(".")[0].isdigit() \
+            or int(str(getattr(keras, "__version__", "3")).split(".")[0]) < 3:
+        return  # Keras 3 was never imported (or `keras` is Keras 2): nothing to look for
     frame = sys._getframe(1)
     for _ in range(max_frames):
         if frame is None:
