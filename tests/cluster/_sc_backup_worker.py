@@ -38,7 +38,9 @@ def main(out_dir: str, backup_dir: str, mode: str, optimizer: str = "sgd") -> No
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     strategy = SkipCorrectStrategy(interval=H, average_optimizer_state=(optimizer == "adam"))
     assert strategy.num_replicas_in_sync == R, strategy.num_replicas_in_sync
-    batches = make_batches(STEPS_PER_EPOCH, R, B, F, C, seed=41)  # worker i reads its own (skewed) shard
+    # worker i reads its own (skewed) rows: sharding OFF, and the dataset's batch is the global batch, so
+    # each step reads about B/R rows of this worker's stream; 5 steps per epoch (not a multiple of H)
+    batches = make_batches(STEPS_PER_EPOCH, R, B, F, C, seed=41)
     x = np.concatenate([row[task][0] for row in batches])
     y = np.concatenate([row[task][1] for row in batches])
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(B)

@@ -85,7 +85,8 @@ def mixed_policy():
     tf.keras.mixed_precision.set_global_policy("float32")
 
 
-def test_mixed_float16_fit_with_loss_scaling_follows_the_rule(mixed_policy):
+@pytest.mark.parametrize("legacy", [False, True])
+def test_mixed_float16_fit_with_loss_scaling_follows_the_rule(mixed_policy, legacy):
     rng = np.random.RandomState(5)
     w0, b0 = rng.randn(F, C).astype(np.float32) * 0.3, np.zeros(C, np.float32)
     steps, h = 7, 3
@@ -96,7 +97,8 @@ def test_mixed_float16_fit_with_loss_scaling_follows_the_rule(mixed_policy):
         model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,)),
                                      tf.keras.layers.Activation("linear", dtype="float32")])
         model.layers[0].set_weights([w0, b0])
-        model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        sgd = tf.keras.optimizers.legacy.SGD(LR) if legacy else tf.keras.optimizers.SGD(LR)
+        model.compile(sgd, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     assert isinstance(model.optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
     assert model.optimizer.dynamic and model.layers[0].compute_dtype == "float16"
     x, y = _global_batches(batches)

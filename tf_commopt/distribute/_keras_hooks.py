@@ -55,7 +55,8 @@ def refuse_keras3(max_frames: int = 80) -> None:
     (a Keras 3 layer or optimizer creates its variables from ``keras.src...``; tf-keras is ``tf_keras``).
 
     Example:
-        >>> refuse_keras3()   # from plain code: nothing happens
+        >>> from tf_commopt.distribute._keras_hooks import refuse_keras3
+        >>> refuse_keras3()   # called from plain code (or tf-keras): nothing happens
     """
     keras = sys.modules.get("keras")
     if keras is None or not str(getattr(keras, "__version__", "3")).split(".")[0].isdigit() \
