@@ -15,7 +15,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(ROOT, "docs", "deploy.md")
-STEPS = 2 * (2000 // 32)  # 2 epochs of 4,000 training images over 2 workers, 32 per worker per step
+STEPS = 2 * (4000 // 64)  # 2 epochs of the 4,000 training images, global batch 64 (32 per worker per step)
 SYNCS = STEPS // 4 + 2 + 1  # H = 4, plus the two epoch-end backups and evaluate (they average first)
 
 
