@@ -74,7 +74,9 @@ INTERNALS: List[Tuple[Any, str]] = [
 
 
 def check_internals() -> List[str]:
-    """Names of the internals in :data:`INTERNALS` that this TensorFlow lacks (empty when all is well)."""
+    """Names of the internals in :data:`INTERNALS` that this TensorFlow (and tf-keras) lacks (empty when all
+    is well)."""
+    tf_keras_internals()  # registers the tf-keras entries
     missing = []
     for obj, attr in INTERNALS:
         if not hasattr(obj, attr):
@@ -92,12 +94,21 @@ def host_variable(value: Any, dtype: tf.DType, name: str) -> tf.Variable:
 
 
 # ---- private tf-keras modules (tf_keras.src.*), used by tf_commopt/distribute/_keras_hooks.py -------
+# imported on first use, not here: importing tf_commopt must not import tf-keras (the strategy's
+# constructor checks whether the user's tf.keras is tf-keras, partly by looking for it in sys.modules)
+_TF_KERAS: List[Any] = []
+
+
 def tf_keras_internals() -> Any:
     """The tf-keras private modules the Keras hooks patch, or None when tf-keras is not installed.
+
+    The first call also adds what the hooks rely on to :data:`INTERNALS`.
 
     >>> tk = tf_keras_internals()   # doctest: +SKIP
     >>> tk.loss_scale_optimizer.LossScaleOptimizerV3   # doctest: +SKIP
     """
+    if _TF_KERAS:
+        return _TF_KERAS[0]
     try:
         from tf_keras.src import callbacks
         from tf_keras.src.distribute import worker_training_state
@@ -108,19 +119,17 @@ def tf_keras_internals() -> Any:
     except ImportError:
         return None
     import types
-    return types.SimpleNamespace(callbacks=callbacks, worker_training_state=worker_training_state,
-                                 training=training, loss_scale_optimizer=loss_scale_optimizer,
-                                 optimizer=optimizer, optimizer_v2=optimizer_v2)
-
-
-_tk = tf_keras_internals()
-if _tk is not None:
-    INTERNALS += [
-        (_tk.loss_scale_optimizer, "strategy_supports_loss_scaling"),
-        (_tk.loss_scale_optimizer, "LossScaleOptimizer"), (_tk.loss_scale_optimizer, "LossScaleOptimizerV3"),
-        (_tk.loss_scale_optimizer, "_DynamicLossScaleState"),
-        (_tk.callbacks.BackupAndRestore, "on_train_begin"),  # it reads self._supported_strategies (set in __init__)
-        (_tk.worker_training_state.WorkerTrainingState, "back_up"), (_tk.callbacks.TensorBoard, "on_train_begin"),
-        (_tk.optimizer.Optimizer, "apply_gradients"), (_tk.optimizer_v2.OptimizerV2, "apply_gradients"),
-        (_tk.training.Model, "save_weights"),
+    tk = types.SimpleNamespace(callbacks=callbacks, worker_training_state=worker_training_state,
+                               training=training, loss_scale_optimizer=loss_scale_optimizer,
+                               optimizer=optimizer, optimizer_v2=optimizer_v2)
+    INTERNALS[0:0] = [  # at the front: callers may append/pop their own entries at the end
+        (tk.loss_scale_optimizer, "strategy_supports_loss_scaling"),
+        (tk.loss_scale_optimizer, "LossScaleOptimizer"), (tk.loss_scale_optimizer, "LossScaleOptimizerV3"),
+        (tk.loss_scale_optimizer, "_DynamicLossScaleState"),
+        (tk.callbacks.BackupAndRestore, "on_train_begin"),  # it reads self._supported_strategies (set in __init__)
+        (tk.worker_training_state.WorkerTrainingState, "back_up"), (tk.callbacks.TensorBoard, "on_train_begin"),
+        (tk.optimizer.Optimizer, "apply_gradients"), (tk.optimizer_v2.OptimizerV2, "apply_gradients"),
+        (tk.training.Model, "save_weights"),
     ]
+    _TF_KERAS.append(tk)
+    return tk
