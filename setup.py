@@ -17,6 +17,7 @@ setup(
     install_requires=[
         "tensorflow==2.21.*",
         "tf-keras==2.21.*",
+        "tensorboard==2.21.*",  # tf.keras.callbacks.TensorBoard needs it; TensorFlow 2.21 does not install it
         "numpy",
         "networkx",
         "deap",

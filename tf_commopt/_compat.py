@@ -22,7 +22,8 @@ from tf_commopt.errors import TfCommoptError
 
 __all__ = ["SUPPORTED_TF", "INTERNALS", "check_internals", "host_variable", "values", "mirrored_strategy",
            "collective_all_reduce_strategy", "collective_util", "distribute_lib", "tfconfig_cluster_resolver",
-           "resource_variable_ops", "save_context", "trackable_base"]
+           "slurm_cluster_resolver",
+           "resource_variable_ops", "save_context", "trackable_base", "tf_keras_internals"]
 
 SUPPORTED_TF: Tuple[str, ...] = ("2.21",)
 """TensorFlow major.minor versions this release was tested with (tf-keras must match)."""
@@ -47,6 +48,7 @@ from tensorflow.python.distribute import collective_util  # noqa: E402
 from tensorflow.python.distribute import distribute_lib  # noqa: E402
 from tensorflow.python.distribute import mirrored_strategy  # noqa: E402
 from tensorflow.python.distribute import values  # noqa: E402
+from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver  # noqa: E402
 from tensorflow.python.distribute.cluster_resolver import tfconfig_cluster_resolver  # noqa: E402
 from tensorflow.python.ops import resource_variable_ops  # noqa: E402
 from tensorflow.python.saved_model import save_context  # noqa: E402
@@ -65,11 +67,16 @@ INTERNALS: List[Tuple[Any, str]] = [
     (tfconfig_cluster_resolver, "TFConfigClusterResolver"),
     (resource_variable_ops, "ResourceVariable"), (save_context, "in_save_context"),
     (trackable_base, "Trackable"), (trackable_base.Trackable, "_serialize_to_tensors"),
+    # distribute/slurm.py sets _gpus_per_node/_gpus_per_task and reads _task_configuration (set by these)
+    (slurm_cluster_resolver.SlurmClusterResolver, "_resolve_task_configuration"),
+    (slurm_cluster_resolver.SlurmClusterResolver, "cluster_spec"),
 ]
 
 
 def check_internals() -> List[str]:
-    """Names of the internals in :data:`INTERNALS` that this TensorFlow lacks (empty when all is well)."""
+    """Names of the internals in :data:`INTERNALS` that this TensorFlow (and tf-keras) lacks (empty when all
+    is well)."""
+    tf_keras_internals()  # registers the tf-keras entries
     missing = []
     for obj, attr in INTERNALS:
         if not hasattr(obj, attr):
@@ -115,3 +122,45 @@ def fresh_mirrored_strategy(devices: Any) -> tf.distribute.MirroredStrategy:
         return cls(devices)
     finally:
         cls._collective_key_base = old
+
+
+# ---- private tf-keras modules (tf_keras.src.*), used by tf_commopt/distribute/_keras_hooks.py -------
+# imported on first use, not here: importing tf_commopt must not import tf-keras (the strategy's
+# constructor checks whether the user's tf.keras is tf-keras, partly by looking for it in sys.modules)
+_TF_KERAS: List[Any] = []
+
+
+def tf_keras_internals() -> Any:
+    """The tf-keras private modules the Keras hooks patch, or None when tf-keras is not installed.
+
+    The first call also adds what the hooks rely on to :data:`INTERNALS`.
+
+    >>> tk = tf_keras_internals()   # doctest: +SKIP
+    >>> tk.loss_scale_optimizer.LossScaleOptimizerV3   # doctest: +SKIP
+    """
+    if _TF_KERAS:
+        return _TF_KERAS[0]
+    try:
+        from tf_keras.src import callbacks
+        from tf_keras.src.distribute import worker_training_state
+        from tf_keras.src.engine import training
+        from tf_keras.src.mixed_precision import loss_scale_optimizer
+        from tf_keras.src.optimizers import optimizer
+        from tf_keras.src.optimizers.legacy import optimizer_v2
+    except ImportError:
+        return None
+    import types
+    tk = types.SimpleNamespace(callbacks=callbacks, worker_training_state=worker_training_state,
+                               training=training, loss_scale_optimizer=loss_scale_optimizer,
+                               optimizer=optimizer, optimizer_v2=optimizer_v2)
+    INTERNALS[0:0] = [  # at the front: callers may append/pop their own entries at the end
+        (tk.loss_scale_optimizer, "strategy_supports_loss_scaling"),
+        (tk.loss_scale_optimizer, "LossScaleOptimizer"), (tk.loss_scale_optimizer, "LossScaleOptimizerV3"),
+        (tk.loss_scale_optimizer, "_DynamicLossScaleState"),
+        (tk.callbacks.BackupAndRestore, "on_train_begin"),  # it reads self._supported_strategies (set in __init__)
+        (tk.worker_training_state.WorkerTrainingState, "back_up"), (tk.callbacks.TensorBoard, "on_train_begin"),
+        (tk.optimizer.Optimizer, "apply_gradients"), (tk.optimizer_v2.OptimizerV2, "apply_gradients"),
+        (tk.training.Model, "save_weights"),
+    ]
+    _TF_KERAS.append(tk)
+    return tk

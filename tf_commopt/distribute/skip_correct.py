@@ -58,6 +58,7 @@ from tf_commopt._compat import collective_util, distribute_lib, tfconfig_cluster
 from tf_commopt._compat import mirrored_strategy as _ms
 from tf_commopt._compat import values as _values
 from tf_commopt.core.interval import validate_interval
+from tf_commopt.distribute import _keras_hooks
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_state import IntervalState
 from tf_commopt.distribute.state import SkipCorrectState
@@ -134,6 +135,8 @@ class _SkipCorrectMixin:
             # without MultiWorkerMirrored's broadcast of the initial value (a round trip per variable
             # at start-up)
             return _ms.MirroredExtended._create_variable(self, next_creator, **kwargs)
+        if not self._sc_internal:
+            _keras_hooks.refuse_keras3()  # a Keras 3 layer/optimizer would train without skipping
         v = super()._create_variable(next_creator, **kwargs)
         if type(v) is _values.MirroredVariable and not self._sc_internal:
             v.__class__ = _SkipCorrectMirroredVariable
@@ -617,7 +620,6 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         else:
             extended = SkipCorrectExtended(self, devices=devices, **sc)
         super().__init__(extended)
-        from tf_commopt.distribute import _keras_hooks
         _keras_hooks.install()
 
     @property
