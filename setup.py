@@ -26,6 +26,6 @@ setup(
         "matplotlib",
     ],
     extras_require={
-        "test": ["pytest", "pytest-timeout", "hypothesis"],
+        "test": ["pytest", "pytest-timeout", "hypothesis", "pyyaml"],
     },
 )

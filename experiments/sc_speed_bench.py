@@ -52,7 +52,7 @@ flags.DEFINE_integer("repeats", 3, "step part: repetitions (variants interleaved
 flags.DEFINE_string("model", "mlp", "step part: experiments.models name")
 flags.DEFINE_integer("steps", 300, "step part: steps per run")
 flags.DEFINE_integer("per_replica_batch", 32, "step part: examples per replica per step")
-flags.DEFINE_integer("steps_per_execution", 1, "step part: tf-keras steps_per_execution of every variant")
+flags.DEFINE_integer("steps_per_execution", 1, "step and table parts: tf-keras steps_per_execution of every variant")
 flags.DEFINE_list("sync_settings", ["mlp:4:shared:100:4", "big_mlp:4:shared:1000:4", "mlp:2:switch:10:4"],
                   "sync part: model:workers:topology:mbit:H entries")
 flags.DEFINE_integer("sync_syncs", 8, "sync part: syncs per run")
@@ -235,7 +235,8 @@ def part_auto() -> None:
 
 def part_table() -> None:
     model, workers, topology, mbit, steps = _parse(FLAGS.table_setting, 5, "table_setting")
-    base = [f"--model={model}", f"--steps={steps}", "--batch_size=128", "--momentum=0"]
+    base = [f"--model={model}", f"--steps={steps}", "--batch_size=128", "--momentum=0",
+            f"--steps_per_execution={FLAGS.steps_per_execution}"]
     variants = [("ssgd", ["--strategy=ssgd"]),
                 ("sc_h16_none", ["--strategy=skip_correct", "--interval=16", "--correction=none"]),
                 ("sc_auto", ["--strategy=skip_correct", "--interval=auto"]),
@@ -256,6 +257,7 @@ def part_table() -> None:
             for name, rs in runs.items()}
     ssgd = rows["ssgd"]["wall_s"]
     _record({"part": "table", "setting": FLAGS.table_setting, "repeats": FLAGS.table_repeats, "runs": runs,
+             "steps_per_execution": FLAGS.steps_per_execution,
              "rows": rows, "wall_ratio_vs_ssgd": {k: round(v["wall_s"] / ssgd, 3) for k, v in rows.items()}})
 
 

@@ -44,7 +44,8 @@ def render(records: List[Dict[str, Any]], source: str = "sc_speed.jsonl") -> str
         lines += ["## Cost of a step and of start-up", "",
                   "`--workers` processes of each variant run at once (the cores are shared as in training); "
                   "variants interleaved, the median of the repeats. Step: median per-step wall time after step 10. "
-                  "Start-up: strategy construction to the end of the first step.", "",
+                  "Start-up: strategy construction to the end of the first step. With steps_per_execution S > 1 "
+                  "a step is an execution's wall time / S, so the H = 16 column then includes the syncs.", "",
                   "| workers | model | steps/exec | floor ms | MWMS ms | SC no sync ms | SC H=16 ms | SC/floor step "
                   f"(goal ≤ {GOALS['step']}) | floor start s | MWMS start s | SC start s | SC/MWMS start-up "
                   f"(goal ≤ {GOALS['startup']}) |",
@@ -85,12 +86,13 @@ def render(records: List[Dict[str, Any]], source: str = "sc_speed.jsonl") -> str
                          f"{dev:.0%} ({_verdict(dev <= GOALS['auto'])}) | "
                          f"{', '.join(f'{w:.1f}' for w in r['walls_s'])} |")
         lines.append("")
-    table = _latest(records, "table", key=lambda r: r["setting"])
+    table = _latest(records, "table", key=lambda r: (r["setting"], r.get("steps_per_execution", 1)))
     if table:
         names = {"ssgd": "SSGD (MultiWorkerMirroredStrategy)", "sc_h16_none": "skip-correct H = 16, no correction",
                  "sc_auto": "skip-correct `interval=auto` (vrl)", "sc_h1000": "skip-correct H = 1000 (one sync)"}
-        for setting, r in sorted(table.items()):
-            lines += [f"## The issue's testbed: `{setting}` (model:workers:topology:Mbit/s:steps)", "",
+        for (setting, spe), r in sorted(table.items()):
+            lines += [f"## The issue's testbed: `{setting}` (model:workers:topology:Mbit/s:steps), "
+                      f"steps_per_execution = {spe}", "",
                       f"`experiments.train`, global batch 128, momentum 0; wall = `model.fit` only; median of "
                       f"{r.get('repeats', 1)} runs per row (rows interleaved).", "",
                       "| run | H | syncs | wall s | wall / SSGD | test accuracy |", "|---|---:|---:|---:|---:|---:|"]

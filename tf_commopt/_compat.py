@@ -23,7 +23,8 @@ from tf_commopt.errors import TfCommoptError
 __all__ = ["SUPPORTED_TF", "INTERNALS", "check_internals", "host_variable", "values", "mirrored_strategy",
            "collective_all_reduce_strategy", "collective_util", "distribute_lib", "tfconfig_cluster_resolver",
            "slurm_cluster_resolver",
-           "resource_variable_ops", "save_context", "trackable_base", "tf_keras_internals"]
+           "resource_variable_ops", "save_context", "trackable_base", "tf_keras_internals", "optimizer_lr",
+           "optimizer_momentum", "optimizer_slots", "next_collective_key_base", "fresh_mirrored_strategy"]
 
 SUPPORTED_TF: Tuple[str, ...] = ("2.21",)
 """TensorFlow major.minor versions this release was tested with (tf-keras must match)."""
@@ -164,3 +165,37 @@ def tf_keras_internals() -> Any:
     ]
     _TF_KERAS.append(tk)
     return tk
+
+
+# ---- tf-keras optimizer internals (current and legacy optimizers) ---------------------------------------
+def optimizer_lr(optimizer: Any) -> tf.Tensor:
+    """The current learning rate of a tf-keras optimizer (schedules and legacy optimizers included), float32."""
+    if hasattr(optimizer, "_decayed_lr"):  # legacy OptimizerV2
+        return optimizer._decayed_lr(tf.float32)
+    return tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)
+
+
+def optimizer_momentum(optimizer: Any) -> tf.Tensor:
+    """Momentum β of a tf-keras SGD optimizer, heavy-ball or Nesterov (0 for other optimizers).
+
+    Both move lr/(1 − β) per unit of a steady gradient (Nesterov: v ← βv − lr·g, x ← x + βv − lr·g),
+    so both get the effective lr lr/(1 − β) in the vrl update."""
+    if type(optimizer).__name__ != "SGD":
+        return tf.constant(0.0, tf.float32)
+    beta = getattr(optimizer, "momentum", None)
+    if beta is None and hasattr(optimizer, "_get_hyper"):  # legacy OptimizerV2
+        beta = optimizer._get_hyper("momentum")
+    return tf.cast(tf.convert_to_tensor(beta if beta is not None else 0.0), tf.float32)
+
+
+def optimizer_slots(optimizer: Any) -> List[Any]:
+    """Floating slot variables of a tf-keras optimizer (not iterations / learning rate)."""
+    if hasattr(optimizer, "_variables") and hasattr(optimizer, "_index_dict"):
+        cand = list(optimizer._variables)
+    else:
+        cand = list(optimizer.variables()) if callable(getattr(optimizer, "variables", None)) else []
+    skip = {id(getattr(optimizer, "_iterations", None))}
+    lr = getattr(optimizer, "_learning_rate", None)
+    skip.add(id(lr))
+    return [v for v in cand if id(v) not in skip and v.dtype.is_floating
+            and isinstance(v, values.DistributedVariable) and "learning_rate" not in v.name]

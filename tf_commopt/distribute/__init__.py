@@ -22,6 +22,7 @@ _LAZY = {
     "Pipeline": "tf_commopt.distribute.pipeline",
     "ParameterServerSkipCorrect": "tf_commopt.distribute.parameter_server",
     "serve_unless_chief": "tf_commopt.distribute.ps_serve",
+    "slurm_cluster_resolver": "tf_commopt.distribute.slurm",
 }
 
 __all__ = sorted(_LAZY)

@@ -23,7 +23,7 @@
 
 Example:
     >>> from tf_commopt.distribute import _keras_hooks
-    >>> _keras_hooks.install()   # doctest: +SKIP  (SkipCorrectStrategy() does it)
+    >>> _keras_hooks.install(SkipCorrectStrategy)   # doctest: +SKIP  (SkipCorrectStrategy() does it)
 """
 from __future__ import annotations
 
@@ -42,6 +42,15 @@ KERAS3_MESSAGE = ("a Keras 3 model or optimizer (the `keras` package) was built 
                   "all-reduces gradients itself, so nothing would be skipped. Use tf-keras: set "
                   "TF_USE_LEGACY_KERAS=1 before importing tensorflow (then tf.keras is tf-keras), or import "
                   "tf_keras instead of keras")
+
+
+# the strategy class the hooks serve, registered by install() (so this module never imports skip_correct:
+# no import cycle)
+class _NotInstalled:  # matches nothing until install() registers the strategy class
+    pass
+
+
+_STRATEGY: list = [_NotInstalled]
 
 
 def _is_keras3_module(name: str) -> bool:
@@ -83,7 +92,7 @@ def _wrap_apply(cls: Any, legacy: bool) -> None:
     @tf.autograph.experimental.do_not_convert
     @functools.wraps(original)
     def apply_gradients(self, grads_and_vars, name=None, *args, **kwargs):
-        from tf_commopt.distribute.skip_correct import SkipCorrectStrategy
+        SkipCorrectStrategy = _STRATEGY[0]
         if (tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context()
                 and isinstance(tf.distribute.get_strategy(), SkipCorrectStrategy) and not args
                 and not getattr(self, "_mesh", None)):
@@ -102,7 +111,7 @@ def _wrap_sync_first(cls: Any, method: str) -> None:
 
     @functools.wraps(original)
     def wrapped(self, *args, **kwargs):
-        from tf_commopt.distribute.skip_correct import SkipCorrectStrategy
+        SkipCorrectStrategy = _STRATEGY[0]
         strategy = getattr(self, "_distribution_strategy", None)
         if isinstance(strategy, SkipCorrectStrategy) and tf.executing_eagerly():
             strategy.sync()
@@ -113,7 +122,7 @@ def _wrap_sync_first(cls: Any, method: str) -> None:
 
 
 def _under_sc() -> bool:
-    from tf_commopt.distribute.skip_correct import SkipCorrectStrategy
+    SkipCorrectStrategy = _STRATEGY[0]
     return tf.distribute.has_strategy() and isinstance(tf.distribute.get_strategy(), SkipCorrectStrategy)
 
 
@@ -165,7 +174,7 @@ def _accept_backup_and_restore(callback_cls: Any, state_cls: Any) -> None:
     if not getattr(begin, "_tf_commopt_wrapped", False):
         @functools.wraps(begin)
         def on_train_begin(self, logs=None):
-            from tf_commopt.distribute.skip_correct import SkipCorrectStrategy
+            SkipCorrectStrategy = _STRATEGY[0]
             strategy = getattr(self.model, "_distribution_strategy", None)
             if isinstance(strategy, SkipCorrectStrategy):
                 supported = getattr(self, "_supported_strategies", None)
@@ -184,7 +193,7 @@ def _accept_backup_and_restore(callback_cls: Any, state_cls: Any) -> None:
     if not getattr(back_up, "_tf_commopt_wrapped", False):
         @functools.wraps(back_up)
         def wrapped_back_up(self, *args, **kwargs):
-            from tf_commopt.distribute.skip_correct import SkipCorrectStrategy
+            SkipCorrectStrategy = _STRATEGY[0]
             strategy = getattr(self._model, "_distribution_strategy", None)
             if isinstance(strategy, SkipCorrectStrategy) and tf.executing_eagerly():
                 strategy.sync()  # the chief's checkpoint, which every worker restores, is the global model
@@ -214,7 +223,7 @@ def _check_tensorboard(callback_cls: Any) -> None:
 
     @functools.wraps(begin)
     def on_train_begin(self, logs=None):
-        from tf_commopt.distribute.skip_correct import SkipCorrectStrategy
+        SkipCorrectStrategy = _STRATEGY[0]
         if isinstance(getattr(self.model, "_distribution_strategy", None), SkipCorrectStrategy) \
                 and not _tensorboard_installed():
             raise InputError(TENSORBOARD_MESSAGE, where="TensorBoard")
@@ -224,8 +233,10 @@ def _check_tensorboard(callback_cls: Any) -> None:
     callback_cls.on_train_begin = on_train_begin
 
 
-def install() -> None:
-    """Install the hooks (idempotent). A no-op when tf-keras is not importable."""
+def install(strategy_class: Any) -> None:
+    """Install the hooks for ``strategy_class`` (SkipCorrectStrategy calls this; idempotent). A no-op when
+    tf-keras is not importable."""
+    _STRATEGY[0] = strategy_class
     if _INSTALLED["done"]:
         return
     tk = _compat.tf_keras_internals()

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
 import tensorflow as tf
 
+from tf_commopt._compat import optimizer_lr
 from tf_commopt.core.interval import AdaCommPolicy, GridSearchPolicy, TrialResult
 from tf_commopt.errors import InputError
 
@@ -55,9 +56,7 @@ def allreduce_mean(strategy: tf.distribute.Strategy, values: Sequence[float]) ->
 
 
 def _lr(model: Any) -> float:
-    opt = model.optimizer
-    lr = opt._decayed_lr(tf.float32) if hasattr(opt, "_decayed_lr") else opt.learning_rate
-    return float(tf.convert_to_tensor(lr).numpy())
+    return float(optimizer_lr(model.optimizer).numpy())
 
 
 def _keras():

@@ -53,7 +53,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from tf_commopt._compat import collective_all_reduce_strategy as _cars
-from tf_commopt._compat import next_collective_key_base
+from tf_commopt._compat import next_collective_key_base, optimizer_lr, optimizer_momentum, optimizer_slots
 from tf_commopt._compat import collective_util, distribute_lib, tfconfig_cluster_resolver
 from tf_commopt._compat import mirrored_strategy as _ms
 from tf_commopt._compat import values as _values
@@ -167,7 +167,7 @@ class _SkipCorrectMixin:
                 out.append(v)
                 seen.add(id(v))
         if self._sc_avg_slots and optimizer is not None:
-            for v in _optimizer_slots(optimizer):
+            for v in optimizer_slots(optimizer):
                 if id(v) not in seen:
                     out.append(v)
                     seen.add(id(v))
@@ -181,7 +181,7 @@ class _SkipCorrectMixin:
         if state is None:
             with tf.init_scope():
                 rule = _corr.resolve_correction(self._sc_correction, type(optimizer).__name__,
-                                                float(_momentum(optimizer)), bool(getattr(optimizer, "nesterov", False)))
+                                                float(optimizer_momentum(optimizer)), bool(getattr(optimizer, "nesterov", False)))
                 self._sc_internal = True
                 try:
                     state = SkipCorrectState(self._container_strategy(), list(var_list), rule, optimizer)
@@ -191,7 +191,7 @@ class _SkipCorrectMixin:
                 optimizer._track_trackable(state, name="skip_correct_state", overwrite=True)
             if state.rule == "vrl" and self._sc_correction_lr == "optimizer":
                 with tf.init_scope():
-                    beta = float(_momentum(optimizer))
+                    beta = float(optimizer_momentum(optimizer))
                 if beta > 0:
                     _warn_once("momentum", f"SkipCorrectStrategy: vrl with heavy-ball momentum {beta:g} and "
                                "correction_lr='optimizer' (the rule as stated) over-corrects by up to 1/(1-momentum) "
@@ -297,9 +297,9 @@ class _SkipCorrectMixin:
         do_sync = tf.logical_and(local_phase, k >= h)
         var_list = state.variables  # every variable of the state, also those without a gradient this step
         extras = self._sc_extra_vars(var_list, optimizer)
-        lr = _current_lr(optimizer)
+        lr = optimizer_lr(optimizer)
         if self._sc_correction_lr == "effective":
-            lr = lr / (1.0 - _momentum(optimizer))
+            lr = lr / (1.0 - optimizer_momentum(optimizer))
 
         def sync() -> Tuple[tf.Tensor, tf.Tensor]:
             dt = self._sc_average(list(var_list) + extras, state=state, n_trainable=len(var_list),
@@ -446,7 +446,7 @@ class _SkipCorrectMixin:
             for opt_state in states:
                 opt = opt_state.optimizer
                 if opt is not None:
-                    for v in _optimizer_slots(opt):
+                    for v in optimizer_slots(opt):
                         if all(v is not e for e in extras):
                             extras.append(v)
         self._sc_average(trainable + extras)
@@ -468,38 +468,6 @@ def _flatten(rows: List[List[Any]]) -> List[Any]:
 def _unflatten(flat: Sequence[Any], n_vars: int, n_local: int) -> List[List[Any]]:
     flat = list(flat)
     return [flat[j * n_local:(j + 1) * n_local] for j in range(n_vars)]
-
-
-def _current_lr(optimizer: Any) -> tf.Tensor:
-    if hasattr(optimizer, "_decayed_lr"):  # legacy OptimizerV2
-        return optimizer._decayed_lr(tf.float32)
-    return tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)
-
-
-def _momentum(optimizer: Any) -> tf.Tensor:
-    """Momentum β of a tf-keras SGD optimizer, heavy-ball or Nesterov (0 for other optimizers).
-
-    Both move lr/(1 − β) per unit of a steady gradient (Nesterov: v ← βv − lr·g, x ← x + βv − lr·g),
-    so both get the effective lr lr/(1 − β) in the vrl update."""
-    if type(optimizer).__name__ != "SGD":
-        return tf.constant(0.0, tf.float32)
-    beta = getattr(optimizer, "momentum", None)
-    if beta is None and hasattr(optimizer, "_get_hyper"):  # legacy OptimizerV2
-        beta = optimizer._get_hyper("momentum")
-    return tf.cast(tf.convert_to_tensor(beta if beta is not None else 0.0), tf.float32)
-
-
-def _optimizer_slots(optimizer: Any) -> List[Any]:
-    """Floating slot variables of a tf-keras optimizer (not iterations / learning rate)."""
-    if hasattr(optimizer, "_variables") and hasattr(optimizer, "_index_dict"):
-        cand = list(optimizer._variables)
-    else:
-        cand = list(optimizer.variables()) if callable(getattr(optimizer, "variables", None)) else []
-    skip = {id(getattr(optimizer, "_iterations", None))}
-    lr = getattr(optimizer, "_learning_rate", None)
-    skip.add(id(lr))
-    return [v for v in cand if id(v) not in skip and v.dtype.is_floating
-            and isinstance(v, _values.DistributedVariable) and "learning_rate" not in v.name]
 
 
 class SkipCorrectExtended(_SkipCorrectMixin, _ms.MirroredExtended):
@@ -620,7 +588,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         else:
             extended = SkipCorrectExtended(self, devices=devices, **sc)
         super().__init__(extended)
-        _keras_hooks.install()
+        _keras_hooks.install(SkipCorrectStrategy)
 
     @property
     def cluster_resolver(self) -> Any:
