@@ -56,8 +56,7 @@ from tf_commopt.distribute.correction import CORRECTIONS, validate_correction, v
 from tf_commopt.distribute.ps_serve import _reachable, serve, serve_unless_chief
 from tf_commopt.errors import ClusterError, InputError
 
-__all__ = ["serve", "serve_unless_chief", "array_batch_fn", "ParameterServerSkipCorrect", "CORRECTIONS",
-           "run_training"]
+__all__ = ["serve", "serve_unless_chief", "array_batch_fn", "ParameterServerSkipCorrect", "CORRECTIONS"]
 
 
 # --------------------------------------------------------------------------------------------------- data
@@ -140,6 +139,15 @@ def _keras_forward(model, loss) -> Callable:
         return tf.reduce_mean(per_example)
 
     return forward
+
+
+def _saved_rounds(directory: str) -> List[int]:
+    """Rounds with a complete checkpoint in ``directory`` (a ``round-R`` directory appears by rename)."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(int(n[6:]) for n in names if n.startswith("round-") and n[6:].isdigit())
 
 
 # -------------------------------------------------------------------------------------------- strategy
@@ -290,6 +298,10 @@ class ParameterServerSkipCorrect:
             self._slots = [per_shard(v, "delta_slot") for v in variables]
             self._corr = [per_shard(v, "correction") for v in variables] if vrl else []
             self._mom = [per_shard(v, "momentum") for v in variables] if mu > 0 else []
+            # closures write v_i here, never into _mom, which they read: a closure re-run after a worker
+            # died half-way through its writes reads the same v_i again (idempotent); apply() copies
+            self._mom_out = [per_shard(v, "momentum_out") for v in variables] if mu > 0 and h > 1 else []
+        self._round_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="ps_round")  # on the chief
         self.param_bytes = int(sum(v.shape.num_elements() * v.dtype.size for v in variables))
         # pull x, push s_i (or g_i when H = 1), and for H > 1 pull D_i, pull + push v_i
         per_closure = 2 if h == 1 else 2 + int(vrl) + 2 * int(mu > 0)
@@ -323,7 +335,7 @@ class ParameterServerSkipCorrect:
             with tf.control_dependencies(pushed + mom):
                 t1 = tf.timestamp()
             writes = [s.scatter_update(tf.IndexedSlices(d[None], shard[None])) for s, d in zip(self._slots, pushed)]
-            writes += [m.scatter_update(tf.IndexedSlices(b[None], shard[None])) for m, b in zip(self._mom, mom)]
+            writes += [m.scatter_update(tf.IndexedSlices(b[None], shard[None])) for m, b in zip(self._mom_out, mom)]
             with tf.control_dependencies(writes):
                 worker = tf.identity(tf.distribute.coordinator.experimental_get_current_worker_index())
             return worker, t1 - t0, loss_sum / h
@@ -331,9 +343,12 @@ class ParameterServerSkipCorrect:
         @tf.function
         def apply():
             none = [None] * len(variables)
-            for v, s, c, m in zip(variables, self._slots, self._corr or none, self._mom or none):
+            for v, s, c, m, mo in zip(variables, self._slots, self._corr or none, self._mom or none,
+                                      self._mom_out or none):
                 with tf.device(v.device):  # on the ps that holds v
                     sv = s.read_value()
+                    if mo is not None:  # H > 1 with momentum: the closures' v_i become the next round's
+                        m.assign(mo.read_value())
                     if h == 1:  # the slots hold g_i: finish the local step here, s_i = x_i - x
                         step = sv - c.read_value() if c is not None else sv
                         if m is not None:
@@ -370,14 +385,24 @@ class ParameterServerSkipCorrect:
         th.join(self.round_timeout_s)
         if th.is_alive():
             down = self._unreachable_tasks()
+            self._raise_if_ps_lost(what, down)
             why = f"unreachable: {', '.join(down)}" if down else "no live worker could run it, or a ps task is gone"
             raise ClusterError(f"{what} did not finish within {self.round_timeout_s:g} s (round_timeout_s); {why}")
         if errs:
             e = errs[0]
             down = self._unreachable_tasks()
+            self._raise_if_ps_lost(what, down)
             first = " ".join(str(e).split())[:200]
             why = f"unreachable: {', '.join(down)}; " if down else ""
             raise ClusterError(f"{what} failed: {why}{type(e).__name__}: {first}") from None
+
+    def _raise_if_ps_lost(self, what: str, down: List[str]) -> None:
+        ps = [d for d in down if d.startswith("ps ")]
+        if ps:
+            raise ClusterError(f"{what} failed: parameter-server task {', '.join(ps)} is gone; the global model and "
+                               f"corrections lived there, so training stops (last completed round: {self.rounds}); "
+                               "restart the cluster and resume from the last save() (restore_latest(), or "
+                               "experiments.train --backup_dir)") from None
 
     def _unreachable_tasks(self) -> List[str]:
         spec = self._cluster_spec()
@@ -448,6 +473,60 @@ class ParameterServerSkipCorrect:
             out.append(rec)
         return out
 
+    # ------------------------------------------------------------------------------------ checkpoints
+    def _checkpoint(self):
+        self._round_var.assign(self.rounds)
+        return tf.train.Checkpoint(variables=list(self.variables), corrections=list(self._corr),
+                                   momentum=list(self._mom), round=self._round_var)
+
+    def save(self, directory: str, keep: int = 2) -> str:
+        """Write the global model, every D_i and v_i and the round counter to ``directory/round-R`` (chief).
+
+        Example:
+            >>> path = trainer.save("/tmp/ps_backup")   # doctest: +SKIP  -> /tmp/ps_backup/round-12
+
+        The checkpoint is written to a temporary directory and renamed, so a crash mid-write never
+        leaves a half checkpoint under a ``round-R`` name; the newest ``keep`` are kept. Taken between
+        rounds, it holds everything the next round reads (workers are stateless), so
+        :meth:`restore_latest` on a fresh cluster continues exactly where this run stopped.
+        """
+        if not self._compiled:
+            raise InputError("call compile() before save()", where="ParameterServerSkipCorrect")
+        os.makedirs(directory, exist_ok=True)
+        tmp, final = os.path.join(directory, f".tmp-round-{self.rounds}"), os.path.join(directory, f"round-{self.rounds}")
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        self._checkpoint().write(os.path.join(tmp, "ckpt"))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for old in _saved_rounds(directory)[:-keep]:
+            shutil.rmtree(os.path.join(directory, f"round-{old}"), ignore_errors=True)
+        return final
+
+    def restore_latest(self, directory: str) -> int:
+        """Load the newest ``round-R`` checkpoint of ``directory`` (from :meth:`save`); returns R (0: none).
+
+        Example:
+            >>> start = trainer.restore_latest("/tmp/ps_backup")   # doctest: +SKIP
+
+        One-line InputError naming the checkpoint if it is truncated, corrupt or from another model.
+        """
+        if not self._compiled:
+            raise InputError("call compile() before restore_latest()", where="ParameterServerSkipCorrect")
+        rounds = _saved_rounds(directory)
+        if not rounds:
+            return 0
+        path = os.path.join(directory, f"round-{rounds[-1]}", "ckpt")
+        try:
+            self._checkpoint().read(path).assert_existing_objects_matched()
+        except (tf.errors.OpError, ValueError, AssertionError, OSError, KeyError) as e:
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            raise InputError(f"cannot restore this parameter-server checkpoint (truncated, corrupt or another "
+                             f"model/interval/correction?): {type(e).__name__}: {first}", where=path) from None
+        self.rounds = int(self._round_var.numpy())
+        return self.rounds
+
     def corrections(self) -> List[np.ndarray]:
         """The D_i (one [K, ...] array per variable); zeros for correction "none"."""
         if self._corr:
@@ -471,9 +550,3 @@ class ParameterServerSkipCorrect:
                 "first_round_s": walls[0] if walls else None,
                 "median_round_s": float(np.median(walls[1:])) if len(walls) > 1 else None}
 
-
-def run_training(cfg: Any, model_fn: Callable, out=None):
-    """``experiments.train`` on a cluster with ps tasks; see tf_commopt.distribute.ps_runner.run_training."""
-    from tf_commopt.distribute.ps_runner import run_training as _run
-
-    return _run(cfg, model_fn, out)
