@@ -40,6 +40,7 @@ a ps gone) raises ClusterError with one line saying which.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -301,7 +302,6 @@ class ParameterServerSkipCorrect:
             # closures write v_i here, never into _mom, which they read: a closure re-run after a worker
             # died half-way through its writes reads the same v_i again (idempotent); apply() copies
             self._mom_out = [per_shard(v, "momentum_out") for v in variables] if mu > 0 and h > 1 else []
-        self._round_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="ps_round")  # on the chief
         self.param_bytes = int(sum(v.shape.num_elements() * v.dtype.size for v in variables))
         # pull x, push s_i (or g_i when H = 1), and for H > 1 pull D_i, pull + push v_i
         per_closure = 2 if h == 1 else 2 + int(vrl) + 2 * int(mu > 0)
@@ -475,9 +475,8 @@ class ParameterServerSkipCorrect:
 
     # ------------------------------------------------------------------------------------ checkpoints
     def _checkpoint(self):
-        self._round_var.assign(self.rounds)
         return tf.train.Checkpoint(variables=list(self.variables), corrections=list(self._corr),
-                                   momentum=list(self._mom), round=self._round_var)
+                                   momentum=list(self._mom))
 
     def save(self, directory: str, keep: int = 2) -> str:
         """Write the global model, every D_i and v_i and the round counter to ``directory/round-R`` (chief).
@@ -498,6 +497,8 @@ class ParameterServerSkipCorrect:
 
         shutil.rmtree(tmp, ignore_errors=True)
         self._checkpoint().write(os.path.join(tmp, "ckpt"))
+        with open(os.path.join(tmp, "round.json"), "w", encoding="utf-8") as f:
+            json.dump({"rounds": self.rounds, "interval": self.interval, "correction": self.correction}, f)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         for old in _saved_rounds(directory)[:-keep]:
@@ -519,12 +520,18 @@ class ParameterServerSkipCorrect:
             return 0
         path = os.path.join(directory, f"round-{rounds[-1]}", "ckpt")
         try:
+            with open(os.path.join(os.path.dirname(path), "round.json"), encoding="utf-8") as f:
+                meta = json.load(f)
+            if (meta["interval"], meta["correction"]) != (self.interval, self.correction):
+                raise ValueError(f"saved with interval {meta['interval']}, correction {meta['correction']}; this "
+                                 f"run has {self.interval}, {self.correction}")
             self._checkpoint().read(path).assert_existing_objects_matched()
-        except (tf.errors.OpError, ValueError, AssertionError, OSError, KeyError) as e:
+            done = int(meta["rounds"])
+        except (tf.errors.OpError, ValueError, AssertionError, OSError, KeyError, TypeError) as e:
             first = (str(e).strip().splitlines() or [""])[0][:300]
             raise InputError(f"cannot restore this parameter-server checkpoint (truncated, corrupt or another "
                              f"model/interval/correction?): {type(e).__name__}: {first}", where=path) from None
-        self.rounds = int(self._round_var.numpy())
+        self.rounds = done
         return self.rounds
 
     def corrections(self) -> List[np.ndarray]:
