@@ -126,7 +126,8 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
             "ps": tfc.num_ps, "interval": interval, "correction": trainer.correction, "syncs": stats["syncs"],
             "comm_s": round(stats["comm_s"], 4), "compute_s": round(stats["compute_s"], 4),
             "bytes_communicated": stats["bytes_communicated"], "first_round_s": stats["first_round_s"],
-            "median_round_s": stats["median_round_s"], "lost_workers": sorted(trainer.lost_workers)})
+            "median_round_s": stats["median_round_s"], "lost_workers": sorted(trainer.lost_workers),
+            "rejoined_workers": trainer.rejoined_workers})
     if cfg.backup_dir:
         record["resumed_after_round"] = first
     save_result(cfg.model_dir, record, plain)

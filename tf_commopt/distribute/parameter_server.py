@@ -249,6 +249,7 @@ class ParameterServerSkipCorrect:
         self._stats = {"comm_s": 0.0, "compute_s": 0.0, "bytes_communicated": 0}
         self.history: List[Dict[str, Any]] = []
         self.lost_workers: set = set()
+        self.rejoined_workers: List[int] = []  # workers seen lost and later running shards again, in order
 
     def scope(self):
         """``strategy.scope()``: variables created here live on the ps tasks."""
@@ -427,6 +428,12 @@ class ParameterServerSkipCorrect:
         rec = {"round": self.rounds, "loss": float(np.mean([o[2] for o in outs])),
                "workers": [int(o[0]) for o in outs], "compute_s": compute,
                "comm_s": max(0.0, (t1 - t0) - compute) + (t2 - t1), "bytes": self.bytes_per_round}
+        back = sorted(self.lost_workers & set(rec["workers"]))
+        if back:  # a restarted worker: TensorFlow's coordinator reconnected it; it pulled x like any worker
+            self.lost_workers -= set(back)
+            self.rejoined_workers.extend(back)
+            sys.stderr.write(f"tf_commopt: round {rec['round']}: worker(s) {back} are back and ran shards again\n")
+            sys.stderr.flush()
         idle = sorted(set(range(self.num_workers)) - set(rec["workers"]))
         if idle and self.num_shards >= self.num_workers:
             self._report_idle(idle, rec)
