@@ -538,8 +538,9 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         while True:
             for k, t in enumerate(tasks):
                 rc = t.proc.poll()
-                if (tolerant and rc is not None and rc != 0 and t.name.startswith("worker:")
-                        and t.name not in given_up and failed is None):
+                if t.name in given_up:  # a dead worker the run goes on without
+                    continue
+                if tolerant and rc is not None and rc != 0 and t.name.startswith("worker:") and failed is None:
                     worker_failures.append(f"{t.name} exit {_exit_code(rc)}")
                     chief_up = any(c.proc.poll() is None for c in tasks if c.name.startswith("chief:"))
                     t.signal_group(signal.SIGKILL)  # whatever the dead worker left in its group

@@ -162,3 +162,30 @@ def test_ps_killed_clear_error_then_resume_from_checkpoint(tmp_path):
     for j, got in enumerate(rec["rounds"]):  # the resumed rounds continue the uninterrupted reference exactly
         for g, e in zip(got["weights"], want[first + j]):
             np.testing.assert_allclose(np.array(g), e, atol=1e-5, rtol=0, err_msg=f"round {first + j}")
+
+
+def test_failure_options_only_for_ps_clusters_and_defaults_unchanged():
+    import subprocess
+
+    import pytest
+
+    from tf_commopt.errors import InputError
+
+    with pytest.raises(InputError, match="^--tolerate-worker-failures: only for parameter-server clusters"):
+        run_cluster(["true"], workers=2, tolerate_worker_failures=True, echo=False)
+    with pytest.raises(InputError, match="^--restart-workers: only for parameter-server clusters"):
+        run_cluster(["true"], workers=2, ps=1, restart_workers=1, echo=False)  # no chief
+    with pytest.raises(InputError, match="^--restart-workers: must be an integer >= 0"):
+        run_cluster(["true"], workers=2, ps=1, chief=True, restart_workers=-1, echo=False)
+    p = subprocess.run([sys.executable, "-m", "tf_commopt.cluster", "--workers", "2", "--restart-workers", "2", "--",
+                        "true"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith(
+        "tf_commopt.cluster: error: --restart-workers: only for parameter-server clusters"), p.stderr
+    # default policy: a worker failing ends a ps cluster (exit code of the worker), nothing restarted
+    r = run_cluster(["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2'],
+                    workers=2, ps=1, chief=True, echo=False, timeout=30)
+    assert (r.returncode, r.failed_task, r.worker_failures, r.restarts) == (5, "worker:1", [], 0)
+    # tolerated: the same worker failure is recorded and the run ends when the chief and worker 0 are done
+    r = run_cluster(["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2'],
+                    workers=2, ps=1, chief=True, echo=False, timeout=30, tolerate_worker_failures=True)
+    assert (r.returncode, r.worker_failures, r.restarts) == (0, ["worker:1 exit 5"], 0), r.message
