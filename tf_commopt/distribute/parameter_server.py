@@ -34,9 +34,14 @@ SGD with global batch K x batch_size (momentum included: the mean of the per-sha
 global momentum recursion exactly).
 
 Workers are stateless between rounds (every closure starts from the ps), so a worker lost mid-round
-costs only its closure: TensorFlow's coordinator re-runs it on another worker and the round result is
-unchanged. Every wait is bounded by ``round_timeout_s``; a round that cannot finish (all workers gone,
-a ps gone) raises ClusterError with one line saying which.
+costs only its closure (at most H undelivered local steps): TensorFlow's coordinator re-runs it on
+another worker (re-scheduled, never skipped) and the round result is unchanged; closures are
+idempotent (v_i is read from one slot and written to another), so sum_i D_i = 0 over the K shards
+holds whoever ran them. A restarted worker (same address) is taken back by the coordinator and pulls
+the global model like any closure. Every wait is bounded by ``round_timeout_s``; a round that cannot
+finish raises ClusterError with one line saying which (a lost ps task: named, with the last completed
+round; ``save(dir)`` between rounds and ``restore_latest(dir)`` on a fresh cluster resume exactly).
+See docs/parameter_server.md, "Worker and ps failures".
 """
 from __future__ import annotations
 
