@@ -189,3 +189,23 @@ def test_failure_options_only_for_ps_clusters_and_defaults_unchanged():
     r = run_cluster(["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2'],
                     workers=2, ps=1, chief=True, echo=False, timeout=30, tolerate_worker_failures=True)
     assert (r.returncode, r.worker_failures, r.restarts) == (0, ["worker:1 exit 5"], 0), r.message
+
+
+def test_runner_backup_dir_saves_and_a_rerun_resumes(tmp_path):
+    """``experiments.train --backup_dir`` on a ps cluster: checkpoints appear; the same command resumes."""
+    backup = str(tmp_path / "b")
+    cmd = [sys.executable, "-m", "experiments.train", "--strategy=skip_correct", "--interval=2", "--model=mlp",
+           "--steps=8", "--batch_size=64", "--momentum=0.5", f"--backup_dir={backup}"]
+    first = run_cluster(cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT,
+                        env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert first.ok, first.message + "\n" + "\n".join(first.last_lines("chief:0"))
+    assert sorted(os.listdir(backup)) == ["round-3", "round-4"]  # a save per round (4 rounds), last two kept
+    r1 = json.loads([line for line in first.outputs["chief:0"] if line.startswith("{")][-1])
+    assert r1["resumed_after_round"] == 0 and r1["correction"] == "vrl"  # auto -> vrl on the ps path
+    again = run_cluster(cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT,
+                        env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert again.ok, again.message
+    assert any(line.startswith("resuming after round 4 from ") for line in again.outputs["chief:0"])
+    r2 = json.loads([line for line in again.outputs["chief:0"] if line.startswith("{")][-1])
+    assert (r2["resumed_after_round"], r2["steps"], r2["syncs"]) == (4, 8, 4)
+    assert r2["test_accuracy"] == r1["test_accuracy"]  # nothing trained after the resume: the saved model
