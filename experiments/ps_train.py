@@ -62,9 +62,6 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
     else:
         interval = cfg.interval
         correction = "none" if cfg.strategy == "local_sgd" else cfg.correction
-        if interval == "auto":
-            raise InputError("'auto' is not supported on a parameter-server cluster; give an integer",
-                             where="--interval")
     if not cfg.learning_rate > 0:
         raise InputError(f"must be > 0 on a parameter-server cluster, got {cfg.learning_rate!r}",
                          where="--learning_rate")
@@ -81,12 +78,13 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
     data = load_dataset(cfg.dataset, seed=cfg.seed)
     steps_per_epoch = max(1, len(data.x_train) // cfg.batch_size)
     steps = cfg.steps or cfg.epochs * steps_per_epoch
-    rounds = math.ceil(steps / interval)
+    rounds = math.ceil(steps / interval) if interval != "auto" else None  # auto: known once H is chosen
 
     tf_keras.utils.set_random_seed(cfg.seed)
     trainer = psc.ParameterServerSkipCorrect(interval=interval, correction=correction,
                                              learning_rate=cfg.learning_rate, momentum=cfg.momentum,
-                                             correction_lr=getattr(cfg, "correction_lr", "effective"))
+                                             correction_lr=getattr(cfg, "correction_lr", "effective"),
+                                             target_ratio=float(cfg.target_ratio), max_interval=cfg.max_interval)
     with trainer.scope():
         model = model_fn(cfg.model, data.input_shape, data.num_classes)
     loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -97,17 +95,23 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
         print(f"resuming after round {first} from {cfg.backup_dir}", file=out, flush=True)
     print(f"{cfg.strategy} (parameter server): {cfg.model} on {cfg.dataset} ({len(data.x_train)} train / "
           f"{len(data.x_test)} test), {workers} workers + {tfc.num_ps} ps, global batch {cfg.batch_size}, "
-          f"interval {interval}, correction {correction}, {rounds} rounds", file=out, flush=True)
+          f"interval {interval}, correction {trainer.correction}, {steps} steps", file=out, flush=True)
     t0 = time.perf_counter()
-    every = max(1, rounds // 10)
-    for r in range(first, rounds):
+    every = max(1, rounds // 10) if rounds else 4
+    r = first
+    while trainer.steps_done < steps:
         rec = trainer.run_round()
-        if r % every == 0 or r == rounds - 1:
-            print(f"round {r + 1}/{rounds}: loss {rec['loss']:.4f}, compute {rec['compute_s'] * 1e3:.1f} ms, "
+        if rounds is None and trainer._auto.chosen:  # pylint: disable=protected-access
+            rounds = r + 1 + math.ceil((steps - trainer.steps_done) / trainer.interval)
+            every = max(1, rounds // 10)
+        last = trainer.steps_done >= steps
+        if r % every == 0 or last:
+            print(f"round {r + 1}/{rounds or '?'}: loss {rec['loss']:.4f}, compute {rec['compute_s'] * 1e3:.1f} ms, "
                   f"comm {rec['comm_s'] * 1e3:.1f} ms, {rec['bytes'] / 1e6:.3f} MB, workers {rec['workers']}",
                   file=out, flush=True)
-        if cfg.backup_dir and ((r + 1) % every == 0 or r == rounds - 1):
+        if cfg.backup_dir and ((r + 1) % every == 0 or last):
             trainer.save(cfg.backup_dir)
+        r += 1
     wall = time.perf_counter() - t0
 
     plain = model_fn(cfg.model, data.input_shape, data.num_classes)
@@ -119,15 +123,16 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
     pbytes = int(sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables))
     record: Dict[str, Any] = build_record(
         strategy=cfg.strategy, model=cfg.model, dataset=cfg.dataset, replicas=workers, workers=workers + 1,
-        global_batch_size=cfg.batch_size, steps=rounds * interval, epochs=(cfg.epochs if not cfg.steps else 1),
+        global_batch_size=cfg.batch_size, steps=stats["steps"], epochs=(cfg.epochs if not cfg.steps else 1),
         wall_s=wall, train_loss=train_loss, train_accuracy=train_acc, test_loss=test_loss,
         test_accuracy=test_acc, seed=cfg.seed, learning_rate=cfg.learning_rate, params=model.count_params(),
         param_bytes=pbytes, extra={
-            "ps": tfc.num_ps, "interval": interval, "correction": trainer.correction, "syncs": stats["syncs"],
+            "ps": tfc.num_ps, "interval": trainer.interval, "correction": trainer.correction, "syncs": stats["syncs"],
             "comm_s": round(stats["comm_s"], 4), "compute_s": round(stats["compute_s"], 4),
             "bytes_communicated": stats["bytes_communicated"], "first_round_s": stats["first_round_s"],
             "median_round_s": stats["median_round_s"], "lost_workers": sorted(trainer.lost_workers),
             "rejoined_workers": trainer.rejoined_workers})
+    record.update({k: stats[k] for k in ("interval_t_comm_s", "interval_t_comp_s", "interval_overhead_s") if k in stats})
     if cfg.backup_dir:
         record["resumed_after_round"] = first
     save_result(cfg.model_dir, record, plain)

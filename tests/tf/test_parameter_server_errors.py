@@ -16,7 +16,8 @@ def _env(monkeypatch, task="chief", cluster=CLUSTER):
 
 @pytest.mark.parametrize("kwargs,where", [
     ({"interval": 0}, "interval"), ({"interval": 2.5}, "interval"), ({"interval": True}, "interval"),
-    ({"correction": "scaffold"}, "correction"), ({"learning_rate": 0}, "learning_rate"),
+    ({"correction": "scaffold"}, "correction"), ({"interval": "fast"}, "interval"),
+    ({"interval": "auto", "probe_rounds": 1}, "probe_rounds"), ({"learning_rate": 0}, "learning_rate"),
     ({"momentum": 1.0}, "momentum"),
 ])
 def test_bad_arguments(kwargs, where):
@@ -56,7 +57,7 @@ def test_array_batch_fn_checks_and_rows():
 
 
 @pytest.mark.parametrize("flags,where", [
-    ({"strategy": "single"}, "--strategy"), ({"strategy": "skip_correct", "interval": "auto"}, "--interval"),
+    ({"strategy": "single"}, "--strategy"),
     ({"strategy": "skip_correct", "warmup_steps": 3}, "--warmup_steps"),
     ({"strategy": "ssgd", "learning_rate": 0.0}, "--learning_rate"),
     ({"strategy": "ssgd", "batch_size": 63}, "--batch_size"),
