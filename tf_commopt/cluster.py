@@ -463,7 +463,8 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         echo: print each task's lines, prefixed ``[task:i] ``, as they come (to ``stream``, default stdout).
         threads_per_task: TensorFlow/OpenMP threads of each task (:mod:`tf_commopt.threads`); None = the
             machine's cores divided among the tasks, 0 = leave TensorFlow's defaults. Variables already
-            set in ``env`` or this process's environment win.
+            set in ``env`` or this process's environment win. On ps clusters the inter-op pool gets at
+            least 2 threads (1 deadlocks ParameterServerStrategy).
         tolerate_worker_failures: parameter-server clusters only (``ps`` >= 1 and ``chief``): a worker that
             exits non-zero does not end the cluster (the chief's ClusterCoordinator re-runs its work on
             the others); the run is done when the chief and every worker still counted have exited 0.
