@@ -43,6 +43,7 @@ from tf_commopt.datasets import DATASETS  # noqa: E402
 from tf_commopt.errors import InputError, TfCommoptError  # noqa: E402
 
 from experiments.models import MODELS  # noqa: E402
+from experiments.record import build_record, save_result  # noqa: E402
 
 STRATEGIES = ("single", "ssgd", "skip_correct", "local_sgd")
 from tf_commopt.distribute.correction import CORRECTIONS  # noqa: E402  (pure: no TensorFlow import)
@@ -335,11 +336,9 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
     tfc = tf_config_from_env()
     if tfc is None:
         os.environ.pop("TF_CONFIG", None)  # a blank TF_CONFIG: TensorFlow's resolver would json.loads("") and fail
-    if tfc is not None and tfc.num_ps and cfg.backup_dir:
-        raise InputError("not supported on parameter-server clusters (ps tasks in TF_CONFIG)", where="--backup_dir")
     if tfc is not None and tfc.num_ps:  # parameter-server cluster (issue 8): its own loop, workers/ps serve
         from experiments.models import build_model
-        from tf_commopt.distribute.parameter_server import run_training
+        from experiments.ps_train import run_training
 
         return RunResult(*run_training(cfg, build_model, out))
     strategy = make_strategy(cfg, tfc)  # before any op: logical devices / collective set-up
@@ -408,16 +407,14 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
     test_loss, test_acc = plain.evaluate(data.x_test, data.y_test, batch_size=500, verbose=0)
 
     steps = int(model.optimizer.iterations.numpy())
-    record: Dict[str, Any] = {
-        "strategy": cfg.strategy, "model": cfg.model, "dataset": cfg.dataset, "replicas": replicas,
-        "workers": (tfc.num_workers + int(tfc.has_chief)) if multi else 1,
-        "global_batch_size": cfg.batch_size, "steps": steps, "epochs": epochs, "wall_s": round(wall, 3),
-        "steps_per_s": round(steps / wall, 3) if wall > 0 else None,
-        "train_loss": float((history.history.get("loss") or [math.nan])[-1]),
-        "train_accuracy": float((history.history.get("accuracy") or [math.nan])[-1]),
-        "test_loss": float(test_loss), "test_accuracy": float(test_acc), "seed": cfg.seed,
-        "learning_rate": cfg.learning_rate, "params": int(model.count_params()), "param_bytes": param_bytes(model),
-    }
+    record: Dict[str, Any] = build_record(
+        strategy=cfg.strategy, model=cfg.model, dataset=cfg.dataset, replicas=replicas,
+        workers=(tfc.num_workers + int(tfc.has_chief)) if multi else 1,
+        global_batch_size=cfg.batch_size, steps=steps, epochs=epochs, wall_s=wall,
+        train_loss=(history.history.get("loss") or [math.nan])[-1],
+        train_accuracy=(history.history.get("accuracy") or [math.nan])[-1],
+        test_loss=test_loss, test_accuracy=test_acc, seed=cfg.seed,
+        learning_rate=cfg.learning_rate, params=model.count_params(), param_bytes=param_bytes(model))
     if cfg.strategy in ("skip_correct", "local_sgd"):
         stats = strategy.stats()
         record["interval"] = getattr(strategy, "interval", stats.get("interval"))
@@ -430,11 +427,7 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
         record["resumed_after_epoch"] = first_epoch
     record.update({k: round(v, 4) for k, v in bench.items()})
     if chief:
-        if cfg.model_dir:
-            os.makedirs(cfg.model_dir, exist_ok=True)
-            plain.save_weights(os.path.join(cfg.model_dir, "model.weights.h5"))
-            with open(os.path.join(cfg.model_dir, "result.json"), "w", encoding="utf-8") as f:
-                json.dump(record, f, indent=1)
+        save_result(cfg.model_dir, record, plain)
         print(f"\n{cfg.strategy} on {where}: {steps} steps in {wall:.1f} s; "
               f"final train loss {record['train_loss']:.4f}, test accuracy {100 * test_acc:.1f}% "
               f"on {len(data.x_test)} held-out images", file=out)

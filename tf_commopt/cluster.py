@@ -99,6 +99,9 @@ class ClusterResult:
         tf_configs: task name -> the TF_CONFIG dict it was given.
         message: one-line summary of how the cluster ended.
         failed_signal: the signal that killed the failed task, if a signal did.
+        worker_failures: with ``tolerate_worker_failures`` / ``restart_workers``: the worker deaths the
+            run went on through, e.g. ``["worker:1 exit 137"]``.
+        restarts: how many dead workers were started again (``restart_workers``).
     """
 
     returncode: int
@@ -109,6 +112,8 @@ class ClusterResult:
     tf_configs: Dict[str, dict] = field(default_factory=dict)
     message: str = ""
     failed_signal: Optional[int] = None
+    worker_failures: List[str] = field(default_factory=list)
+    restarts: int = 0
 
     @property
     def ok(self) -> bool:
@@ -348,9 +353,10 @@ def live_processes(token: str) -> List[Tuple[int, str]]:
 
 class _Task:
     def __init__(self, name: str, argv: List[str], env: Dict[str, str], cwd: Optional[str],
-                 echo: Optional[TextIO], lock: threading.Lock):
+                 echo: Optional[TextIO], lock: threading.Lock, lines: Optional[List[str]] = None):
         self.name = name
-        self.lines: List[str] = []
+        self.lines: List[str] = lines if lines is not None else []  # a restarted task goes on with its lines
+        self.spec = (argv, env, cwd, echo, lock)  # to start it again (restart_workers)
         self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, start_new_session=True,
                                      preexec_fn=_die_with_parent)
@@ -436,7 +442,8 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
                 bandwidth_mbit: Optional[float] = None, topology: str = "switch", timeout: Optional[float] = None,
                 env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
                 echo: bool = True, stream: Optional[TextIO] = None,
-                threads_per_task: Optional[int] = None) -> ClusterResult:
+                threads_per_task: Optional[int] = None, tolerate_worker_failures: bool = False,
+                restart_workers: int = 0) -> ClusterResult:
     """Run ``command`` once per task of a local TF_CONFIG cluster and wait for it to finish.
 
     Example:
@@ -456,7 +463,15 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         echo: print each task's lines, prefixed ``[task:i] ``, as they come (to ``stream``, default stdout).
         threads_per_task: TensorFlow/OpenMP threads of each task (:mod:`tf_commopt.threads`); None = the
             machine's cores divided among the tasks, 0 = leave TensorFlow's defaults. Variables already
-            set in ``env`` or this process's environment win.
+            set in ``env`` or this process's environment win. On ps clusters the inter-op pool gets at
+            least 2 threads (1 deadlocks ParameterServerStrategy).
+        tolerate_worker_failures: parameter-server clusters only (``ps`` >= 1 and ``chief``): a worker that
+            exits non-zero does not end the cluster (the chief's ClusterCoordinator re-runs its work on
+            the others); the run is done when the chief and every worker still counted have exited 0.
+            Default False: any failed task ends the cluster, as before.
+        restart_workers: parameter-server clusters only: start a dead worker again (same TF_CONFIG, same
+            address), at most this many times in all, while the chief runs; implies
+            ``tolerate_worker_failures``. Default 0.
 
     Returns:
         A ClusterResult; task failures are reported in it, not raised.
@@ -467,6 +482,13 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         network removed.
     """
     _validate(command, workers, ps, bandwidth_mbit, topology, timeout)
+    if isinstance(restart_workers, bool) or not isinstance(restart_workers, int) or restart_workers < 0:
+        raise InputError(f"must be an integer >= 0, got {restart_workers!r}", where="--restart-workers")
+    tolerant = bool(tolerate_worker_failures) or restart_workers > 0
+    if tolerant and not (ps >= 1 and chief):
+        flag = "--restart-workers" if restart_workers else "--tolerate-worker-failures"
+        raise InputError("only for parameter-server clusters (--ps >= 1 and --chief): a collective cluster cannot "
+                         "go on without one of its workers", where=flag)
     if threads_per_task is not None and (isinstance(threads_per_task, bool) or not isinstance(threads_per_task, int)
                                          or threads_per_task < 0):
         raise InputError(f"must be an integer >= 0 or None, got {threads_per_task!r}", where="threads_per_task")
@@ -485,6 +507,9 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
     start = time.monotonic()
     returncode, failed, timed_out, message = 0, None, False, ""
     failed_signal: Optional[int] = None
+    worker_failures: List[str] = []
+    given_up: set = set()
+    restarts = 0
     try:
         if bandwidth_mbit is not None:
             net = _Network(len(specs), float(bandwidth_mbit), topology)
@@ -497,6 +522,10 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         base_env.setdefault("PYTHONUNBUFFERED", "1")
         if threads_per_task != 0:
             for var, value in thread_env(len(specs), per_task=threads_per_task).items():
+                if ps and var == "TF_NUM_INTEROP_THREADS":
+                    # ParameterServerStrategy deadlocks with one inter-op thread (a worker's closure blocks
+                    # on its reads from the ps; measured: round 0 never finished with 1, 17 s test with 2)
+                    value = str(max(2, int(value)))
                 base_env.setdefault(var, value)
         for i, (name, cfg) in enumerate(zip(names, configs)):
             task_env = dict(base_env, TF_CONFIG=json.dumps(cfg))
@@ -508,16 +537,38 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         deadline = None if timeout is None else start + float(timeout)
         finishers = [t for t in tasks if not t.name.startswith("ps:")]
         while True:
-            for t in tasks:
+            for k, t in enumerate(tasks):
                 rc = t.proc.poll()
+                if t.name in given_up:  # a dead worker the run goes on without
+                    continue
+                if tolerant and rc is not None and rc != 0 and t.name.startswith("worker:") and failed is None:
+                    worker_failures.append(f"{t.name} exit {_exit_code(rc)}")
+                    chief_up = any(c.proc.poll() is None for c in tasks if c.name.startswith("chief:"))
+                    t.signal_group(signal.SIGKILL)  # whatever the dead worker left in its group
+                    t.join_output()
+                    if restarts < restart_workers and chief_up:
+                        restarts += 1
+                        note = f"{t.name} exited with code {_exit_code(rc)}; restarting it ({restarts}/{restart_workers})"
+                        tasks[k] = _Task(t.name, *t.spec, lines=t.lines)
+                        finishers = [q for q in tasks if not q.name.startswith("ps:")]
+                    else:
+                        given_up.add(t.name)
+                        note = f"{t.name} exited with code {_exit_code(rc)}; going on without it"
+                    if out is not None:
+                        with lock:
+                            out.write(f"tf_commopt.cluster: {note}\n")
+                            out.flush()
+                    continue
                 if rc is not None and rc != 0 and failed is None:
                     failed, returncode = t.name, _exit_code(rc)
                     failed_signal = -rc if rc < 0 else None
                     message = f"task {failed} failed with exit code {returncode}"
             if failed is not None:
                 break
-            if all(t.proc.poll() == 0 for t in finishers):
+            if all(t.proc.poll() == 0 or t.name in given_up for t in finishers):
                 message = f"all {len(finishers)} task(s) finished"
+                if worker_failures:
+                    message += f" ({len(worker_failures)} worker failure(s) tolerated, {restarts} restart(s))"
                 break
             if deadline is not None and time.monotonic() > deadline:
                 timed_out, returncode = True, 124
@@ -548,7 +599,7 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
                 signal.signal(signal.SIGINT, old_int if old_int is not None else signal.default_int_handler)
     wall = time.monotonic() - start
     result = ClusterResult(returncode, {t.name: list(t.lines) for t in tasks}, wall, failed, timed_out,
-                           dict(zip(names, configs)), message, failed_signal)
+                           dict(zip(names, configs)), message, failed_signal, worker_failures, restarts)
     return result
 
 
@@ -586,6 +637,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads-per-task", type=int, default=None,
                    help="TensorFlow/OpenMP threads per task (default: the cores divided among the tasks; "
                         "0 = TensorFlow's defaults)")
+    p.add_argument("--tolerate-worker-failures", action="store_true",
+                   help="ps clusters (--ps >= 1 --chief): go on when a worker dies (its work is re-run on the others)")
+    p.add_argument("--restart-workers", type=int, default=0, metavar="N",
+                   help="ps clusters: start a dead worker again, at most N times in all (implies "
+                        "--tolerate-worker-failures)")
     return p
 
 
@@ -617,7 +673,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         r = run_cluster(command, workers=args.workers, ps=args.ps, chief=args.chief,
                         bandwidth_mbit=args.bandwidth_mbit, topology=args.topology, timeout=args.timeout,
-                        echo=not args.quiet, threads_per_task=args.threads_per_task)
+                        echo=not args.quiet, threads_per_task=args.threads_per_task,
+                        tolerate_worker_failures=args.tolerate_worker_failures, restart_workers=args.restart_workers)
     except (InputError, ClusterError) as e:
         sys.stderr.write(f"tf_commopt.cluster: error: {e}\n")
         return 2

@@ -83,6 +83,26 @@ def main(argv):
             print(f"ROUND {r} workers {out['workers']}", flush=True)
             time.sleep(0.3)
         print("RESULT " + json.dumps(rec), flush=True)
+    elif argv[1] == "resume":  # resume ROUNDS DIR: restore the newest save in DIR, train, save after every round
+        rounds, directory = int(argv[2]), argv[3]
+        t = psc.ParameterServerSkipCorrect(interval=2, correction="vrl", learning_rate=LR, momentum=0.5,
+                                           strategy=strategy, round_timeout_s=30)
+        model = build(t, seed=7)
+        init = weights(model)
+        first = t.restore_latest(directory)
+        print(f"RESUMED {first}", flush=True)
+        rec = {"interval": 2, "correction": "vrl", "momentum": 0.5, "init": init, "first": first, "rounds": []}
+        for r in range(first, rounds):
+            try:
+                out = t.run_round()
+            except psc.ClusterError as e:
+                print(f"ERROR {e}", flush=True)
+                sys.exit(3)
+            t.save(directory)
+            rec["rounds"].append({"weights": weights(model), "workers": out["workers"]})
+            print(f"ROUND {r} workers {out['workers']}", flush=True)
+            time.sleep(0.3)
+        print("RESULT " + json.dumps(rec), flush=True)
 
 
 if __name__ == "__main__":

@@ -189,3 +189,20 @@ def test_runner_on_launcher_ps_cluster(strategy, extra):
     assert rec["comm_s"] > 0 and rec["compute_s"] > 0
     assert rec["train_loss"] < 2.0 and rec["test_accuracy"] > 0.3  # it learned (chance: 2.30, 0.1)
     assert not any(line.startswith("{") for line in r.outputs["worker:0"])  # only the chief reports
+
+
+def test_runner_interval_auto_on_ps_cluster():
+    """``--interval=auto``: 3 probe rounds with H = 1, then H from their timings by thesis 001's rule."""
+    from tf_commopt.core.interval import first_iteration_interval
+
+    cmd = [sys.executable, "-m", "experiments.train", "--strategy=skip_correct", "--interval=auto", "--model=mlp",
+           "--steps=40", "--batch_size=64", "--momentum=0.5", "--max_interval=8"]
+    r = run_cluster(cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT,
+                    env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert r.ok, f"{r.message}\n" + "\n".join(r.last_lines(r.failed_task or "chief:0"))
+    rec = json.loads([line for line in r.outputs["chief:0"] if line.startswith("{")][-1])
+    h = rec["interval"]
+    assert h == first_iteration_interval(rec["interval_t_comm_s"], rec["interval_t_comp_s"], 1.0, 8)
+    assert rec["steps"] == 3 + h * (rec["syncs"] - 3) and rec["steps"] - h < 40 <= rec["steps"]
+    assert any(f"-> H = {h} from round 3" in line for line in r.outputs["chief:0"])
+    assert rec["correction"] == "vrl" and rec["train_loss"] < 2.0  # auto -> vrl; it learned (chance: 2.30)

@@ -584,12 +584,16 @@ def test_train_rejects_bad_tf_config_with_one_line():
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "duplicate address 'h:1'" in p.stderr, p.stderr
 
 
-def test_train_backup_dir_on_a_ps_cluster_is_refused_not_ignored():
+def test_train_backup_dir_on_a_ps_cluster_without_chief_names_the_cluster_problem():
+    # --backup_dir is supported on ps clusters since issue 19 (experiments.ps_train saves and resumes the ps
+    # state); a ps cluster without a chief is still one line naming TF_CONFIG
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CONFIG=json.dumps({"cluster": {"worker": ["h:1"], "ps": ["h:2"]},
                                                                   "task": {"type": "worker", "index": 0}}))
     p = subprocess.run([sys.executable, "-m", "experiments.train", "--backup_dir=/tmp/unused"], capture_output=True,
                        text=True, cwd=ROOT, env=env, timeout=120)
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--backup_dir: not supported" in p.stderr, p.stderr
+    last = p.stderr.strip().splitlines()[-1]  # (TensorFlow logs at import before it)
+    assert p.returncode == 2 and last.startswith("experiments.train: error: TF_CONFIG: "), p.stderr
+    assert "needs 'ps' tasks and a 'chief'" in last and "backup_dir" not in p.stderr, p.stderr
 
 
 # ------------------------------------------------------------------------------- no pickle, no eval

@@ -16,7 +16,8 @@ def _env(monkeypatch, task="chief", cluster=CLUSTER):
 
 @pytest.mark.parametrize("kwargs,where", [
     ({"interval": 0}, "interval"), ({"interval": 2.5}, "interval"), ({"interval": True}, "interval"),
-    ({"correction": "scaffold"}, "correction"), ({"learning_rate": 0}, "learning_rate"),
+    ({"correction": "scaffold"}, "correction"), ({"interval": "fast"}, "interval"),
+    ({"interval": "auto", "probe_rounds": 1}, "probe_rounds"), ({"learning_rate": 0}, "learning_rate"),
     ({"momentum": 1.0}, "momentum"),
 ])
 def test_bad_arguments(kwargs, where):
@@ -56,16 +57,37 @@ def test_array_batch_fn_checks_and_rows():
 
 
 @pytest.mark.parametrize("flags,where", [
-    ({"strategy": "single"}, "--strategy"), ({"strategy": "skip_correct", "interval": "auto"}, "--interval"),
+    ({"strategy": "single"}, "--strategy"),
     ({"strategy": "skip_correct", "warmup_steps": 3}, "--warmup_steps"),
     ({"strategy": "ssgd", "learning_rate": 0.0}, "--learning_rate"),
     ({"strategy": "ssgd", "batch_size": 63}, "--batch_size"),
 ])
 def test_runner_refuses_unsupported_flags_on_ps_cluster(monkeypatch, flags, where):
     from experiments.models import build_model
+    from experiments.ps_train import run_training
     from experiments.train import Config, validate
 
     _env(monkeypatch)
     with pytest.raises(InputError) as e:
-        psc.run_training(validate(Config(**flags)), build_model)
+        run_training(validate(Config(**flags)), build_model)
     assert str(e.value).startswith(where + ":"), str(e.value)
+
+
+def test_library_does_not_import_the_runner():
+    """The runner lives in experiments/ (issue 16): the library module must not reach back into it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import tf_commopt.distribute.parameter_server as p; "
+            "print(sorted(m for m in sys.modules if m.startswith('experiments') or m.endswith('ps_runner')), "
+            "hasattr(p, 'run_training'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "[] False", out.stderr[-500:]
+
+
+def test_save_restore_refuse_before_compile():
+    t = object.__new__(psc.ParameterServerSkipCorrect)
+    t._compiled = False
+    with pytest.raises(InputError, match="^ParameterServerSkipCorrect: call compile"):
+        t.save("/tmp/x")
+    assert psc._saved_rounds("/nonexistent/dir") == []

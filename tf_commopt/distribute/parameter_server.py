@@ -34,30 +34,36 @@ SGD with global batch K x batch_size (momentum included: the mean of the per-sha
 global momentum recursion exactly).
 
 Workers are stateless between rounds (every closure starts from the ps), so a worker lost mid-round
-costs only its closure: TensorFlow's coordinator re-runs it on another worker and the round result is
-unchanged. Every wait is bounded by ``round_timeout_s``; a round that cannot finish (all workers gone,
-a ps gone) raises ClusterError with one line saying which.
+costs only its closure (at most H undelivered local steps): TensorFlow's coordinator re-runs it on
+another worker (re-scheduled, never skipped) and the round result is unchanged; closures are
+idempotent (v_i is read from one slot and written to another), so sum_i D_i = 0 over the K shards
+holds whoever ran them. A restarted worker (same address) is taken back by the coordinator and pulls
+the global model like any closure. Every wait is bounded by ``round_timeout_s``; a round that cannot
+finish raises ClusterError with one line saying which (a lost ps task: named, with the last completed
+round; ``save(dir)`` between rounds and ``restore_latest(dir)`` on a fresh cluster resume exactly).
+See docs/parameter_server.md, "Worker and ps failures".
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf-keras: Keras 3 fails under ParameterServerStrategy
 import tensorflow as tf  # noqa: E402
 
+from tf_commopt.core.interval import FirstIterationPolicy
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env
 from tf_commopt.distribute.correction import CORRECTIONS, validate_correction, vrl_delta_update
 from tf_commopt.distribute.ps_serve import _reachable, serve, serve_unless_chief
 from tf_commopt.errors import ClusterError, InputError
 
-__all__ = ["serve", "serve_unless_chief", "array_batch_fn", "ParameterServerSkipCorrect", "CORRECTIONS",
-           "run_training"]
+__all__ = ["serve", "serve_unless_chief", "array_batch_fn", "ParameterServerSkipCorrect", "CORRECTIONS"]
 
 
 # --------------------------------------------------------------------------------------------------- data
@@ -142,6 +148,15 @@ def _keras_forward(model, loss) -> Callable:
     return forward
 
 
+def _saved_rounds(directory: str) -> List[int]:
+    """Rounds with a complete checkpoint in ``directory`` (a ``round-R`` directory appears by rename)."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(int(n[6:]) for n in names if n.startswith("round-") and n[6:].isdigit())
+
+
 # -------------------------------------------------------------------------------------------- strategy
 def _wait_for_tasks(tfc: TFConfig, timeout_s: float) -> None:
     """Wait until every worker and ps task listens (TensorFlow would block without saying on what)."""
@@ -190,7 +205,10 @@ class ParameterServerSkipCorrect:
         >>> t = ParameterServerSkipCorrect(interval=1, correction="none")   # doctest: +SKIP (chief only)
 
     Args:
-        interval: H, local steps per round (int >= 1).
+        interval: H, local steps per round (int >= 1), or "auto": ``probe_rounds`` rounds with H = 1, then
+            H = clip(round(t_comm / (target_ratio x t_comp)), 1, max_interval) from their median
+            communication time per round and local-step time (the first round, which ships the
+            function, is left out), fixed for the rest of the run (SkipCorrectStrategy's rule).
         correction: "vrl" or "none".
         learning_rate: lr of the local SGD steps (constant).
         momentum: SGD momentum (Keras form v <- mu v - lr g; x <- x + v), buffer kept per shard on the ps.
@@ -202,11 +220,20 @@ class ParameterServerSkipCorrect:
             strategy from TF_CONFIG (ClusterError naming the missing tasks otherwise).
     """
 
-    def __init__(self, interval: int = 4, correction: str = "vrl", learning_rate: float = 0.05,
+    def __init__(self, interval: Union[int, str] = 4, correction: str = "vrl", learning_rate: float = 0.05,
                  momentum: float = 0.0, strategy=None, round_timeout_s: float = 120.0,
-                 connect_timeout_s: float = 300.0, correction_lr: str = "effective"):
-        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
-            raise InputError(f"must be an integer >= 1, got {interval!r}", where="interval")
+                 connect_timeout_s: float = 300.0, correction_lr: str = "effective", target_ratio: float = 1.0,
+                 max_interval: int = 256, probe_rounds: int = 3):
+        self._auto: Optional[FirstIterationPolicy] = None
+        if interval == "auto":  # H = 1 rounds first; then H from their measured comm / compute times
+            if isinstance(probe_rounds, bool) or not isinstance(probe_rounds, int) or probe_rounds < 2:
+                raise InputError(f"must be an integer >= 2, got {probe_rounds!r}", where="probe_rounds")
+            self._auto = FirstIterationPolicy(target_ratio=target_ratio, max_interval=max_interval,
+                                              warmup_steps=1)
+            self.probe_rounds = probe_rounds
+            interval = 1
+        elif isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise InputError(f"must be an integer >= 1 or 'auto', got {interval!r}", where="interval")
         validate_correction(correction)
         if correction == "gradient":
             raise InputError("the gradient-space correction is not implemented on the parameter-server path; "
@@ -237,9 +264,11 @@ class ParameterServerSkipCorrect:
         self.num_ps = int(strategy.extended._num_ps)  # pylint: disable=protected-access
         self._compiled = False
         self.rounds = 0
+        self.steps_done = 0  # local steps per shard so far (= rounds x H for a fixed H)
         self._stats = {"comm_s": 0.0, "compute_s": 0.0, "bytes_communicated": 0}
         self.history: List[Dict[str, Any]] = []
         self.lost_workers: set = set()
+        self.rejoined_workers: List[int] = []  # workers seen lost and later running shards again, in order
 
     def scope(self):
         """``strategy.scope()``: variables created here live on the ps tasks."""
@@ -278,7 +307,7 @@ class ParameterServerSkipCorrect:
         if not isinstance(k, int) or k < 1:
             raise InputError(f"num_shards must be a positive integer, got {k!r}", where="compile")
         self.num_shards, self.variables, self.model = k, variables, model
-        h, lr, mu, vrl = self.interval, self.learning_rate, self.momentum, self.correction == "vrl"
+        lr, mu, vrl = self.learning_rate, self.momentum, self.correction == "vrl"
         clr = lr / (1.0 - mu) if self.correction_lr == "effective" else lr  # the lr of the vrl update
 
         def per_shard(v, name):
@@ -290,69 +319,81 @@ class ParameterServerSkipCorrect:
             self._slots = [per_shard(v, "delta_slot") for v in variables]
             self._corr = [per_shard(v, "correction") for v in variables] if vrl else []
             self._mom = [per_shard(v, "momentum") for v in variables] if mu > 0 else []
+            # closures write v_i here, never into _mom, which they read: a closure re-run after a worker
+            # died half-way through its writes reads the same v_i again (idempotent); apply() copies
+            need_out = mu > 0 and (self.interval > 1 or self._auto is not None)
+            self._mom_out = [per_shard(v, "momentum_out") for v in variables] if need_out else []
         self.param_bytes = int(sum(v.shape.num_elements() * v.dtype.size for v in variables))
-        # pull x, push s_i (or g_i when H = 1), and for H > 1 pull D_i, pull + push v_i
-        per_closure = 2 if h == 1 else 2 + int(vrl) + 2 * int(mu > 0)
-        self.bytes_per_round = k * per_closure * self.param_bytes
 
-        @tf.function
-        def closure(shard, rnd):
-            x0 = [tf.identity(v) for v in variables]  # pull x from the ps
-            local = h > 1  # H = 1: push the gradient, the ps applies correction and momentum itself
-            corr = [tf.gather(c, shard) for c in self._corr] if vrl and local else [tf.zeros_like(p) for p in x0]
-            mom = [tf.gather(m, shard) for m in self._mom] if mu > 0 and local else []
-            with tf.control_dependencies(x0 + corr + mom):
-                t0 = tf.timestamp()
-            xs = [tf.identity(p) for p in x0]
-            loss_sum = tf.constant(0.0, tf.float64)
-            for j in range(h):  # unrolled (one trace; tracing time grows with H)
-                bx, by = batch_fn(shard, rnd * h + j)
-                with tf.GradientTape() as tape:
-                    tape.watch(xs)
-                    loss_v = forward(xs, bx, by)
-                grads = tape.gradient(loss_v, xs)
-                if not local:
-                    xs = grads
-                elif mu > 0:
-                    mom = [mu * m - lr * (g - c) for m, g, c in zip(mom, grads, corr)]
-                    xs = [p + m for p, m in zip(xs, mom)]
-                else:
-                    xs = [p - lr * (g - c) for p, g, c in zip(xs, grads, corr)]
-                loss_sum += tf.cast(loss_v, tf.float64)
-            pushed = [p - q for p, q in zip(xs, x0)] if local else xs  # s_i (H > 1) or g_i (H = 1)
-            with tf.control_dependencies(pushed + mom):
-                t1 = tf.timestamp()
-            writes = [s.scatter_update(tf.IndexedSlices(d[None], shard[None])) for s, d in zip(self._slots, pushed)]
-            writes += [m.scatter_update(tf.IndexedSlices(b[None], shard[None])) for m, b in zip(self._mom, mom)]
-            with tf.control_dependencies(writes):
-                worker = tf.identity(tf.distribute.coordinator.experimental_get_current_worker_index())
-            return worker, t1 - t0, loss_sum / h
+        def trace(h: int) -> None:  # the round functions for interval h (h is unrolled: a new h re-traces)
+            # pull x, push s_i (or g_i when H = 1), and for H > 1 pull D_i, pull + push v_i
+            per_closure = 2 if h == 1 else 2 + int(vrl) + 2 * int(mu > 0)
+            self.bytes_per_round = k * per_closure * self.param_bytes
 
-        @tf.function
-        def apply():
-            none = [None] * len(variables)
-            for v, s, c, m in zip(variables, self._slots, self._corr or none, self._mom or none):
-                with tf.device(v.device):  # on the ps that holds v
-                    sv = s.read_value()
-                    if h == 1:  # the slots hold g_i: finish the local step here, s_i = x_i - x
-                        step = sv - c.read_value() if c is not None else sv
-                        if m is not None:
-                            m.assign(mu * m - lr * step)
-                            sv = m.read_value()
-                        else:
-                            sv = -lr * step
-                    mean = tf.reduce_mean(sv, axis=0)
-                    v.assign_add(mean)
-                    if c is not None:  # D_i += (x_bar - x_i) / (H lr'), with x_bar - x_i = mean - s_i
-                        c.assign(vrl_delta_update(c.read_value(), mean[None], sv, h, clr))
-            return tf.constant(0)
+            @tf.function
+            def closure(shard, step0):
+                x0 = [tf.identity(v) for v in variables]  # pull x from the ps
+                local = h > 1  # H = 1: push the gradient, the ps applies correction and momentum itself
+                corr = [tf.gather(c, shard) for c in self._corr] if vrl and local else [tf.zeros_like(p) for p in x0]
+                mom = [tf.gather(m, shard) for m in self._mom] if mu > 0 and local else []
+                with tf.control_dependencies(x0 + corr + mom):
+                    t0 = tf.timestamp()
+                xs = [tf.identity(p) for p in x0]
+                loss_sum = tf.constant(0.0, tf.float64)
+                for j in range(h):  # unrolled (one trace; tracing time grows with H)
+                    bx, by = batch_fn(shard, step0 + j)
+                    with tf.GradientTape() as tape:
+                        tape.watch(xs)
+                        loss_v = forward(xs, bx, by)
+                    grads = tape.gradient(loss_v, xs)
+                    if not local:
+                        xs = grads
+                    elif mu > 0:
+                        mom = [mu * m - lr * (g - c) for m, g, c in zip(mom, grads, corr)]
+                        xs = [p + m for p, m in zip(xs, mom)]
+                    else:
+                        xs = [p - lr * (g - c) for p, g, c in zip(xs, grads, corr)]
+                    loss_sum += tf.cast(loss_v, tf.float64)
+                pushed = [p - q for p, q in zip(xs, x0)] if local else xs  # s_i (H > 1) or g_i (H = 1)
+                with tf.control_dependencies(pushed + mom):
+                    t1 = tf.timestamp()
+                writes = [s.scatter_update(tf.IndexedSlices(d[None], shard[None])) for s, d in zip(self._slots, pushed)]
+                writes += [m.scatter_update(tf.IndexedSlices(b[None], shard[None])) for m, b in zip(self._mom_out, mom)]
+                with tf.control_dependencies(writes):
+                    worker = tf.identity(tf.distribute.coordinator.experimental_get_current_worker_index())
+                return worker, t1 - t0, loss_sum / h
 
-        self._closure, self._apply = closure, apply
-        t0 = time.perf_counter()  # trace now, so the first round's time is shipping + running, not tracing
-        with self.strategy.scope():
-            closure.get_concrete_function(tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int64))
-        apply.get_concrete_function()
-        self.trace_s = time.perf_counter() - t0
+            @tf.function
+            def apply():
+                none = [None] * len(variables)
+                for v, s, c, m, mo in zip(variables, self._slots, self._corr or none, self._mom or none,
+                                          self._mom_out or none):
+                    with tf.device(v.device):  # on the ps that holds v
+                        sv = s.read_value()
+                        if mo is not None and h > 1:  # H > 1 with momentum: the closures' v_i become the next round's
+                            m.assign(mo.read_value())
+                        if h == 1:  # the slots hold g_i: finish the local step here, s_i = x_i - x
+                            step = sv - c.read_value() if c is not None else sv
+                            if m is not None:
+                                m.assign(mu * m - lr * step)
+                                sv = m.read_value()
+                            else:
+                                sv = -lr * step
+                        mean = tf.reduce_mean(sv, axis=0)
+                        v.assign_add(mean)
+                        if c is not None:  # D_i += (x_bar - x_i) / (H lr'), with x_bar - x_i = mean - s_i
+                            c.assign(vrl_delta_update(c.read_value(), mean[None], sv, h, clr))
+                return tf.constant(0)
+
+            self._closure, self._apply = closure, apply
+            t0 = time.perf_counter()  # trace now, so the first round's time is shipping + running, not tracing
+            with self.strategy.scope():
+                closure.get_concrete_function(tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int64))
+            apply.get_concrete_function()
+            self.trace_s = time.perf_counter() - t0
+
+        self._trace = trace
+        trace(self.interval)
         self._compiled = True
 
     # ---------------------------------------------------------------------------------------- rounds
@@ -370,14 +411,24 @@ class ParameterServerSkipCorrect:
         th.join(self.round_timeout_s)
         if th.is_alive():
             down = self._unreachable_tasks()
+            self._raise_if_ps_lost(what, down)
             why = f"unreachable: {', '.join(down)}" if down else "no live worker could run it, or a ps task is gone"
             raise ClusterError(f"{what} did not finish within {self.round_timeout_s:g} s (round_timeout_s); {why}")
         if errs:
             e = errs[0]
             down = self._unreachable_tasks()
+            self._raise_if_ps_lost(what, down)
             first = " ".join(str(e).split())[:200]
             why = f"unreachable: {', '.join(down)}; " if down else ""
             raise ClusterError(f"{what} failed: {why}{type(e).__name__}: {first}") from None
+
+    def _raise_if_ps_lost(self, what: str, down: List[str]) -> None:
+        ps = [d for d in down if d.startswith("ps ")]
+        if ps:
+            raise ClusterError(f"{what} failed: parameter-server task {', '.join(ps)} is gone; the global model and "
+                               f"corrections lived there, so training stops (last completed round: {self.rounds}); "
+                               "restart the cluster and resume from the last save() (restore_latest(), or "
+                               "experiments.train --backup_dir)") from None
 
     def _unreachable_tasks(self) -> List[str]:
         spec = self._cluster_spec()
@@ -390,8 +441,8 @@ class ParameterServerSkipCorrect:
         if not self._compiled:
             raise InputError("call compile() before run_round()", where="ParameterServerSkipCorrect")
         t0 = time.perf_counter()
-        rnd = tf.constant(self.rounds, tf.int64)
-        rvs = [self.coordinator.schedule(self._closure, args=(tf.constant(i, tf.int32), rnd))
+        step0 = tf.constant(self.steps_done, tf.int64)  # batch (shard i, step t) is fixed: t = step0 + j
+        rvs = [self.coordinator.schedule(self._closure, args=(tf.constant(i, tf.int32), step0))
                for i in range(self.num_shards)]
         self._join(f"round {self.rounds}")
         outs = [rv.fetch() for rv in rvs]
@@ -401,7 +452,14 @@ class ParameterServerSkipCorrect:
         compute = max(float(o[1]) for o in outs)
         rec = {"round": self.rounds, "loss": float(np.mean([o[2] for o in outs])),
                "workers": [int(o[0]) for o in outs], "compute_s": compute,
-               "comm_s": max(0.0, (t1 - t0) - compute) + (t2 - t1), "bytes": self.bytes_per_round}
+               "comm_s": max(0.0, (t1 - t0) - compute) + (t2 - t1), "bytes": self.bytes_per_round,
+               "interval": self.interval}
+        back = sorted(self.lost_workers & set(rec["workers"]))
+        if back:  # a restarted worker: TensorFlow's coordinator reconnected it; it pulled x like any worker
+            self.lost_workers -= set(back)
+            self.rejoined_workers.extend(back)
+            sys.stderr.write(f"tf_commopt: round {rec['round']}: worker(s) {back} are back and ran shards again\n")
+            sys.stderr.flush()
         idle = sorted(set(range(self.num_workers)) - set(rec["workers"]))
         if idle and self.num_shards >= self.num_workers:
             self._report_idle(idle, rec)
@@ -409,8 +467,28 @@ class ParameterServerSkipCorrect:
         self._stats["comm_s"] += rec["comm_s"]
         self._stats["bytes_communicated"] += rec["bytes"]
         self.rounds += 1
+        self.steps_done += self.interval
         self.history.append(rec)
+        if self._auto is not None and not self._auto.chosen and self.rounds >= self.probe_rounds:
+            self._choose_interval()
         return rec
+
+    def _choose_interval(self) -> None:
+        """interval="auto": H = round(t_comm / (target_ratio x t_comp)) (tf_commopt.core.interval, thesis 001)
+        from the median communication time per round and the median local-step time of the H = 1 probe
+        rounds after the first (which also ships the function); then re-trace the round functions."""
+        probe = self.history[1:self.probe_rounds]
+        t_comm = float(np.median([r["comm_s"] for r in probe]))
+        t_comp = float(np.median([r["compute_s"] for r in probe]))
+        t0 = time.perf_counter()
+        h = self._auto.choose(t_comm, t_comp)
+        if h != self.interval:
+            self.interval = h
+            self._trace(h)
+        self._auto.overhead_s += time.perf_counter() - t0
+        sys.stderr.write(f"tf_commopt: interval auto: t_comm {t_comm * 1e3:.1f} ms per round, t_comp "
+                         f"{t_comp * 1e3:.2f} ms per step -> H = {h} from round {self.rounds}\n")
+        sys.stderr.flush()
 
     def _cluster_spec(self) -> Dict[str, List[str]]:
         resolver = getattr(self.strategy, "_cluster_resolver", None)  # PSS.cluster_resolver is None in TF 2.21
@@ -448,6 +526,76 @@ class ParameterServerSkipCorrect:
             out.append(rec)
         return out
 
+    # ------------------------------------------------------------------------------------ checkpoints
+    def _checkpoint(self):
+        return tf.train.Checkpoint(variables=list(self.variables), corrections=list(self._corr),
+                                   momentum=list(self._mom))
+
+    def save(self, directory: str, keep: int = 2) -> str:
+        """Write the global model, every D_i and v_i and the round counter to ``directory/round-R`` (chief).
+
+        Example:
+            >>> path = trainer.save("/tmp/ps_backup")   # doctest: +SKIP  -> /tmp/ps_backup/round-12
+
+        The checkpoint is written to a temporary directory and renamed, so a crash mid-write never
+        leaves a half checkpoint under a ``round-R`` name; the newest ``keep`` are kept. Taken between
+        rounds, it holds everything the next round reads (workers are stateless), so
+        :meth:`restore_latest` on a fresh cluster continues exactly where this run stopped.
+        """
+        if not self._compiled:
+            raise InputError("call compile() before save()", where="ParameterServerSkipCorrect")
+        os.makedirs(directory, exist_ok=True)
+        tmp, final = os.path.join(directory, f".tmp-round-{self.rounds}"), os.path.join(directory, f"round-{self.rounds}")
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        self._checkpoint().write(os.path.join(tmp, "ckpt"))
+        with open(os.path.join(tmp, "round.json"), "w", encoding="utf-8") as f:
+            json.dump({"rounds": self.rounds, "steps": self.steps_done, "interval": self.interval,
+                       "auto": self._auto is not None, "correction": self.correction}, f)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for old in _saved_rounds(directory)[:-keep]:
+            shutil.rmtree(os.path.join(directory, f"round-{old}"), ignore_errors=True)
+        return final
+
+    def restore_latest(self, directory: str) -> int:
+        """Load the newest ``round-R`` checkpoint of ``directory`` (from :meth:`save`); returns R (0: none).
+
+        Example:
+            >>> start = trainer.restore_latest("/tmp/ps_backup")   # doctest: +SKIP
+
+        One-line InputError naming the checkpoint if it is truncated, corrupt or from another model.
+        """
+        if not self._compiled:
+            raise InputError("call compile() before restore_latest()", where="ParameterServerSkipCorrect")
+        rounds = _saved_rounds(directory)
+        if not rounds:
+            return 0
+        path = os.path.join(directory, f"round-{rounds[-1]}", "ckpt")
+        try:
+            with open(os.path.join(os.path.dirname(path), "round.json"), encoding="utf-8") as f:
+                meta = json.load(f)
+            auto = self._auto is not None
+            if (bool(meta.get("auto")), meta["correction"]) != (auto, self.correction) or (
+                    not auto and meta["interval"] != self.interval):
+                raise ValueError(f"saved with interval {'auto' if meta.get('auto') else meta['interval']}, "
+                                 f"correction {meta['correction']}; this run has "
+                                 f"{'auto' if auto else self.interval}, {self.correction}")
+            self._checkpoint().read(path).assert_existing_objects_matched()
+            done = int(meta["rounds"])
+        except (tf.errors.OpError, ValueError, AssertionError, OSError, KeyError, TypeError) as e:
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            raise InputError(f"cannot restore this parameter-server checkpoint (truncated, corrupt or another "
+                             f"model/interval/correction?): {type(e).__name__}: {first}", where=path) from None
+        self.rounds, self.steps_done = done, int(meta.get("steps", done * self.interval))
+        if self._auto is not None and done >= self.probe_rounds:  # keep the H chosen before the save
+            self._auto.interval, self._auto.chosen = int(meta["interval"]), True
+            if int(meta["interval"]) != self.interval:
+                self.interval = int(meta["interval"])
+                self._trace(self.interval)
+        return self.rounds
+
     def corrections(self) -> List[np.ndarray]:
         """The D_i (one [K, ...] array per variable); zeros for correction "none"."""
         if self._corr:
@@ -465,15 +613,12 @@ class ParameterServerSkipCorrect:
         of the later rounds.
         """
         walls = [r["compute_s"] + r["comm_s"] for r in self.history]
-        return {"interval": self.interval, "steps": self.rounds * self.interval, "syncs": self.rounds,
+        auto = {} if self._auto is None else {
+            "interval_t_comm_s": self._auto.t_comm_s, "interval_t_comp_s": self._auto.t_comp_s,
+            "interval_overhead_s": self._auto.overhead_s}
+        return {**auto, "interval": self.interval, "steps": self.steps_done, "syncs": self.rounds,
                 "comm_s": self._stats["comm_s"], "compute_s": self._stats["compute_s"],
                 "bytes_communicated": self._stats["bytes_communicated"],
                 "first_round_s": walls[0] if walls else None,
                 "median_round_s": float(np.median(walls[1:])) if len(walls) > 1 else None}
 
-
-def run_training(cfg: Any, model_fn: Callable, out=None):
-    """``experiments.train`` on a cluster with ps tasks; see tf_commopt.distribute.ps_runner.run_training."""
-    from tf_commopt.distribute.ps_runner import run_training as _run
-
-    return _run(cfg, model_fn, out)

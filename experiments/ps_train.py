@@ -1,5 +1,9 @@
 """``experiments.train`` on a TF_CONFIG cluster with ``ps`` tasks: ssgd / skip_correct / local_sgd rounds.
 
+The runner, not the library: it is typed on ``experiments.train.Config``, loads the data set, evaluates
+and writes ``result.json``; the library part is ``tf_commopt.distribute.parameter_server``.
+``experiments.train`` hands over to :func:`run_training` when ``TF_CONFIG`` has ps tasks.
+
 Example::
 
     python -m tf_commopt.cluster --workers 2 --ps 1 --chief -- \\
@@ -9,27 +13,35 @@ Worker and ps tasks serve (``serve_unless_chief``) and exit when the chief is go
 with ParameterServerSkipCorrect: ``ssgd`` = interval 1 and no correction (exactly synchronous SGD
 with momentum), ``local_sgd`` = correction none, ``skip_correct`` = ``--interval`` and ``--correction``.
 One data shard per worker; ``--batch_size`` is the global batch (batch_size / workers per shard and
-local step). The record is the collective runner's plus ``interval, syncs, comm_s, compute_s,
-bytes_communicated`` and ``ps``.
+local step). The record (``experiments.record.build_record``, shared with the collective runner) has
+its keys plus ``ps, interval, correction, syncs, comm_s, compute_s, bytes_communicated, first_round_s,
+median_round_s, lost_workers`` (and ``resumed_after_round`` with ``--backup_dir``).
+
+With ``--backup_dir`` the chief saves the ps state (global model, D_i, v_i, round) every tenth of the
+run and at the end; the same command run again (e.g. after a ps task died) resumes after the last
+saved round and, the batches being a function of (shard, step), reproduces the uninterrupted run.
 """
 from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
-from typing import Any, Callable, Dict, Optional, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, TextIO, Tuple
 
+from experiments.record import build_record, save_result
 from tf_commopt.core.tfconfig import tf_config_from_env
 from tf_commopt.errors import InputError
+
+if TYPE_CHECKING:  # not at run time: `python -m experiments.train` is __main__, a second import would redefine its flags
+    from experiments.train import Config
 
 __all__ = ["run_training", "PS_STRATEGIES"]
 
 PS_STRATEGIES = ("ssgd", "skip_correct", "local_sgd")
 
 
-def run_training(cfg: Any, model_fn: Callable, out: Optional[TextIO] = None) -> Tuple[Dict[str, Any], Any]:
+def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None) -> Tuple[Dict[str, Any], Any]:
     """Train as ``cfg`` (an ``experiments.train.Config``) says on this parameter-server cluster.
 
     Example:
@@ -50,9 +62,6 @@ def run_training(cfg: Any, model_fn: Callable, out: Optional[TextIO] = None) -> 
     else:
         interval = cfg.interval
         correction = "none" if cfg.strategy == "local_sgd" else cfg.correction
-        if interval == "auto":
-            raise InputError("'auto' is not supported on a parameter-server cluster; give an integer",
-                             where="--interval")
     if not cfg.learning_rate > 0:
         raise InputError(f"must be > 0 on a parameter-server cluster, got {cfg.learning_rate!r}",
                          where="--learning_rate")
@@ -69,27 +78,40 @@ def run_training(cfg: Any, model_fn: Callable, out: Optional[TextIO] = None) -> 
     data = load_dataset(cfg.dataset, seed=cfg.seed)
     steps_per_epoch = max(1, len(data.x_train) // cfg.batch_size)
     steps = cfg.steps or cfg.epochs * steps_per_epoch
-    rounds = math.ceil(steps / interval)
+    rounds = math.ceil(steps / interval) if interval != "auto" else None  # auto: known once H is chosen
 
     tf_keras.utils.set_random_seed(cfg.seed)
     trainer = psc.ParameterServerSkipCorrect(interval=interval, correction=correction,
                                              learning_rate=cfg.learning_rate, momentum=cfg.momentum,
-                                             correction_lr=getattr(cfg, "correction_lr", "effective"))
+                                             correction_lr=getattr(cfg, "correction_lr", "effective"),
+                                             target_ratio=float(cfg.target_ratio), max_interval=cfg.max_interval)
     with trainer.scope():
         model = model_fn(cfg.model, data.input_shape, data.num_classes)
     loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     trainer.compile(model, loss=loss, batch_fn=psc.array_batch_fn(data.x_train, data.y_train, num_shards=workers,
                                                                    batch_size=cfg.batch_size // workers))
+    first = trainer.restore_latest(cfg.backup_dir) if cfg.backup_dir else 0
+    if first:
+        print(f"resuming after round {first} from {cfg.backup_dir}", file=out, flush=True)
     print(f"{cfg.strategy} (parameter server): {cfg.model} on {cfg.dataset} ({len(data.x_train)} train / "
           f"{len(data.x_test)} test), {workers} workers + {tfc.num_ps} ps, global batch {cfg.batch_size}, "
-          f"interval {interval}, correction {correction}, {rounds} rounds", file=out, flush=True)
+          f"interval {interval}, correction {trainer.correction}, {steps} steps", file=out, flush=True)
     t0 = time.perf_counter()
-    every = max(1, rounds // 10)
-    for r in range(rounds):
+    every = max(1, rounds // 10) if rounds else 4
+    r = first
+    while trainer.steps_done < steps:
         rec = trainer.run_round()
-        if r % every == 0 or r == rounds - 1:
-            print(f"round {r + 1}/{rounds}: loss {rec['loss']:.4f}, compute {rec['compute_s'] * 1e3:.1f} ms, "
-                  f"comm {rec['comm_s'] * 1e3:.1f} ms, {rec['bytes'] / 1e6:.3f} MB", file=out, flush=True)
+        if rounds is None and trainer._auto.chosen:  # pylint: disable=protected-access
+            rounds = r + 1 + math.ceil((steps - trainer.steps_done) / trainer.interval)
+            every = max(1, rounds // 10)
+        last = trainer.steps_done >= steps
+        if r % every == 0 or last:
+            print(f"round {r + 1}/{rounds or '?'}: loss {rec['loss']:.4f}, compute {rec['compute_s'] * 1e3:.1f} ms, "
+                  f"comm {rec['comm_s'] * 1e3:.1f} ms, {rec['bytes'] / 1e6:.3f} MB, workers {rec['workers']}",
+                  file=out, flush=True)
+        if cfg.backup_dir and ((r + 1) % every == 0 or last):
+            trainer.save(cfg.backup_dir)
+        r += 1
     wall = time.perf_counter() - t0
 
     plain = model_fn(cfg.model, data.input_shape, data.num_classes)
@@ -99,25 +121,22 @@ def run_training(cfg: Any, model_fn: Callable, out: Optional[TextIO] = None) -> 
     test_loss, test_acc = plain.evaluate(data.x_test, data.y_test, batch_size=500, verbose=0)
     stats = trainer.stats()
     pbytes = int(sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables))
-    record: Dict[str, Any] = {
-        "strategy": cfg.strategy, "model": cfg.model, "dataset": cfg.dataset, "replicas": workers,
-        "workers": workers + 1, "ps": tfc.num_ps, "global_batch_size": cfg.batch_size, "steps": stats["steps"],
-        "epochs": (cfg.epochs if not cfg.steps else 1), "wall_s": round(wall, 3),
-        "steps_per_s": round(stats["steps"] / wall, 3) if wall > 0 else None,
-        "train_loss": float(train_loss), "train_accuracy": float(train_acc),
-        "test_loss": float(test_loss), "test_accuracy": float(test_acc), "seed": cfg.seed,
-        "learning_rate": cfg.learning_rate, "params": int(model.count_params()), "param_bytes": pbytes,
-        "interval": interval, "correction": correction, "syncs": stats["syncs"], "comm_s": round(stats["comm_s"], 4),
-        "compute_s": round(stats["compute_s"], 4), "bytes_communicated": stats["bytes_communicated"],
-        "first_round_s": stats["first_round_s"], "median_round_s": stats["median_round_s"],
-        "lost_workers": sorted(trainer.lost_workers),
-    }
-    if cfg.model_dir:
-        os.makedirs(cfg.model_dir, exist_ok=True)
-        plain.save_weights(os.path.join(cfg.model_dir, "model.weights.h5"))
-        with open(os.path.join(cfg.model_dir, "result.json"), "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
-    print(f"\n{cfg.strategy} on {workers} workers + {tfc.num_ps} ps: {stats['steps']} steps in {wall:.1f} s; "
+    record: Dict[str, Any] = build_record(
+        strategy=cfg.strategy, model=cfg.model, dataset=cfg.dataset, replicas=workers, workers=workers + 1,
+        global_batch_size=cfg.batch_size, steps=stats["steps"], epochs=(cfg.epochs if not cfg.steps else 1),
+        wall_s=wall, train_loss=train_loss, train_accuracy=train_acc, test_loss=test_loss,
+        test_accuracy=test_acc, seed=cfg.seed, learning_rate=cfg.learning_rate, params=model.count_params(),
+        param_bytes=pbytes, extra={
+            "ps": tfc.num_ps, "interval": trainer.interval, "correction": trainer.correction, "syncs": stats["syncs"],
+            "comm_s": round(stats["comm_s"], 4), "compute_s": round(stats["compute_s"], 4),
+            "bytes_communicated": stats["bytes_communicated"], "first_round_s": stats["first_round_s"],
+            "median_round_s": stats["median_round_s"], "lost_workers": sorted(trainer.lost_workers),
+            "rejoined_workers": trainer.rejoined_workers})
+    record.update({k: stats[k] for k in ("interval_t_comm_s", "interval_t_comp_s", "interval_overhead_s") if k in stats})
+    if cfg.backup_dir:
+        record["resumed_after_round"] = first
+    save_result(cfg.model_dir, record, plain)
+    print(f"\n{cfg.strategy} on {workers} workers + {tfc.num_ps} ps: {record['steps']} steps in {wall:.1f} s; "
           f"final train loss {train_loss:.4f}, test accuracy {100 * test_acc:.1f}% on {len(data.x_test)} "
           "held-out images", file=out)
     print(json.dumps(record), file=out, flush=True)
