@@ -97,7 +97,9 @@ def render(records: List[Dict[str, Any]], source: str = "sc_speed.jsonl") -> str
                       f"{r.get('repeats', 1)} runs per row (rows interleaved).", "",
                       "| run | H | syncs | wall s | wall / SSGD | test accuracy |", "|---|---:|---:|---:|---:|---:|"]
             for key, row in r["rows"].items():
-                lines.append(f"| {names.get(key, key)} | {row.get('interval') or ''} | {row.get('syncs') or ''} | "
+                h, n = row.get("interval"), row.get("syncs")
+                lines.append(f"| {names.get(key, key)} | {'' if h is None else format(h, 'g')} | "
+                             f"{'' if n is None else format(n, 'g')} | "
                              f"{row['wall_s']:.1f} | {r['wall_ratio_vs_ssgd'][key]:.3f} | {row['test_accuracy']:.3f} |")
             ratio = r["wall_ratio_vs_ssgd"].get("sc_h16_none")
             if ratio is not None:

@@ -11,7 +11,7 @@ already does; ``threads_per_task=0`` turns this off.
 
 Example:
     >>> thread_env(4, cores=2)
-    {'TF_NUM_INTRAOP_THREADS': '1', 'TF_NUM_INTEROP_THREADS': '1', 'OMP_NUM_THREADS': '1'}
+    {'TF_NUM_INTRAOP_THREADS': '1', 'TF_NUM_INTEROP_THREADS': '2', 'OMP_NUM_THREADS': '1'}
     >>> thread_env(2, cores=16)["TF_NUM_INTRAOP_THREADS"]
     '8'
 """
@@ -35,8 +35,10 @@ def available_cores() -> int:
 
 def thread_env(tasks: int, cores: Optional[int] = None, per_task: Optional[int] = None) -> Dict[str, str]:
     """Environment that gives each of ``tasks`` processes ``per_task`` threads (default: its share of
-    ``cores``, at least 1) for TensorFlow's intra-op and inter-op pools and OpenMP."""
+    ``cores``, at least 1) for TensorFlow's intra-op pool and OpenMP, and max(2, that) inter-op threads."""
     if per_task is None:
         per_task = max(1, (cores or available_cores()) // max(1, tasks))
     n = str(int(per_task))
-    return {var: n for var in THREAD_VARS}
+    # at least 2 inter-op threads: one blocking op (a parameter-server closure's remote read, a
+    # py_function) must not starve the rest (ParameterServerStrategy deadlocked with 1)
+    return {"TF_NUM_INTRAOP_THREADS": n, "TF_NUM_INTEROP_THREADS": str(max(2, int(per_task))), "OMP_NUM_THREADS": n}
