@@ -73,7 +73,7 @@ flags.DEFINE_integer("real_depth", 6, "Dense layers")
 flags.DEFINE_integer("real_batch", 512, "global batch")
 flags.DEFINE_integer("real_microbatches", 4, "micro-batches of the real pipelines")
 flags.DEFINE_integer("real_groups", 1, "groups of the real grouped hybrid (snake rule)")
-flags.DEFINE_bool("real_exclusive", True, "GroupedHybridStrategy(exclusive_devices=...): one instruction at a time "
+flags.DEFINE_bool("real_exclusive", True, "GroupedHybridTrainer(exclusive_devices=...): one instruction at a time "
                   "per device, as on a GPU (off: a logical CPU overlaps micro-batches and their slow-down sleeps)")
 flags.DEFINE_enum("real_sim_costs", "roofline", ["roofline", "measured"], "per-layer costs of the simulation: "
                   "from_keras_model (FLOP roofline, exact proportions for an MLP) or profile_keras_model on /CPU:0")
@@ -229,7 +229,7 @@ def real_vs_sim(capacities: Sequence[float], base_slowdown: float = 1.0, width: 
     Devices ``/CPU:0..N-1`` (logical CPUs) of capacity ``c`` run ``base_slowdown / c`` times slower
     (:mod:`tf_commopt.tf.slowdown`: stateless sleeps, so the devices overlap; a large ``base_slowdown``
     makes the sleeps dominate the CPU time the devices share). The model is an MLP of ``depth`` Dense(``width``) layers. The same
-    :class:`GroupedHybridStrategy` runs all three: data parallel = one group per device (``group_weights``
+    :class:`GroupedHybridTrainer` runs all three: data parallel = one group per device (``group_weights``
     equal, or the capacities), hybrid = ``num_groups`` groups (its capacity-aware plans, M micro-batches).
     The timed steps are interleaved (one step of each configuration per round) and medians are
     reported, so slow drifts of the shared machine's load hit all configurations alike. The simulation
@@ -243,7 +243,7 @@ def real_vs_sim(capacities: Sequence[float], base_slowdown: float = 1.0, width: 
     tf = init_tf(len(capacities), inter_op_threads, intra_op_threads)
     import tf_keras as keras
 
-    from tf_commopt.distribute.hybrid import GroupedHybridStrategy
+    from tf_commopt.distribute.hybrid import GroupedHybridTrainer
     from tf_commopt.tf.graph_import import from_keras_model
     from tf_commopt.tf.profiler import profile_keras_model
 
@@ -271,7 +271,7 @@ def real_vs_sim(capacities: Sequence[float], base_slowdown: float = 1.0, width: 
     }
     strategies = {}
     for name, kw in configs.items():
-        s = GroupedHybridStrategy(devices=devices, capacities=list(capacities), slowdown=slow,
+        s = GroupedHybridTrainer(devices=devices, capacities=list(capacities), slowdown=slow,
                                   exclusive_devices=exclusive, **kw)
         with s.scope():
             model = build()

@@ -1,4 +1,4 @@
-"""One worker host of the 2-host GroupedHybridStrategy cluster test (started by tf_commopt.cluster.run_cluster).
+"""One worker host of the 2-host GroupedHybridTrainer cluster test (started by tf_commopt.cluster.run_cluster).
 
 Usage: python tests/cluster/_hybrid_worker.py OUT_DIR
 Each host is one group of 2 logical CPUs running a 2-stage pipeline (host 0: capacities 1, 0.5; host 1:
@@ -24,7 +24,7 @@ tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU"
 import tf_keras as keras  # noqa: E402
 
 from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
-from tf_commopt.distribute.hybrid import GroupedHybridStrategy  # noqa: E402
+from tf_commopt.distribute.hybrid import GroupedHybridTrainer  # noqa: E402
 
 
 def build(seed):
@@ -41,7 +41,7 @@ def main(out_dir):
     caps = [1.0, 0.5] if task == 0 else [1.0, 1.0]
     plan = PartitionPlan("hand", {"a": 0, "b": 0, "c": 1, "res": 1, "out": 1}, [1, 0] if task == 0 else [0, 1],
                          [0, 0], [0, 0], [0, 0], 0.0, 0.0)
-    strategy = GroupedHybridStrategy(capacities=caps, microbatches=2, plans=[plan], bandwidth_gbps=1e9)
+    strategy = GroupedHybridTrainer(capacities=caps, microbatches=2, plans=[plan], bandwidth_gbps=1e9)
     assert strategy.num_groups == 2 and strategy.devices == ["/CPU:0", "/CPU:1"], strategy.devices
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     with strategy.scope():

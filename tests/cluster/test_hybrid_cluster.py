@@ -1,4 +1,4 @@
-"""GroupedHybridStrategy on a 2-host TF_CONFIG cluster (one group of 2 logical CPUs per host) through the
+"""GroupedHybridTrainer on a 2-host TF_CONFIG cluster (one group of 2 logical CPUs per host) through the
 launcher: weights broadcast from host 0, throughput-weighted (1 / t_g) uneven batch split, and after two steps both
 hosts hold exactly the single-device weights."""
 import os

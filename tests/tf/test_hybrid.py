@@ -1,11 +1,11 @@
-"""GroupedHybridStrategy: one hybrid step equals single-device training on the same global batch."""
+"""GroupedHybridTrainer: one hybrid step equals single-device training on the same global batch."""
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
 
 from tf_commopt.core.partition.plan import PartitionPlan
-from tf_commopt.distribute.hybrid import GroupedHybridStrategy, form_groups, split_batch
+from tf_commopt.distribute.hybrid import GroupedHybridTrainer, form_groups, split_batch
 from tf_commopt.errors import InputError
 
 CPUS = ["/CPU:0", "/CPU:1", "/CPU:2", "/CPU:3"]
@@ -64,7 +64,7 @@ def test_hybrid_step_equals_single_device_with_uneven_group_batches():
                       [0, 0], 0.0, 0.0),  # stage 0 on the group's second device
         PartitionPlan("hand", {"a": 0, "b": 1, "c": 1, "res": 1, "out": 1}, [0, 1], [0, 0], [0, 0], [0, 0], 0.0, 0.0),
     ]
-    strategy = GroupedHybridStrategy(devices=CPUS, capacities=[1, 1, 1, 0.5], num_groups=2, microbatches=2,
+    strategy = GroupedHybridTrainer(devices=CPUS, capacities=[1, 1, 1, 0.5], num_groups=2, microbatches=2,
                                      plans=plans, bandwidth_gbps=1e9)  # free links: the reference ignores them
     assert strategy.groups == [[0, 3], [1, 2]]
     with strategy.scope():
@@ -126,7 +126,7 @@ def test_executor_runs_the_simulators_streams(overlap):
 
     model = small_model()
     caps = [1, 0.5, 1, 0.25]
-    strategy = GroupedHybridStrategy(devices=CPUS, capacities=caps, groups=[[0, 1], [2, 3]], microbatches=3,
+    strategy = GroupedHybridTrainer(devices=CPUS, capacities=caps, groups=[[0, 1], [2, 3]], microbatches=3,
                                      method="balanced", overlap=overlap, bucket_bytes=300)
     with strategy.scope():
         strategy.compile(model, optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
@@ -151,7 +151,7 @@ def test_capacity_aware_partition_and_model_fit():
     """Default path: Keras importer + partitioner per group; the slow device gets the smaller segment;
     model.fit runs the hybrid step and leaves the trained weights in the user's model."""
     model = small_model()
-    strategy = GroupedHybridStrategy(devices=CPUS, capacities=[1, 0.25, 1, 0.25], groups=[[0, 1], [2, 3]],
+    strategy = GroupedHybridTrainer(devices=CPUS, capacities=[1, 0.25, 1, 0.25], groups=[[0, 1], [2, 3]],
                                      microbatches=2, method="balanced", emulate=True)
     with strategy.scope():
         strategy.compile(model, optimizer=keras.optimizers.SGD(0.05), loss=LOSS)
@@ -169,7 +169,7 @@ def test_capacity_aware_partition_and_model_fit():
 
 
 def _fit_strategy(model, lr=0.05):
-    strategy = GroupedHybridStrategy(devices=CPUS, capacities=[1, 0.5, 1, 0.5], groups=[[0, 1], [2, 3]],
+    strategy = GroupedHybridTrainer(devices=CPUS, capacities=[1, 0.5, 1, 0.5], groups=[[0, 1], [2, 3]],
                                      microbatches=2, method="balanced")
     with strategy.scope():
         strategy.compile(model, optimizer=keras.optimizers.SGD(lr), loss=LOSS, metrics=["accuracy"])
@@ -276,7 +276,7 @@ def test_executor_bucket_allreduce_does_not_wait_for_earlier_layers():
     x, y = data(8, seed=3)
     for bucket_bytes, independent in ((1.0, True), (None, False)):
         model = small_model()
-        strategy = GroupedHybridStrategy(devices=CPUS[:2], groups=[[0], [1]], microbatches=1, method="balanced",
+        strategy = GroupedHybridTrainer(devices=CPUS[:2], groups=[[0], [1]], microbatches=1, method="balanced",
                                          bucket_bytes=bucket_bytes)
         with strategy.scope():
             strategy.compile(model, optimizer=keras.optimizers.SGD(0.1), loss=LOSS)

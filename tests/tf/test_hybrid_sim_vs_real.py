@@ -4,7 +4,7 @@ Logical CPUs (intra-op 1 thread each) emulate capacities with :mod:`tf_commopt.t
 capacity c sleeps ``4 / c - 1`` times its shortest measured compute: stateless ops, so the emulated
 devices overlap, see tests/tf/test_hybrid_slowdown.py), an MLP of 6 Dense(512) layers, global batch 256.
 Each run measures data parallel (equal split), capacity-proportional data parallel and the grouped
-hybrid with the same ``GroupedHybridStrategy``, interleaved, medians; the simulator gets the strategy's
+hybrid with the same ``GroupedHybridTrainer``, interleaved, medians; the simulator gets the strategy's
 own groups, plans and batch split and per-layer costs measured on /CPU:0. The real runs need their own
 TensorFlow threading, so each runs in a child process (``python -m experiments.hybrid_bench --real_only``).
 
@@ -59,7 +59,7 @@ def test_exclusive_devices_changes_order_not_results():
     import numpy as np
     import tf_keras as keras
 
-    from tf_commopt.distribute.hybrid import GroupedHybridStrategy
+    from tf_commopt.distribute.hybrid import GroupedHybridTrainer
 
     def build():
         keras.utils.set_random_seed(3)
@@ -74,7 +74,7 @@ def test_exclusive_devices_changes_order_not_results():
 
     weights, controls = [], []
     for exclusive in (False, True):
-        s = GroupedHybridStrategy(devices=["/CPU:0", "/CPU:1", "/CPU:2"], capacities=[1, 0.5, 1],
+        s = GroupedHybridTrainer(devices=["/CPU:0", "/CPU:1", "/CPU:2"], capacities=[1, 0.5, 1],
                                   groups=[[0, 1], [2]], group_weights=[1, 1], microbatches=2, method="balanced",
                                   exclusive_devices=exclusive)
         with s.scope():

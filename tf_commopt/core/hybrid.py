@@ -11,7 +11,7 @@ Example:
     >>> prog.schedule.compact()
     ['F0 F1 B1 B0 AR(grads1:0,2) U', 'F0 F1 B1 B0 AR(grads0:1,2) U', 'F0 F1 B1 B0 AR(grads0:1,2) AR(grads1:0,2) U']
 
-Both the TensorFlow executor (:class:`tf_commopt.distribute.hybrid.GroupedHybridStrategy`) and the
+Both the TensorFlow executor (:class:`tf_commopt.distribute.hybrid.GroupedHybridTrainer`) and the
 simulator (:mod:`tf_commopt.core.simulate.hybrid`) call the functions here; neither re-derives them.
 The design follows HetPipe (Park et al., USENIX ATC 2020: pipelines inside device groups, data
 parallel between them), GPipe (Huang et al., NeurIPS 2019) and the bucketed gradient all-reduce of

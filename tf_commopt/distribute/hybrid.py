@@ -1,9 +1,9 @@
-"""GroupedHybridStrategy: pipelines inside device groups, synchronous data parallelism between groups.
+"""GroupedHybridTrainer: pipelines inside device groups, synchronous data parallelism between groups.
 
 Example:
     >>> import tf_keras as keras                                                   # doctest: +SKIP
-    >>> from tf_commopt.distribute.hybrid import GroupedHybridStrategy
-    >>> strategy = GroupedHybridStrategy(devices=["/GPU:0", "/GPU:1", "/GPU:2", "/GPU:3"],
+    >>> from tf_commopt.distribute.hybrid import GroupedHybridTrainer
+    >>> strategy = GroupedHybridTrainer(devices=["/GPU:0", "/GPU:1", "/GPU:2", "/GPU:3"],
     ...                                  capacities=[1, 1, 0.5, 0.5], num_groups=2, microbatches=4)  # doctest: +SKIP
     >>> with strategy.scope():                                                     # doctest: +SKIP
     ...     model = build_model()
@@ -29,7 +29,7 @@ The exact rules:
   the others, i.e. slower devices get smaller segments. Or pass ``plans`` (one PartitionPlan per group).
 * **One definition.** Grouping, batch split, gradient buckets and the instruction streams are
   :mod:`tf_commopt.core.hybrid`, the same functions the simulator (:mod:`tf_commopt.core.simulate.hybrid`)
-  binds to costs: :attr:`GroupedHybridStrategy.program` is ``hybrid_program(...)`` of the model's cost
+  binds to costs: :attr:`GroupedHybridTrainer.program` is ``hybrid_program(...)`` of the model's cost
   graph and the groups' plans, and the executor runs exactly its streams (in an order from
   :func:`tf_commopt.distribute.pipeline.execution_order`; ``executed`` records it).
 * **Batch split.** Group g's share is ``(1/t_g) / sum(1/t_h)`` with ``t_g`` its pipeline alone on the
@@ -70,7 +70,7 @@ from tf_commopt.distribute.pipeline import (  # noqa: E402
 from tf_commopt.errors import InputError  # noqa: E402
 from tf_commopt.tf.slowdown import canonical_device  # noqa: E402
 
-__all__ = ["GroupedHybridStrategy", "form_groups", "split_batch", "groups_from_tf_config"]
+__all__ = ["GroupedHybridTrainer", "form_groups", "split_batch", "groups_from_tf_config"]
 
 
 # ----------------------------------------------------------------------------- pure rules
@@ -116,7 +116,7 @@ def _local_devices(task: Optional[int]) -> List[str]:
 
 
 # ----------------------------------------------------------------------------- strategy
-class GroupedHybridStrategy:
+class GroupedHybridTrainer:
     """Grouped hybrid parallelism: a capacity-aware GPipe pipeline per group, gradients all-reduced.
 
     Not a ``tf.distribute.Strategy`` subclass, on purpose: a Strategy's contract is that every replica runs
@@ -175,13 +175,13 @@ class GroupedHybridStrategy:
                 raise InputError("this task is not a worker; every worker host runs one group", where="TF_CONFIG")
             if groups is not None or num_groups not in (None, len(self.hosts)):
                 raise InputError(f"with TF_CONFIG there is one group per worker host ({len(self.hosts)}); "
-                                 "do not pass groups/num_groups", where="GroupedHybridStrategy")
+                                 "do not pass groups/num_groups", where="GroupedHybridTrainer")
             # MultiWorkerMirroredStrategy starts this host's server and the collective runtime
             self._mw = tf.distribute.MultiWorkerMirroredStrategy()
         self.devices = [str(d) for d in (devices if devices is not None else _local_devices(self.task if
                                                                                             tf_config else None))]
         if not self.devices:
-            raise InputError("no devices", where="GroupedHybridStrategy(devices=...)")
+            raise InputError("no devices", where="GroupedHybridTrainer(devices=...)")
         if isinstance(capacities, str):
             if capacities != "measure":
                 raise InputError(f"capacities must be a list of numbers or 'measure', got {capacities!r}",
@@ -242,7 +242,7 @@ class GroupedHybridStrategy:
 
     # -- set-up
     @contextlib.contextmanager
-    def scope(self) -> Iterator["GroupedHybridStrategy"]:
+    def scope(self) -> Iterator["GroupedHybridTrainer"]:
         """Variables created inside (the user's model and optimizer) live on the first device."""
         with tf.device(self.devices[self.groups[0][0]]):
             yield self
@@ -375,7 +375,7 @@ class GroupedHybridStrategy:
             missing = [self.model.trainable_weights[k].name for k in range(len(self.model.trainable_weights))
                        if k not in owned]
             raise PlanError(f"variables {missing[:3]} belong to no gradient bucket (their layer has no "
-                            "parameters in the cost graph)", where="GroupedHybridStrategy")
+                            "parameters in the cost graph)", where="GroupedHybridTrainer")
         return prog
 
     def _partition(self, model: Any) -> List[PartitionPlan]:
@@ -394,7 +394,7 @@ class GroupedHybridStrategy:
             return list(self._group_weights)
         if self._mw is not None:
             raise InputError("call strategy.compile(...) first: the hosts exchange their group throughputs "
-                             "there", where="GroupedHybridStrategy")
+                             "there", where="GroupedHybridTrainer")
         if getattr(self, "_auto_weights", None) is None:
             self._auto_weights = self._local_weights()  # simulated once per compile
         return list(self._auto_weights)
@@ -403,7 +403,7 @@ class GroupedHybridStrategy:
         """``1 / t_g`` of the groups this process runs (see module docstring)."""
         if self.graph is None:
             raise InputError("call strategy.compile(...) first: the batch split needs the model's cost graph",
-                             where="GroupedHybridStrategy")
+                             where="GroupedHybridTrainer")
         from tf_commopt.core.devices import Cluster
         from tf_commopt.core.simulate.hybrid import group_alone_ms
 
@@ -419,7 +419,7 @@ class GroupedHybridStrategy:
     def compute_gradients(self, x: Any, y: Any) -> Tuple[tf.Tensor, List[List[tf.Tensor]]]:
         """Run the combined schedule up to the all-reduce: (global mean loss, reduced grads per group)."""
         if not self.pipelines:
-            raise InputError("call strategy.compile(model, optimizer, loss) first", where="GroupedHybridStrategy")
+            raise InputError("call strategy.compile(model, optimizer, loss) first", where="GroupedHybridTrainer")
         B = self.pipelines[0]._batch_of(x)
         sizes = self.group_batch_sizes(B)
         xs, ys = Pipeline._split(x, sizes), Pipeline._split(y, sizes)
@@ -427,7 +427,7 @@ class GroupedHybridStrategy:
         for p, run in zip(self.pipelines, runs):
             if run.num_microbatches != self.microbatches:
                 raise InputError(f"a group got {sizes} samples, fewer than its {self.microbatches} micro-batches; "
-                                 "use a larger batch or fewer micro-batches", where="GroupedHybridStrategy")
+                                 "use a larger batch or fewer micro-batches", where="GroupedHybridTrainer")
         prog = self.program
         assert prog is not None
         sums: Dict[int, List[tf.Tensor]] = {}  # model variable index -> reduced gradient per group
@@ -549,9 +549,9 @@ class GroupedHybridStrategy:
         if first.shape.rank is None or first.shape[0] is None:
             raise InputError("the batch size must be static: batch the dataset with "
                              "dataset.batch(B, drop_remainder=True) (a partial last batch cannot be split into "
-                             "the groups' fixed micro-batches)", where="GroupedHybridStrategy model.fit")
+                             "the groups' fixed micro-batches)", where="GroupedHybridTrainer model.fit")
         if sw is not None:
-            raise InputError("sample weights are not supported", where="GroupedHybridStrategy model.fit")
+            raise InputError("sample weights are not supported", where="GroupedHybridTrainer model.fit")
         loss = self._step(x, y)
         self._assign_model(tf.identity)
         flat = [tf.concat([tf.identity(run.predictions()[k]) for run in self._last_runs], 0)
@@ -569,12 +569,12 @@ class GroupedHybridStrategy:
         if isinstance(x, tf.data.Dataset):
             spec = tf.nest.flatten(x.element_spec)[0]
             if spec.shape.rank is None or spec.shape[0] is None:
-                raise InputError(msg, where="GroupedHybridStrategy model.fit")
+                raise InputError(msg, where="GroupedHybridTrainer model.fit")
         elif x is not None and hasattr(tf.nest.flatten(x)[0], "shape"):
             n, b = int(tf.nest.flatten(x)[0].shape[0]), int(batch_size or 32)
             if n % b:
                 raise InputError(f"{n} samples leave a partial last batch of {n % b} with batch_size={b}; "
-                                 + msg, where="GroupedHybridStrategy model.fit")
+                                 + msg, where="GroupedHybridTrainer model.fit")
 
     def push_model(self) -> None:
         """Copy the user's model's weights into every group's copy (after ``load_weights`` or a restore)."""
@@ -600,8 +600,8 @@ class GroupedHybridStrategy:
     def _collective_sum(self, flat: tf.Tensor, instance: int) -> tf.Tensor:
         """Sum of ``flat`` over all hosts (one CollectiveReduceV2 on this host's first CPU)."""
         if not hasattr(self, "_group_key"):
-            GroupedHybridStrategy._made += 1  # the same sequence on every host: same keys
-            self._group_key = 7_000_000 + 1_000 * GroupedHybridStrategy._made
+            GroupedHybridTrainer._made += 1  # the same sequence on every host: same keys
+            self._group_key = 7_000_000 + 1_000 * GroupedHybridTrainer._made
         with tf.device("/CPU:0"):
             return tf.raw_ops.CollectiveReduceV2(
                 input=tf.identity(flat), group_size=len(self.hosts), group_key=self._group_key,
@@ -647,3 +647,8 @@ class GroupedHybridStrategy:
                              for p in self.pipelines],
             "steps": self._stats["steps"], "compute_s": self._stats["compute_s"],
         }
+
+
+GroupedHybridStrategy = GroupedHybridTrainer
+"""The former name (it is a trainer with a strategy's surface, not a ``tf.distribute.Strategy``: see the
+class docstring); kept as an alias for one release."""
