@@ -203,7 +203,8 @@ def _parse_settings() -> List[Dict[str, Any]]:
         variants = FLAGS.variants or (vs.split(",") if vs else list(VARIANTS))
         bad = [v for v in variants if v not in VARIANTS]
         if bad:
-            raise InputError(f"unknown variant(s) {bad}; choose from {', '.join(VARIANTS)}", where="--settings")
+            raise InputError(f"unknown variant(s) {bad}; choose from {', '.join(VARIANTS)}",
+                             where="--variants" if FLAGS.variants else "--settings")
         out.append({"model": parts[0], "mbit": mbit, "split": parts[2], "variants": variants})
     return out
 
@@ -269,4 +270,6 @@ def main(argv: List[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from experiments._cli import run
+
+    run(main)

@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import json
+import sys
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -217,3 +218,9 @@ def _scaling(rows: List[Dict[str, Any]], base: str, plt: Any) -> List[str]:
     plt.close(fig)
     lines += [f"![epoch time versus workers]({os.path.basename(base)}_scaling.png)", ""]
     return lines
+
+
+if __name__ == "__main__":
+    sys.stderr.write("experiments.comm_report: error: this module writes comm_bench's page; run "
+                     "python -m experiments.comm_bench --report_only --out=docs/results/comm.md\n")
+    sys.exit(2)

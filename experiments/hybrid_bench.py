@@ -339,8 +339,15 @@ def main(argv):
             with open(FLAGS.from_json) as f:
                 rows = [json.loads(line) for line in f if line.startswith("{") and '"kind"' not in line]
         cache: Dict = {}
+        graphs = {name: load_graph(name) for name in names}
+        for spec in FLAGS.clusters:  # a cluster whose kinds no profile has would be skipped silently
+            wanted = {d.kind for d in parse_cluster(spec, 10.0, 0.0).devices if d.kind is not None}
+            if graphs and wanted and not any(wanted <= set(g.kinds) for g in graphs.values()):
+                have = sorted({k for g in graphs.values() for k in g.kinds}) or ["none"]
+                raise InputError(f"kind(s) {', '.join(sorted(wanted))} in none of the profiles (their kinds: "
+                                 f"{', '.join(have)}); a device is CAP, KIND or CAP:KIND", where=f"--clusters {spec!r}")
         for name in names:
-            graph = load_graph(name)
+            graph = graphs[name]
             for spec in FLAGS.clusters:
                 for bw in bws:
                     rs = run_config(graph, name, spec, bw, counts, cache)
@@ -381,4 +388,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from experiments._cli import run
+
+    run(main)

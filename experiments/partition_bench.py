@@ -27,6 +27,8 @@ from typing import Dict, List, Optional
 
 from absl import app, flags
 
+from tf_commopt.errors import InputError
+
 from tf_commopt.core.partition import baselines
 from tf_commopt.core.partition.api import make_cluster
 from tf_commopt.core.partition.objective import Problem
@@ -150,6 +152,17 @@ def _summary(rows: List[Dict]) -> List[str]:
 
 def main(argv):
     del argv
+    bad = [d for d in FLAGS.devices if d not in ("hom", "cap", "kind")]
+    if bad:
+        raise InputError(f"unknown device set(s) {', '.join(bad)}; choose from hom, cap, kind", where="--devices")
+    for flag, values, kind in (("--stages", FLAGS.stages, int), ("--bandwidths", FLAGS.bandwidths, float)):
+        for v in values:
+            try:
+                if not kind(v) > 0:
+                    raise ValueError
+            except ValueError:
+                raise InputError(f"{v!r} is not a positive {'integer' if kind is int else 'number'}",
+                                 where=flag) from None
     graphs = [(n, load_profile(n)) for n in FLAGS.profiles]
     rows, lines = [], [HEADER]
     print(HEADER, flush=True)
@@ -196,4 +209,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from experiments._cli import run
+
+    run(main)

@@ -287,6 +287,9 @@ def main(argv):
     except ValueError as e:
         print(f"error: --stages / --bandwidths_gbps: {e}", file=sys.stderr)
         return 2
+    if any(k < 1 for k in ks) or any(not b > 0 for b in bws):
+        print("error: --stages must be integers >= 1 and --bandwidths_gbps numbers > 0", file=sys.stderr)
+        return 2
     bad = [d for d in FLAGS.devices if d not in ("hom", "mixed")]
     if bad:
         print(f"error: --devices: unknown device mix {bad[0]!r} (hom, mixed)", file=sys.stderr)
@@ -337,4 +340,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from experiments._cli import run
+
+    run(main)

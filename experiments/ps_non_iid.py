@@ -79,4 +79,6 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from experiments._cli import run
+
+    run(main)

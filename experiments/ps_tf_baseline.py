@@ -97,4 +97,6 @@ def main(argv: List[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from experiments._cli import run
+
+    run(main)

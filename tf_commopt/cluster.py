@@ -625,7 +625,9 @@ def _positive_float(unit: str):
 
 def _parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog="python -m tf_commopt.cluster",
-                       description="Run COMMAND once per task of a local TF_CONFIG cluster.")
+                       usage="python -m tf_commopt.cluster [options] -- COMMAND [ARG ...]",
+                       description="Run COMMAND once per task of a local TF_CONFIG cluster.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--workers", type=int, default=2, help="worker tasks (>= 1)")
     p.add_argument("--ps", type=int, default=0, help="parameter-server tasks")
     p.add_argument("--chief", action="store_true", help="add a chief task")
@@ -668,6 +670,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"argument --ps: must be >= 0, got {args.ps}")
     if args.threads_per_task is not None and args.threads_per_task < 0:
         parser.error(f"argument --threads-per-task: must be >= 0, got {args.threads_per_task}")
+    if args.topology != "switch" and args.bandwidth_mbit is None:
+        parser.error("argument --topology: only with --bandwidth-mbit (an unshaped cluster has no topology)")
     if args.topology not in TOPOLOGIES:
         parser.error(f"argument --topology: unknown topology {args.topology!r}; choose switch or shared")
     try:
