@@ -24,7 +24,9 @@ from typing import Any, Dict, List
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
+
+from experiments._cli import fail, run  # noqa: E402
 
 OPTIMIZERS = {"sgd": 0.05, "momentum": 0.01, "adam": 0.001}  # name -> learning rate
 VARIANTS = ("ssgd", "none", "auto")
@@ -45,8 +47,7 @@ flags.DEFINE_string("out", "", "append one JSON record per run to this .jsonl")
 
 
 def _error(message: str) -> None:
-    sys.stderr.write(f"experiments.correction_bench: error: {message}\n")
-    sys.exit(2)
+    fail(message)
 
 
 def main(argv: List[str]) -> None:
@@ -138,13 +139,5 @@ def main(argv: List[str]) -> None:
                             f.write(json.dumps(rec) + "\n")
 
 
-def _parse_flags(argv: List[str]) -> List[str]:
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        _error(str(e))
-    return []
-
-
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    run(main)

@@ -19,7 +19,9 @@ from typing import Any, Dict, List
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
+
+from experiments._cli import fail, run  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = flags.FLAGS
@@ -30,8 +32,7 @@ flags.DEFINE_float("bandwidth_mbit", 0.0, "shape each worker's link to this rate
 
 
 def _error(message: str) -> None:
-    sys.stderr.write(f"experiments.demo: error: {message}\n")
-    sys.exit(2)
+    fail(message)
 
 
 def _run(strategy_flags: List[str]) -> Dict[str, Any]:
@@ -69,13 +70,5 @@ def main(argv: List[str]) -> None:
           f"{100 * (sc['test_accuracy'] - ssgd['test_accuracy']):+.1f} accuracy points", flush=True)
 
 
-def _parse_flags(argv: List[str]) -> List[str]:
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        _error(str(e))
-    return []
-
-
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    run(main)

@@ -39,7 +39,9 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 _T0 = time.perf_counter()
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
+
+from experiments._cli import fail, run  # noqa: E402
 
 PARTS = ("step", "sync", "auto", "table")
 STEP_VARIANTS = ("floor", "mwms", "sc_local", "sc_h16")
@@ -68,8 +70,7 @@ flags.DEFINE_integer("interval", 16, "internal: worker H")
 
 
 def _error(message: str) -> None:
-    sys.stderr.write(f"experiments.sc_speed_bench: error: {message}\n")
-    sys.exit(2)
+    fail(message)
 
 
 # ------------------------------------------------------------------------------------------------ worker
@@ -288,13 +289,5 @@ def main(argv: List[str]) -> None:
         write_page(FLAGS.out, FLAGS.page)
 
 
-def _parse_flags(argv: List[str]) -> List[str]:
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        _error(str(e))
-    return []
-
-
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    run(main)
