@@ -119,7 +119,7 @@ def worker() -> None:
     model.fit(ds, epochs=1, steps_per_epoch=FLAGS.steps, verbose=0, callbacks=[Clock()])
     spe = FLAGS.steps_per_execution
     per_step = np.diff(ends) / spe
-    skip = max(1, 10 // spe)
+    skip = min(max(1, 10 // spe), max(0, len(per_step) - 1))  # short runs: keep at least one sample
     rec: Dict[str, Any] = {
         "variant": variant, "import_s": round(t_import, 3), "startup_s": round(ends[0] - t_strategy, 3),
         "step_ms": round(1000 * float(np.median(per_step[skip:])), 3),
