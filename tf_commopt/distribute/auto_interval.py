@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 import tensorflow as tf
 
 from tf_commopt._compat import optimizer_lr
+from tf_commopt.keras.base import Callback
 from tf_commopt.core.interval import AdaCommPolicy, GridSearchPolicy, TrialResult
 from tf_commopt.errors import InputError
 
@@ -65,7 +66,7 @@ def _keras():
     return tf_keras
 
 
-class AdaCommCallback(_keras().callbacks.Callback):
+class AdaCommCallback(Callback):
     """AdaComm-style interval: after each sync, all-reduce the loss and re-estimate H (see module doc)."""
 
     def __init__(self, strategy: Any, initial_interval: int = 4, max_interval: int = 16):
@@ -101,7 +102,7 @@ def keras_grid_search(model: Any, strategy: Any, dataset: Any, steps_per_trial: 
     policy = GridSearchPolicy(candidates=tuple(candidates))
     start = model.get_weights()
 
-    class _Losses(tk.callbacks.Callback):
+    class _Losses(Callback):
         def __init__(self):
             super().__init__()
             self.means: List[float] = []

@@ -36,7 +36,7 @@ def _scalar(tag: str, value: float, step: int) -> None:
     meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
     tf.summary.write(tag, tf.constant(value, tf.float32), step=step, metadata=meta.SerializeToString())
 
-_Base = tf.keras.callbacks.Callback
+from tf_commopt.keras.base import Callback as _Base  # noqa: E402  (the one callback base)
 
 
 class SkipCorrectTelemetry(_Base):
