@@ -212,8 +212,8 @@ def test_runner_backup_dir_saves_and_a_rerun_resumes(tmp_path):
 
 
 def test_ps_cluster_tasks_get_at_least_two_inter_op_threads(monkeypatch):
-    """One inter-op thread deadlocks ParameterServerStrategy (round 0 never finished); the launcher's
-    per-task share (1 on this 2-core machine with 4 tasks) is raised to 2 on ps clusters only."""
+    """One inter-op thread deadlocks ParameterServerStrategy (round 0 never finished); the launcher gives
+    every task at least 2 inter-op threads (collective clusters too: any blocking op needs a spare)."""
     from tf_commopt.threads import THREAD_VARS
 
     for v in THREAD_VARS:
@@ -222,5 +222,5 @@ def test_ps_cluster_tasks_get_at_least_two_inter_op_threads(monkeypatch):
             "os.environ['TF_NUM_INTRAOP_THREADS'])"]
     r = run_cluster(show, workers=2, ps=1, chief=True, threads_per_task=1, echo=False, timeout=30)
     assert r.ok and {r.outputs[t][-1] for t in ("chief:0", "worker:0", "worker:1")} == {"2 1"}, r.outputs
-    r = run_cluster(show, workers=2, threads_per_task=1, echo=False, timeout=30)  # collective: unchanged
-    assert r.ok and {r.outputs[t][-1] for t in ("worker:0", "worker:1")} == {"1 1"}, r.outputs
+    r = run_cluster(show, workers=2, threads_per_task=1, echo=False, timeout=30)  # collective: the same rule
+    assert r.ok and {r.outputs[t][-1] for t in ("worker:0", "worker:1")} == {"2 1"}, r.outputs

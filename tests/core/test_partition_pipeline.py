@@ -195,3 +195,13 @@ def test_old_simrank_path_still_works_and_simulated_needs_the_planner():
     assert simrank.best_simulated is moved.best_simulated and simrank.SCORES == moved.SCORES
     with pytest.raises(InputError, match="planner"):
         partition(branchy_graph(20, seed=0), 2, score="simulated")
+
+
+def test_ga_with_one_stage_does_not_crash():
+    # regression: the GA's frontier mutation indexed stage 1 of a one-stage plan (IndexError)
+    from tf_commopt.core.profiles import load_profile
+    from tf_commopt.partition import partition
+
+    g = load_profile("pipedream/alexnet")
+    plan = partition(g, 1, method="ga", seed=3)
+    assert plan.num_stages == 1 and set(plan.stage_of_node.values()) == {0}

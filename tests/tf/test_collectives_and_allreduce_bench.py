@@ -34,14 +34,21 @@ def test_recommended_options_rejects_bad_payloads(bad):
 
 
 def test_setting_parser():
-    from experiments.allreduce_bench import parse_setting, ring_bound_s
-
-    assert parse_setting("auto:64K:8") == {"name": "auto:64K:8", "impl": "auto", "bytes_per_pack": 65536,
-                                           "chunks": 8}
-    assert parse_setting("RING:0:1")["impl"] == "ring"
-    # 2(N-1) B 8 / R on a shared segment; 2(N-1)/N B 8 / R per link on a switch
-    assert ring_bound_s(40e6, 4, 1000, "shared") == pytest.approx(1.92)
-    assert ring_bound_s(407_080, 2, 10, "switch") == pytest.approx(0.325664)
+    # in a fresh process: the bench defines absl flags (--workers, ...) that other runners imported by
+    # earlier tests in this process define too
+    code = """
+import pytest
+from experiments.allreduce_bench import parse_setting, ring_bound_s
+assert parse_setting("auto:64K:8") == {"name": "auto:64K:8", "impl": "auto", "bytes_per_pack": 65536, "chunks": 8}
+assert parse_setting("RING:0:1")["impl"] == "ring"
+# 2(N-1) B 8 / R on a shared segment; 2(N-1)/N B 8 / R per link on a switch
+assert ring_bound_s(40e6, 4, 1000, "shared") == pytest.approx(1.92)
+assert ring_bound_s(407_080, 2, 10, "switch") == pytest.approx(0.325664)
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
 
 
 @pytest.mark.parametrize("args, where", [

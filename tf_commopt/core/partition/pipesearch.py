@@ -257,12 +257,12 @@ def pipe_genetic(p: Problem, model: PipelineModel, seeds: Sequence[Plan], seed: 
         if hetero and r < 0.4 and K > 1:
             a, b = rng.sample(range(K), 2)
             st.swap_devices(a, b)
-        elif r < 0.7:
+        elif r < 0.7 and K > 1:                      # frontier moves (one stage: nothing to move)
             for _ in range(rng.randint(1, 3)):
-                h = rng.randrange(K - 1) if K > 1 else 0
+                h = rng.randrange(K - 1)
                 s, t = (h, h + 1) if rng.random() < 0.5 else (h + 1, h)
                 front = st.up_front[s] if t == s + 1 else st.down_front[s]
-                if K > 1 and len(st.members[s]) > 1 and front:
+                if len(st.members[s]) > 1 and front:
                     st.apply_move([rng.choice(sorted(front))], s, t)
         elif K > 1:
             h = rng.randrange(K - 1)
