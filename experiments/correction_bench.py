@@ -46,26 +46,19 @@ flags.DEFINE_bool("average_optimizer_state", False, "skip-and-correct variants: 
 flags.DEFINE_string("out", "", "append one JSON record per run to this .jsonl")
 
 
-def _error(message: str) -> None:
-    fail(message)
-
-
 def main(argv: List[str]) -> None:
-    if len(argv) > 1:
-        _error(f"unexpected argument(s): {' '.join(argv[1:])}")
     for name, allowed in (("optimizers", OPTIMIZERS), ("variants", VARIANTS)):
         bad = [v for v in getattr(FLAGS, name) if v not in allowed]
         if bad:
-            _error(f"--{name}: unknown {', '.join(bad)}; choose from {', '.join(allowed)}")
+            fail(f"--{name}: unknown {', '.join(bad)}; choose from {', '.join(allowed)}")
     try:
         intervals = [int(h) for h in FLAGS.intervals]
         seeds = [int(s) for s in FLAGS.seeds]
     except ValueError as e:
-        _error(f"--intervals/--seeds must be integers ({e})")
+        fail(f"--intervals/--seeds must be integers ({e})")
     if any(h < 1 for h in intervals) or FLAGS.replicas < 2 or FLAGS.steps < 1 or FLAGS.classes_per_shard < 1:
-        _error("--intervals must be >= 1, --replicas >= 2, --steps >= 1, --classes_per_shard >= 1")
+        fail("--intervals must be >= 1, --replicas >= 2, --steps >= 1, --classes_per_shard >= 1")
 
-    import numpy as np
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]

@@ -8,19 +8,17 @@ Example:
 """
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import sys
 from typing import Any, Dict, List, Tuple
+
+from experiments import _report
+from experiments._report import load_jsonl
 
 GOAL_H16 = 1.0   # points below SSGD, every optimizer, H = 16
 GOAL_H64 = 3.0   # points below SSGD, SGD, H = 64
 
 
-def load(path: str) -> List[Dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+load = load_jsonl  # the records of the page (tests/core/test_results_pages.py uses it)
 
 
 def table(records: List[Dict[str, Any]]) -> Dict[Tuple[str, str, int], Tuple[float, int]]:
@@ -68,14 +66,8 @@ def render(records: List[Dict[str, Any]], source: str) -> str:
 
 
 def write_page(jsonl: str, page: str) -> None:
-    text = render(load(jsonl), os.path.basename(jsonl))
-    with open(page, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(f"wrote {page}")
+    _report.write_page(render, jsonl, page)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.stderr.write("usage: python -m experiments.correction_report RECORDS.jsonl PAGE.md\n")
-        sys.exit(2)
-    write_page(sys.argv[1], sys.argv[2])
+    _report.main(render)

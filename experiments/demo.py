@@ -31,10 +31,6 @@ flags.DEFINE_string("model", "mlp", "mlp, cnn or big_mlp (experiments.models)")
 flags.DEFINE_float("bandwidth_mbit", 0.0, "shape each worker's link to this rate (0 = plain loopback; needs root)")
 
 
-def _error(message: str) -> None:
-    fail(message)
-
-
 def _run(strategy_flags: List[str]) -> Dict[str, Any]:
     from tf_commopt.cluster import run_cluster
 
@@ -43,17 +39,17 @@ def _run(strategy_flags: List[str]) -> Dict[str, Any]:
     r = run_cluster(cmd, workers=FLAGS.workers, bandwidth_mbit=FLAGS.bandwidth_mbit or None, cwd=ROOT,
                     env={"PYTHONPATH": ROOT}, echo=False, timeout=1800)
     if r.returncode != 0:
-        tail = "\n".join(f"  [{t}] {x}" for t in r.outputs for x in r.last_lines(t, 5))
-        _error(f"{' '.join(strategy_flags)}: {r.message}\n{tail}")
+        for t in r.outputs:  # the failing run's last lines, then the one-line error
+            for x in r.last_lines(t, 5):
+                sys.stderr.write(f"  [{t}] {x}\n")
+        fail(f"{' '.join(strategy_flags)}: {r.message}")
     lines = [x for x in r.outputs["worker:0"] if x.startswith("{")]
     return json.loads(lines[-1])
 
 
 def main(argv: List[str]) -> None:
-    if len(argv) > 1:
-        _error(f"unexpected argument(s): {' '.join(argv[1:])}")
     if FLAGS.workers < 2 or FLAGS.steps < 1 or FLAGS.bandwidth_mbit < 0:
-        _error("--workers must be >= 2, --steps >= 1, --bandwidth_mbit >= 0")
+        fail("--workers must be >= 2, --steps >= 1, --bandwidth_mbit >= 0")
     net = f"{FLAGS.bandwidth_mbit:g} Mbit/s links" if FLAGS.bandwidth_mbit else "loopback, unshaped"
     print(f"{FLAGS.workers} worker processes ({net}), {FLAGS.model} on the bundled MNIST, {FLAGS.steps} steps; "
           "training...", flush=True)

@@ -23,14 +23,13 @@ import os
 import statistics
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
-from absl import app, flags
+from absl import flags
 
 from experiments.graphs import load_graph as _load_graph
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster, parse_capacities
-from tf_commopt.core.profiles import load_profile
 from tf_commopt.core.simulate.hybrid import (
     REPLICA_SHAPES, ideal_iteration_ms, search_grouped_hybrid, simulate_dp, simulate_grouped_hybrid,
 )
@@ -388,6 +387,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from experiments._cli import run
+    from experiments import _cli
 
-    run(main)
+    _cli.run(main)

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import time
 from typing import Dict, List, Optional
 
-from absl import app, flags
+from absl import flags
 
 from tf_commopt.errors import InputError
 
@@ -209,6 +208,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from experiments._cli import run
+    from experiments import _cli
 
-    run(main)
+    _cli.run(main)

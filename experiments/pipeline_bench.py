@@ -32,7 +32,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from absl import app, flags
+from absl import flags
 
 from experiments.graphs import load_graph as _load_graph
 from tf_commopt.core.costgraph import CostGraph, Node
@@ -340,6 +340,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from experiments._cli import run
+    from experiments import _cli
 
-    run(main)
+    _cli.run(main)

@@ -20,14 +20,13 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 import uuid
 from typing import Any, Dict, List, Optional
 
-from absl import app, flags
+from absl import flags
 
-from tf_commopt.cluster import run_cluster
+from tf_commopt.cluster import run_cluster, task_pid
 
 FLAGS = flags.FLAGS
 flags.DEFINE_float("bandwidth_mbit", 100.0, "each task's link (Mbit/s); 0 = plain loopback")
@@ -36,27 +35,6 @@ flags.DEFINE_string("out", "", "append one JSON line per run here")
 flags.DEFINE_string("only", "", "comma-separated run names (default: all)")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _pid(token: str, task_type: str, index: int) -> Optional[int]:
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if f"PS_BENCH_TOKEN={token}".encode() not in env or b"python" not in cmd:
-            continue
-        for e in env:
-            if e.startswith(b"TF_CONFIG="):
-                task = json.loads(e[len("TF_CONFIG="):])["task"]
-                if (task["type"], task["index"]) == (task_type, index):
-                    return int(p)
-    return None
 
 
 class _Watch:
@@ -69,7 +47,7 @@ class _Watch:
     def write(self, text: str) -> None:
         for line in text.splitlines():
             if self.trigger and self.killed_at is None and line.startswith("[chief:0] " + self.trigger):
-                pid = _pid(self.token, "worker", 1)
+                pid = task_pid(f"PS_BENCH_TOKEN={self.token}", "worker", 1)
                 if pid:
                     os.kill(pid, signal.SIGKILL)
                     self.killed_at = round(time.monotonic() - self.t0, 2)
@@ -132,6 +110,6 @@ def main(argv: List[str]) -> None:
 
 
 if __name__ == "__main__":
-    from experiments._cli import run
+    from experiments import _cli
 
-    run(main)
+    _cli.run(main)

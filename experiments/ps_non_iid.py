@@ -18,7 +18,7 @@ import sys
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags, logging  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("interval", 16, "local steps per round (H)")
@@ -79,6 +79,6 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    from experiments._cli import run
+    from experiments import _cli
 
-    run(main)
+    _cli.run(main)

@@ -23,7 +23,7 @@ from typing import List
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from tf_commopt.errors import InputError  # noqa: E402
 
@@ -97,6 +97,6 @@ def main(argv: List[str]) -> None:
 
 
 if __name__ == "__main__":
-    from experiments._cli import run
+    from experiments import _cli
 
-    run(main)
+    _cli.run(main)

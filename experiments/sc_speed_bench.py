@@ -69,10 +69,6 @@ flags.DEFINE_string("variant", "sc_local", "internal: worker variant")
 flags.DEFINE_integer("interval", 16, "internal: worker H")
 
 
-def _error(message: str) -> None:
-    fail(message)
-
-
 # ------------------------------------------------------------------------------------------------ worker
 def worker() -> None:
     """One process: build the variant, fit ``--steps`` steps, print one JSON line."""
@@ -162,7 +158,7 @@ def _me(*extra: str) -> List[str]:
 def _parse(setting: str, n: int, flag: str) -> List[str]:
     parts = setting.split(":")
     if len(parts) != n:
-        _error(f"--{flag}: {setting!r} is not {n} colon-separated fields")
+        fail(f"--{flag}: {setting!r} is not {n} colon-separated fields")
     return parts
 
 
@@ -263,18 +259,16 @@ def part_table() -> None:
 
 
 def main(argv: List[str]) -> None:
-    if len(argv) > 1:
-        _error(f"unexpected argument(s): {' '.join(argv[1:])}")
     if FLAGS.worker:
         worker()
         return
     bad = [p for p in FLAGS.parts if p not in PARTS]
     if bad:
-        _error(f"--parts: unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)}")
+        fail(f"--parts: unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)}")
     for name in ("workers", "repeats", "steps", "per_replica_batch", "steps_per_execution", "sync_syncs", "auto_runs",
                  "table_repeats"):
         if getattr(FLAGS, name) < 1:
-            _error(f"--{name}: must be >= 1, got {getattr(FLAGS, name)}")
+            fail(f"--{name}: must be >= 1, got {getattr(FLAGS, name)}")
     if FLAGS.page and not FLAGS["parts"].present:
         from experiments.sc_speed_report import write_page
 

@@ -9,16 +9,15 @@ Example:
 """
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any, Dict, List
+
+from experiments import _report
+from experiments._report import load_jsonl
 
 GOALS = {"step": 1.25, "startup": 1.2, "sync": 1.1, "auto": 0.25, "table": 0.13}
 
 
-def load(path: str) -> List[Dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+load = load_jsonl  # the records of the page (tests/core/test_results_pages.py uses it)
 
 
 def _latest(records: List[Dict[str, Any]], part: str, key=None) -> Dict[Any, Dict[str, Any]]:
@@ -110,16 +109,8 @@ def render(records: List[Dict[str, Any]], source: str = "sc_speed.jsonl") -> str
 
 
 def write_page(jsonl: str, page: str) -> None:
-    import os
-
-    text = render(load(jsonl), os.path.basename(jsonl))
-    with open(page, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(f"wrote {page}")
+    _report.write_page(render, jsonl, page)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.stderr.write("usage: python -m experiments.sc_speed_report RECORDS.jsonl PAGE.md\n")
-        sys.exit(2)
-    write_page(sys.argv[1], sys.argv[2])
+    _report.main(render)

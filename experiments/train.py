@@ -29,7 +29,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, TextIO, Union
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf-keras: Keras 3 fails under MultiWorkerMirrored
@@ -174,13 +174,6 @@ def configure_local_cpus(n: int) -> List[str]:
     return devices[:n]
 
 
-def _fresh_mirrored(devices: List[str]):
-    """A MirroredStrategy whose collective keys differ from every other strategy's in this process."""
-    from tf_commopt._compat import fresh_mirrored_strategy
-
-    return fresh_mirrored_strategy(devices)
-
-
 def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
     """The tf.distribute strategy for ``cfg`` (TF_CONFIG decides multi-worker vs local)."""
     import tensorflow as tf
@@ -194,7 +187,9 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
     if cfg.strategy == "ssgd":
         if multi:
             return tf.distribute.MultiWorkerMirroredStrategy()
-        return _fresh_mirrored(configure_local_cpus(cfg.replicas))
+        from tf_commopt._compat import fresh_mirrored_strategy  # its own collective keys
+
+        return fresh_mirrored_strategy(configure_local_cpus(cfg.replicas))
     try:  # skip_correct / local_sgd: another module, imported only when asked for
         from tf_commopt.distribute.skip_correct import SkipCorrectStrategy
     except ImportError as e:

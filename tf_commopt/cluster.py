@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import collections
 import ctypes
 import json
 import math
@@ -65,7 +64,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from tf_commopt.errors import ClusterError, InputError
 from tf_commopt.threads import thread_env
@@ -351,6 +350,36 @@ def live_processes(token: str) -> List[Tuple[int, str]]:
     return found
 
 
+def task_pid(marker: str, task_type: str, index: int) -> Optional[int]:
+    """The pid of task ``task_type:index`` (read from its ``TF_CONFIG``) among the live processes whose
+    command line or environment contains ``marker``: how the fault tests and benches pick a task to kill.
+
+    >>> task_pid("no process carries this marker 7c1d", "worker", 1) is None
+    True
+    """
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if marker.encode() not in cmd and not any(marker.encode() in e for e in env):
+            continue
+        for e in env:
+            if e.startswith(b"TF_CONFIG="):
+                try:
+                    task = json.loads(e[len("TF_CONFIG="):]).get("task", {})
+                except ValueError:
+                    break
+                if (task.get("type"), task.get("index")) == (task_type, index):
+                    return int(pid)
+    return None
+
+
 class _Task:
     def __init__(self, name: str, argv: List[str], env: Dict[str, str], cwd: Optional[str],
                  echo: Optional[TextIO], lock: threading.Lock, lines: Optional[List[str]] = None):
@@ -463,8 +492,8 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         echo: print each task's lines, prefixed ``[task:i] ``, as they come (to ``stream``, default stdout).
         threads_per_task: TensorFlow/OpenMP threads of each task (:mod:`tf_commopt.threads`); None = the
             machine's cores divided among the tasks, 0 = leave TensorFlow's defaults. Variables already
-            set in ``env`` or this process's environment win. On ps clusters the inter-op pool gets at
-            least 2 threads (1 deadlocks ParameterServerStrategy).
+            set in ``env`` or this process's environment win. The inter-op pool always gets at least 2
+            threads (1 deadlocks ParameterServerStrategy).
         tolerate_worker_failures: parameter-server clusters only (``ps`` >= 1 and ``chief``): a worker that
             exits non-zero does not end the cluster (the chief's ClusterCoordinator re-runs its work on
             the others); the run is done when the chief and every worker still counted have exited 0.
@@ -522,11 +551,7 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
         base_env.setdefault("PYTHONUNBUFFERED", "1")
         if threads_per_task != 0:
             for var, value in thread_env(len(specs), per_task=threads_per_task).items():
-                if ps and var == "TF_NUM_INTEROP_THREADS":
-                    # ParameterServerStrategy deadlocks with one inter-op thread (a worker's closure blocks
-                    # on its reads from the ps; measured: round 0 never finished with 1, 17 s test with 2)
-                    value = str(max(2, int(value)))
-                base_env.setdefault(var, value)
+                base_env.setdefault(var, value)  # at least 2 inter-op threads: 1 deadlocks ps clusters
         for i, (name, cfg) in enumerate(zip(names, configs)):
             task_env = dict(base_env, TF_CONFIG=json.dumps(cfg))
             argv = net.wrap(i, list(command)) if net else list(command)

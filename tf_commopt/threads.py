@@ -2,8 +2,8 @@
 
 TensorFlow sizes its intra-op and inter-op thread pools to every core of the machine. N worker
 processes on C cores then run N·C compute threads on C cores and time-slice each other's kernels
-(measured on 2 cores, 4 workers, the mlp: a local step took 1.9–2.0 ms with the defaults and
-1.6–1.7 ms with 1 thread each; docs/results/step_cost.md). :func:`thread_env` gives each of N tasks
+(the step costs measured with the launcher's settings are in docs/results/sc_speed.md).
+:func:`thread_env` gives each of N tasks
 its share, through the environment variables TensorFlow reads at start-up (``TF_NUM_INTRAOP_THREADS``,
 ``TF_NUM_INTEROP_THREADS``) and ``OMP_NUM_THREADS`` (oneDNN). The launcher
 (:func:`tf_commopt.cluster.run_cluster`) sets them for every task unless the caller's environment

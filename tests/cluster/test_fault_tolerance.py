@@ -27,7 +27,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tf_commopt.cluster import live_processes, run_cluster
+from tf_commopt.cluster import live_processes, run_cluster, task_pid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EPOCHS, STEPS_PER_EPOCH = 3, 125          # 4000 bundled MNIST training images / global batch 32
@@ -81,19 +81,6 @@ def _pids_with(marker):
     return [pid for pid, _ in live_processes(marker)]
 
 
-def _task_pid(marker, task_type, index):
-    for pid in _pids_with(marker):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(kv.split("=", 1) for kv in f.read().decode("utf-8", "replace").split("\0") if "=" in kv)
-        except OSError:
-            continue
-        task = json.loads(env.get("TF_CONFIG", "{}")).get("task", {})
-        if task.get("type") == task_type and task.get("index") == index:
-            return pid
-    return None
-
-
 def _check_backup_state(ckpt, epoch):
     """The backup holds the strategy's state: t, H, k (mid-interval), 2 replicas, Δ_i non-zero and summing to 0."""
     import tensorflow as tf
@@ -137,7 +124,7 @@ def test_sigkill_worker_fails_fast_then_resume_matches_uninterrupted(reference, 
             break
         time.sleep(0.05)
     assert job.is_alive(), f"the job ended before epoch 1 was backed up: {box.get('r') and _tail(box['r'])}"
-    pid = _task_pid(backup, "worker", 1)
+    pid = task_pid(backup, "worker", 1)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     killed_at = time.monotonic()

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from tf_commopt.cluster import run_cluster
+from tf_commopt.cluster import run_cluster, task_pid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -53,24 +53,10 @@ class _Lines:
 
 def _pid(token, task_type, index):
     """The python process of task ``task_type:index`` of the cluster whose tasks have ``I19_TOKEN=token``."""
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if f"I19_TOKEN={token}".encode() not in env or b"python" not in cmd:
-            continue
-        for e in env:
-            if e.startswith(b"TF_CONFIG="):
-                task = json.loads(e[len("TF_CONFIG="):])["task"]
-                if (task["type"], task["index"]) == (task_type, index):
-                    return int(p)
-    raise AssertionError(f"no process of {task_type}:{index}")
+    pid = task_pid(f"I19_TOKEN={token}", task_type, index)
+    if pid is None:
+        raise AssertionError(f"no process of {task_type}:{index}")
+    return pid
 
 
 def _start(cmd, token, **kwargs):

@@ -13,10 +13,10 @@ R, B, F, C, LR = 4, 5, 3, 4, 0.2
 DEVICES = ["/cpu:%d" % i for i in range(R)]
 
 
-def _softmax_model(w0, b0, opt):
+def _softmax_model(w0, b0, opt, **compile_kwargs):
     model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,))])
     model.layers[0].set_weights([w0, b0])
-    model.compile(opt, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(opt, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), **compile_kwargs)
     return model
 
 
@@ -192,8 +192,7 @@ def test_steps_per_execution_keeps_the_exact_rule_and_rhythm(spe):
     ref = run_rule(w0, b0, batches, h, "vrl", LR)
     strategy = SkipCorrectStrategy(interval=h, correction="vrl", devices=DEVICES)
     with strategy.scope():
-        model = _softmax_model(w0, b0, tf.keras.optimizers.SGD(LR))
-        model.compile(model.optimizer, model.loss, steps_per_execution=spe)
+        model = _softmax_model(w0, b0, tf.keras.optimizers.SGD(LR), steps_per_execution=spe)
     x, y = _global_batches(batches)
     model.fit(x, y, batch_size=R * B, epochs=1, shuffle=False, verbose=0)
     for i in range(R):  # step 10 is one step after the sync at 9

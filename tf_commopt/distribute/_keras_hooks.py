@@ -53,6 +53,11 @@ class _NotInstalled:  # matches nothing until install() registers the strategy c
 _STRATEGY: list = [_NotInstalled]
 
 
+def _is_sc(strategy: Any) -> bool:
+    """Whether ``strategy`` is the registered SkipCorrectStrategy (False before install())."""
+    return isinstance(strategy, _STRATEGY[0])
+
+
 def _is_keras3_module(name: str) -> bool:
     return name == "keras" or name.startswith("keras.")
 
@@ -68,8 +73,8 @@ def refuse_keras3(max_frames: int = 80) -> None:
         >>> refuse_keras3()   # called from plain code (or tf-keras): nothing happens
     """
     keras = sys.modules.get("keras")
-    if keras is None or not str(getattr(keras, "__version__", "3")).split(".")[0].isdigit() \
-            or int(str(getattr(keras, "__version__", "3")).split(".")[0]) < 3:
+    major = str(getattr(keras, "__version__", "3")).split(".")[0]
+    if keras is None or not major.isdigit() or int(major) < 3:
         return  # Keras 3 was never imported (or `keras` is Keras 2): nothing to look for
     frame = sys._getframe(1)
     for _ in range(max_frames):
@@ -92,9 +97,7 @@ def _wrap_apply(cls: Any, legacy: bool) -> None:
     @tf.autograph.experimental.do_not_convert
     @functools.wraps(original)
     def apply_gradients(self, grads_and_vars, name=None, *args, **kwargs):
-        SkipCorrectStrategy = _STRATEGY[0]
-        if (tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context()
-                and isinstance(tf.distribute.get_strategy(), SkipCorrectStrategy) and not args
+        if (_under_sc() and not tf.distribute.in_cross_replica_context() and not args
                 and not getattr(self, "_mesh", None)):
             extended = tf.distribute.get_strategy().extended
             return extended._sc_apply(self, original, grads_and_vars, name, legacy)
@@ -104,16 +107,16 @@ def _wrap_apply(cls: Any, legacy: bool) -> None:
     cls.apply_gradients = apply_gradients
 
 
-def _wrap_sync_first(cls: Any, method: str) -> None:
+def _wrap_sync_first(cls: Any, method: str, model_of: Callable[[Any], Any] = lambda self: self) -> None:
+    """``cls.method`` averages the replicas first when ``model_of(self)`` runs under the strategy."""
     original: Callable = getattr(cls, method)
     if getattr(original, "_tf_commopt_wrapped", False):
         return
 
     @functools.wraps(original)
     def wrapped(self, *args, **kwargs):
-        SkipCorrectStrategy = _STRATEGY[0]
-        strategy = getattr(self, "_distribution_strategy", None)
-        if isinstance(strategy, SkipCorrectStrategy) and tf.executing_eagerly():
+        strategy = getattr(model_of(self), "_distribution_strategy", None)
+        if _is_sc(strategy) and tf.executing_eagerly():
             strategy.sync()
         return original(self, *args, **kwargs)
 
@@ -122,8 +125,7 @@ def _wrap_sync_first(cls: Any, method: str) -> None:
 
 
 def _under_sc() -> bool:
-    SkipCorrectStrategy = _STRATEGY[0]
-    return tf.distribute.has_strategy() and isinstance(tf.distribute.get_strategy(), SkipCorrectStrategy)
+    return tf.distribute.has_strategy() and _is_sc(tf.distribute.get_strategy())
 
 
 def _accept_loss_scaling(lso_module: Any) -> None:
@@ -176,7 +178,7 @@ def _accept_backup_and_restore(callback_cls: Any, state_cls: Any) -> None:
         def on_train_begin(self, logs=None):
             SkipCorrectStrategy = _STRATEGY[0]
             strategy = getattr(self.model, "_distribution_strategy", None)
-            if isinstance(strategy, SkipCorrectStrategy):
+            if _is_sc(strategy):
                 supported = getattr(self, "_supported_strategies", None)
                 if not isinstance(supported, tuple):
                     raise InputError("this tf-keras BackupAndRestore has no _supported_strategies tuple; "
@@ -189,18 +191,8 @@ def _accept_backup_and_restore(callback_cls: Any, state_cls: Any) -> None:
         on_train_begin._tf_commopt_wrapped = True  # type: ignore[attr-defined]
         callback_cls.on_train_begin = on_train_begin
 
-    back_up = state_cls.back_up
-    if not getattr(back_up, "_tf_commopt_wrapped", False):
-        @functools.wraps(back_up)
-        def wrapped_back_up(self, *args, **kwargs):
-            SkipCorrectStrategy = _STRATEGY[0]
-            strategy = getattr(self._model, "_distribution_strategy", None)
-            if isinstance(strategy, SkipCorrectStrategy) and tf.executing_eagerly():
-                strategy.sync()  # the chief's checkpoint, which every worker restores, is the global model
-            return back_up(self, *args, **kwargs)
-
-        wrapped_back_up._tf_commopt_wrapped = True  # type: ignore[attr-defined]
-        state_cls.back_up = wrapped_back_up
+    # the chief's checkpoint, which every worker restores, is the global model
+    _wrap_sync_first(state_cls, "back_up", model_of=lambda state: state._model)
 
 
 TENSORBOARD_MESSAGE = ("tf.keras.callbacks.TensorBoard needs the tensorboard package, which TensorFlow 2.21 does "
@@ -223,9 +215,7 @@ def _check_tensorboard(callback_cls: Any) -> None:
 
     @functools.wraps(begin)
     def on_train_begin(self, logs=None):
-        SkipCorrectStrategy = _STRATEGY[0]
-        if isinstance(getattr(self.model, "_distribution_strategy", None), SkipCorrectStrategy) \
-                and not _tensorboard_installed():
+        if _is_sc(getattr(self.model, "_distribution_strategy", None)) and not _tensorboard_installed():
             raise InputError(TENSORBOARD_MESSAGE, where="TensorBoard")
         return begin(self, logs)
 

@@ -44,8 +44,7 @@ from typing import Any
 
 from tf_commopt.errors import InputError
 
-__all__ = ["CORRECTIONS", "validate_correction", "uses_delta", "resolve_correction", "vrl_delta_update",
-           "gradient_delta"]
+__all__ = ["CORRECTIONS", "validate_correction", "resolve_correction", "vrl_delta_update", "gradient_delta"]
 
 CORRECTIONS = ("auto", "gradient", "vrl", "none")
 
@@ -56,11 +55,6 @@ def validate_correction(correction: object, where: str = "correction") -> str:
         raise InputError(f"unknown correction {correction!r}; expected one of {', '.join(CORRECTIONS)}",
                          where=where)
     return correction
-
-
-def uses_delta(correction: str) -> bool:
-    """Whether the rule keeps a Δ_i term (and so needs per-replica state in checkpoints)."""
-    return correction != "none"
 
 
 def resolve_correction(correction: str, optimizer_class: str, momentum: float, nesterov: bool = False) -> str:

@@ -81,8 +81,7 @@ class IntervalState:
         h = self.interval.read_value()
         if not self.auto:
             return h
-        probing = tf.logical_and(self.chosen.read_value() == 0, steps > self.warmup_steps)
-        return tf.where(probing, tf.constant(self.probe_interval, tf.int64), h)
+        return tf.where(self.probing(steps), tf.constant(self.probe_interval, tf.int64), h)
 
     def probing(self, steps: tf.Tensor) -> tf.Tensor:
         """Whether this step's timings are probe samples (auto only)."""

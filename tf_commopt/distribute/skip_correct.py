@@ -180,8 +180,9 @@ class _SkipCorrectMixin:
         state = self._sc_states.get(key)
         if state is None:
             with tf.init_scope():
-                rule = _corr.resolve_correction(self._sc_correction, type(optimizer).__name__,
-                                                float(optimizer_momentum(optimizer)), bool(getattr(optimizer, "nesterov", False)))
+                beta = float(optimizer_momentum(optimizer))
+                rule = _corr.resolve_correction(self._sc_correction, type(optimizer).__name__, beta,
+                                                bool(getattr(optimizer, "nesterov", False)))
                 self._sc_internal = True
                 try:
                     state = SkipCorrectState(self._container_strategy(), list(var_list), rule, optimizer)
@@ -189,13 +190,10 @@ class _SkipCorrectMixin:
                     self._sc_internal = False
                 self._sc_states[key] = state
                 optimizer._track_trackable(state, name="skip_correct_state", overwrite=True)
-            if state.rule == "vrl" and self._sc_correction_lr == "optimizer":
-                with tf.init_scope():
-                    beta = float(optimizer_momentum(optimizer))
-                if beta > 0:
-                    _warn_once("momentum", f"SkipCorrectStrategy: vrl with heavy-ball momentum {beta:g} and "
-                               "correction_lr='optimizer' (the rule as stated) over-corrects by up to 1/(1-momentum) "
-                               "and can diverge; consider correction_lr='effective' (docs/skip_correct.md)")
+            if state.rule == "vrl" and self._sc_correction_lr == "optimizer" and beta > 0:
+                _warn_once("momentum", f"SkipCorrectStrategy: vrl with heavy-ball momentum {beta:g} and "
+                           "correction_lr='optimizer' (the rule as stated) over-corrects by up to 1/(1-momentum) "
+                           "and can diverge; consider correction_lr='effective' (docs/skip_correct.md)")
         else:
             known = {id(v) for v in state.variables}
             if any(id(v) not in known for v in var_list):
@@ -297,11 +295,13 @@ class _SkipCorrectMixin:
         do_sync = tf.logical_and(local_phase, k >= h)
         var_list = state.variables  # every variable of the state, also those without a gradient this step
         extras = self._sc_extra_vars(var_list, optimizer)
-        lr = optimizer_lr(optimizer)
-        if self._sc_correction_lr == "effective":
-            lr = lr / (1.0 - optimizer_momentum(optimizer))
 
         def sync() -> Tuple[tf.Tensor, tf.Tensor]:
+            lr = None
+            if state.rule == "vrl":  # only vrl's update needs the lr: read it in the sync branch, not every step
+                lr = optimizer_lr(optimizer)
+                if self._sc_correction_lr == "effective":
+                    lr = lr / (1.0 - optimizer_momentum(optimizer))
             dt = self._sc_average(list(var_list) + extras, state=state, n_trainable=len(var_list),
                                   local_steps=k, lr=lr)
             return tf.constant(0, tf.int64), dt
