@@ -60,6 +60,8 @@ flags.DEFINE_list("sync_settings", ["mlp:4:shared:100:4", "big_mlp:4:shared:1000
 flags.DEFINE_integer("sync_syncs", 8, "sync part: syncs per run")
 flags.DEFINE_integer("auto_runs", 5, "auto part: identical runs")
 flags.DEFINE_string("auto_setting", "mlp:2:switch:10:300", "auto part: model:workers:topology:mbit:steps")
+flags.DEFINE_integer("auto_max_interval", 100000, "auto part: the runner's --max_interval (high: the cap must not "
+                     "hide the rule's spread)")
 flags.DEFINE_string("table_setting", "mlp:4:shared:100:300", "table part: model:workers:topology:mbit:steps")
 flags.DEFINE_integer("table_repeats", 3, "table part: repetitions (variants interleaved; medians reported)")
 flags.DEFINE_string("out", "", "append the records to this .jsonl")
@@ -217,17 +219,20 @@ def _runner(extra: List[str], workers: int, mbit: float, topology: str) -> Dict[
 
 def part_auto() -> None:
     model, workers, topology, mbit, steps = _parse(FLAGS.auto_setting, 5, "auto_setting")
-    hs, walls = [], []
+    hs, walls, timings = [], [], []
     for i in range(FLAGS.auto_runs):
         r = _runner([f"--model={model}", f"--steps={steps}", "--strategy=skip_correct", "--interval=auto",
-                     "--momentum=0"], int(workers), float(mbit), topology)
+                     "--momentum=0", f"--max_interval={FLAGS.auto_max_interval}"], int(workers), float(mbit), topology)
         hs.append(r["interval"])
         walls.append(r["wall_s"])
+        timings.append({k[len("interval_"):]: r.get(k) for k in (
+            "interval_t_comm_s", "interval_t_comp_s", "interval_t_comm_samples_s", "interval_t_comp_samples_s")})
         print(f"  run {i + 1}: H = {r['interval']} (t_comm {r.get('interval_t_comm_s')}, "
               f"t_comp {r.get('interval_t_comp_s')}), {r['wall_s']} s", flush=True)
     med = statistics.median(hs)
     _record({"part": "auto", "setting": FLAGS.auto_setting, "intervals": hs, "walls_s": walls, "median_h": med,
-             "max_dev_from_median": round(max(abs(h - med) / med for h in hs), 3)})
+             "max_dev_from_median": round(max(abs(h - med) / med for h in hs), 3),
+             "max_interval": FLAGS.auto_max_interval, "timings": timings})
 
 
 def part_table() -> None:

@@ -28,6 +28,10 @@ def _latest(records: List[Dict[str, Any]], part: str, key=None) -> Dict[Any, Dic
     return out
 
 
+def _load(r: Dict[str, Any]) -> str:
+    return "" if r.get("load_average_1m") is None else f"; load average {r['load_average_1m']:g} on {r.get('cores', 2)} cores"
+
+
 def _verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
@@ -85,6 +89,18 @@ def render(records: List[Dict[str, Any]], source: str = "sc_speed.jsonl") -> str
                          f"{dev:.0%} ({_verdict(dev <= GOALS['auto'])}) | "
                          f"{', '.join(f'{w:.1f}' for w in r['walls_s'])} |")
         lines.append("")
+        for setting, r in sorted(auto.items()):
+            if not r.get("timings"):
+                continue
+            cap = r.get("max_interval")
+            lines += [f"Per run of `{setting}` (the agreed medians the rule used{'' if cap is None else f'; cap on H {cap}'}"
+                      f"{_load(r)}): t̃_comp per run is what moves H.", "",
+                      "| run | H | agreed t̃_comm ms | agreed t̃_comp ms | t_comp samples (this worker) | wall s |",
+                      "|---:|---:|---:|---:|---:|---:|"]
+            for i, (h, t, w) in enumerate(zip(r["intervals"], r["timings"], r["walls_s"]), 1):
+                lines.append(f"| {i} | {h} | {1e3 * t['t_comm_s']:.1f} | {1e3 * t['t_comp_s']:.3f} | "
+                             f"{len(t.get('t_comp_samples_s') or [])} | {w:.1f} |")
+            lines.append("")
     table = _latest(records, "table", key=lambda r: (r["setting"], r.get("steps_per_execution", 1)))
     if table:
         names = {"ssgd": "SSGD (MultiWorkerMirroredStrategy)", "sc_h16_none": "skip-correct H = 16, no correction",
