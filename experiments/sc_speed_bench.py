@@ -6,7 +6,9 @@ markdown page from it):
 * ``step`` — cost of a non-sync step and of start-up. ``--workers`` processes of each variant run at
   once (so the cores are shared exactly as in training), repeated ``--repeats`` times, variants
   interleaved: ``floor`` (a plain single-process tf-keras ``model.fit``, no strategy, same model,
-  per-replica batch and threads: the cost of the step itself), ``mwms`` (MultiWorkerMirroredStrategy:
+  per-replica batch and threads: the cost of the step itself), ``mirrored`` (a single-process
+  ``MirroredStrategy`` over one CPU: what any tf.distribute strategy's ``fit`` step costs on top of
+  the floor, with no communication), ``mwms`` (MultiWorkerMirroredStrategy:
   the start-up reference), ``sc_local`` (SkipCorrectStrategy, H larger than the run: no sync at all)
   and ``sc_h16``. Step cost: the median over steps 11.. of the per-step wall time seen by a Keras
   callback; start-up: seconds from the strategy's construction to the end of the first step.
@@ -44,7 +46,7 @@ from absl import flags  # noqa: E402
 from experiments._cli import fail, run  # noqa: E402
 
 PARTS = ("step", "sync", "auto", "table")
-STEP_VARIANTS = ("floor", "mwms", "sc_local", "sc_h16")
+STEP_VARIANTS = ("floor", "mirrored", "mwms", "sc_local", "sc_h16")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FLAGS = flags.FLAGS
@@ -77,7 +79,7 @@ def worker() -> None:
     import numpy as np
 
     variant = FLAGS.variant
-    if variant == "floor":
+    if variant in ("floor", "mirrored"):
         os.environ.pop("TF_CONFIG", None)
     import tensorflow as tf
     import tf_keras as k
@@ -91,6 +93,8 @@ def worker() -> None:
     t_strategy = time.perf_counter()
     if variant == "floor":
         strategy = tf.distribute.get_strategy()
+    elif variant == "mirrored":  # tf.distribute's own per-step cost: one replica, no communication
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     elif variant == "mwms":
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     else:
@@ -190,6 +194,7 @@ def part_step() -> None:
              "per_replica_batch": FLAGS.per_replica_batch, "steps_per_execution": FLAGS.steps_per_execution,
              "repeats": FLAGS.repeats, "runs": runs, "median": med,
              "step_ratio_sc_local_vs_floor": round(med["sc_local"]["step_ms"] / med["floor"]["step_ms"], 3),
+             "step_ratio_sc_local_vs_mirrored": round(med["sc_local"]["step_ms"] / med["mirrored"]["step_ms"], 3),
              "startup_ratio_sc_vs_mwms": round(med["sc_local"]["startup_s"] / med["mwms"]["startup_s"], 3)})
 
 

@@ -46,19 +46,23 @@ def render(records: List[Dict[str, Any]], source: str = "sc_speed.jsonl") -> str
     if step:
         lines += ["## Cost of a step and of start-up", "",
                   "`--workers` processes of each variant run at once (the cores are shared as in training); "
-                  "variants interleaved, the median of the repeats. Step: median per-step wall time after step 10. "
+                  "variants interleaved, the median of the repeats. 1-replica Mirrored: a single-process MirroredStrategy "
+                  "over one CPU, no communication — what tf-keras `fit` under any tf.distribute strategy costs per step. Step: median per-step wall time after step 10. "
                   "Start-up: strategy construction to the end of the first step. With steps_per_execution S > 1 "
                   "a step is an execution's wall time / S, so the H = 16 column then includes the syncs.", "",
-                  "| workers | model | steps/exec | floor ms | MWMS ms | SC no sync ms | SC H=16 ms | SC/floor step "
-                  f"(goal ≤ {GOALS['step']}) | floor start s | MWMS start s | SC start s | SC/MWMS start-up "
-                  f"(goal ≤ {GOALS['startup']}) |",
-                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| workers | model | steps/exec | floor ms | 1-replica Mirrored ms | MWMS ms | SC no sync ms | "
+                  f"SC H=16 ms | SC/floor step (goal ≤ {GOALS['step']}) | SC/Mirrored step | floor start s | "
+                  f"MWMS start s | SC start s | SC/MWMS start-up (goal ≤ {GOALS['startup']}) |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for (w, model, spe), r in sorted(step.items()):
             m = r["median"]
             sr, ur = r["step_ratio_sc_local_vs_floor"], r["startup_ratio_sc_vs_mwms"]
-            lines.append(f"| {w} | {model} | {spe} | {m['floor']['step_ms']:.2f} | {m['mwms']['step_ms']:.2f} | "
+            mir = f"{m['mirrored']['step_ms']:.2f}" if "mirrored" in m else "not measured"
+            mr = r.get("step_ratio_sc_local_vs_mirrored")
+            lines.append(f"| {w} | {model} | {spe} | {m['floor']['step_ms']:.2f} | {mir} | {m['mwms']['step_ms']:.2f} | "
                          f"{m['sc_local']['step_ms']:.2f} | {m['sc_h16']['step_ms']:.2f} | {sr:.2f} "
-                         f"({_verdict(sr <= GOALS['step'])}) | {m['floor']['startup_s']:.2f} | "
+                         f"({_verdict(sr <= GOALS['step'])}) | {'' if mr is None else format(mr, '.2f')} | "
+                         f"{m['floor']['startup_s']:.2f} | "
                          f"{m['mwms']['startup_s']:.2f} | {m['sc_local']['startup_s']:.2f} | {ur:.2f} "
                          f"({_verdict(ur <= GOALS['startup'])}) |")
         lines.append("")
