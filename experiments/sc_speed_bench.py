@@ -237,7 +237,16 @@ def part_auto() -> None:
     med = statistics.median(hs)
     _record({"part": "auto", "setting": FLAGS.auto_setting, "intervals": hs, "walls_s": walls, "median_h": med,
              "max_dev_from_median": round(max(abs(h - med) / med for h in hs), 3),
-             "max_interval": FLAGS.auto_max_interval, "timings": timings})
+             "max_interval": FLAGS.auto_max_interval, "probe_interval": _default_probe_interval(), "timings": timings})
+
+
+def _default_probe_interval() -> int:
+    """The probe H the runner's ``interval="auto"`` uses (SkipCorrectStrategy's default)."""
+    import inspect
+
+    from tf_commopt.distribute import SkipCorrectStrategy
+
+    return int(inspect.signature(SkipCorrectStrategy).parameters["auto_probe_interval"].default)
 
 
 def part_table() -> None:

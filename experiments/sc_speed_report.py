@@ -28,8 +28,14 @@ def _latest(records: List[Dict[str, Any]], part: str, key=None) -> Dict[Any, Dic
     return out
 
 
-def _load(r: Dict[str, Any]) -> str:
-    return "" if r.get("load_average_1m") is None else f"; load average {r['load_average_1m']:g} on {r.get('cores', 2)} cores"
+def _probe(r: Dict[str, Any]) -> int:
+    """An auto record's probe H: recorded, else its t_comp samples / 3 timed syncs, else the old default 4."""
+    if "probe_interval" in r:
+        return int(r["probe_interval"])
+    timings = r.get("timings") or []
+    if timings and timings[0].get("t_comp_samples_s"):
+        return len(timings[0]["t_comp_samples_s"]) // 3
+    return 4
 
 
 def _verdict(ok: bool) -> str:
@@ -80,25 +86,32 @@ def render(records: List[Dict[str, Any]], source: str = "sc_speed.jsonl") -> str
                          f"{r['sync_s']:.3f} | {r['bound_s']:.3f} | {r['ratio_to_bound']:.2f} "
                          f"({_verdict(r['ratio_to_bound'] <= GOALS['sync'])}) |")
         lines.append("")
-    auto = _latest(records, "auto", key=lambda r: r["setting"])
-    if auto:
+    autos = [r for r in records if r.get("part") == "auto"]
+    if autos:
         lines += ["## Stability of `interval=\"auto\"`", "",
                   "Identical runs of `experiments.train --strategy=skip_correct --interval=auto --momentum=0` "
-                  "(setting = model:workers:topology:Mbit/s:steps).", "",
-                  f"| setting | chosen H per run | median | largest deviation (goal ≤ {GOALS['auto']:.0%}) | wall s |",
-                  "|---|---|---:|---:|---|"]
-        for setting, r in sorted(auto.items()):
+                  "(setting = model:workers:topology:Mbit/s:steps), every record, oldest first. Probe H: "
+                  "the H while measuring (the default was 4 until the record of 05:34 UTC; records before "
+                  "the field existed give it by their sample count, 3 timed syncs × probe H, or were made "
+                  "with 4). Cap: the runner's `--max_interval` (256 when not recorded: a run at the cap "
+                  "hides the rule's spread).", "",
+                  f"| when (UTC) | setting | probe H | cap | chosen H per run | median | largest deviation "
+                  f"(goal ≤ {GOALS['auto']:.0%}) | load average | wall s |",
+                  "|---|---|---:|---:|---|---:|---:|---:|---|"]
+        for r in autos:
             dev = r["max_dev_from_median"]
-            lines.append(f"| {setting} | {', '.join(str(h) for h in r['intervals'])} | {r['median_h']:g} | "
-                         f"{dev:.0%} ({_verdict(dev <= GOALS['auto'])}) | "
+            load = r.get("load_average_1m")
+            lines.append(f"| {r['when'][5:16].replace('T', ' ')} | {r['setting']} | {_probe(r)} | "
+                         f"{r.get('max_interval', 256)} | {', '.join(str(h) for h in r['intervals'])} | "
+                         f"{r['median_h']:g} | {dev:.0%} ({_verdict(dev <= GOALS['auto'])}) | "
+                         f"{'not recorded' if load is None else format(load, 'g')} | "
                          f"{', '.join(f'{w:.1f}' for w in r['walls_s'])} |")
         lines.append("")
-        for setting, r in sorted(auto.items()):
+        for r in autos:
             if not r.get("timings"):
                 continue
-            cap = r.get("max_interval")
-            lines += [f"Per run of `{setting}` (the agreed medians the rule used{'' if cap is None else f'; cap on H {cap}'}"
-                      f"{_load(r)}): t̃_comp per run is what moves H.", "",
+            lines += [f"Per run of the record of {r['when'][5:16].replace('T', ' ')} (probe H {_probe(r)}; the "
+                      "agreed medians the rule used: t̃_comp is what moves H):", "",
                       "| run | H | agreed t̃_comm ms | agreed t̃_comp ms | t_comp samples (this worker) | wall s |",
                       "|---:|---:|---:|---:|---:|---:|"]
             for i, (h, t, w) in enumerate(zip(r["intervals"], r["timings"], r["walls_s"]), 1):
