@@ -325,7 +325,7 @@ class ParameterServerSkipCorrect:
             self._mom_out = [per_shard(v, "momentum_out") for v in variables] if need_out else []
         self.param_bytes = int(sum(v.shape.num_elements() * v.dtype.size for v in variables))
 
-        def trace(h: int) -> None:  # the round functions for interval h (h is unrolled: a new h re-traces)
+        def trace(h: int) -> None:  # the round functions for interval h (a new h re-traces them once)
             # pull x, push s_i (or g_i when H = 1), and for H > 1 pull D_i, pull + push v_i
             per_closure = 2 if h == 1 else 2 + int(vrl) + 2 * int(mu > 0)
             self.bytes_per_round = k * per_closure * self.param_bytes
@@ -339,9 +339,9 @@ class ParameterServerSkipCorrect:
                 with tf.control_dependencies(x0 + corr + mom):
                     t0 = tf.timestamp()
                 xs = [tf.identity(p) for p in x0]
-                loss_sum = tf.constant(0.0, tf.float64)
-                for j in range(h):  # unrolled (one trace; tracing time grows with H)
-                    bx, by = batch_fn(shard, step0 + j)
+
+                def local_step(j, xs, mom, loss_sum):
+                    bx, by = batch_fn(shard, step0 + tf.cast(j, tf.int64))
                     with tf.GradientTape() as tape:
                         tape.watch(xs)
                         loss_v = forward(xs, bx, by)
@@ -353,7 +353,16 @@ class ParameterServerSkipCorrect:
                         xs = [p + m for p, m in zip(xs, mom)]
                     else:
                         xs = [p - lr * (g - c) for p, g, c in zip(xs, grads, corr)]
-                    loss_sum += tf.cast(loss_v, tf.float64)
+                    return j + 1, xs, mom, loss_sum + tf.cast(loss_v, tf.float64)
+
+                loss_sum = tf.constant(0.0, tf.float64)
+                if local:  # a loop, not H unrolled copies: tracing (and a new H's re-trace) does not grow with H
+                    _, xs, mom, loss_sum = tf.while_loop(
+                        lambda j, *_: j < h, local_step, (tf.constant(0), xs, mom, loss_sum),
+                        maximum_iterations=h)
+                    xs, mom = list(xs), list(mom)
+                else:
+                    _, xs, mom, loss_sum = local_step(tf.constant(0), xs, mom, loss_sum)
                 pushed = [p - q for p, q in zip(xs, x0)] if local else xs  # s_i (H > 1) or g_i (H = 1)
                 with tf.control_dependencies(pushed + mom):
                     t1 = tf.timestamp()
