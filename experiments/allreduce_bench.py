@@ -404,14 +404,6 @@ def _error(msg: str) -> None:
     sys.exit(2)
 
 
-def _parse_flags(argv: List[str]) -> List[str]:
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        _error(" ".join(str(e).split()))
-    return []  # unreachable
-
-
 def main(argv: List[str]) -> None:
     if len(argv) > 1:
         _error(f"unexpected argument(s): {' '.join(argv[1:])}")
@@ -435,4 +427,6 @@ def main(argv: List[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    from experiments import _cli
+
+    _cli.run(main)  # bad flags: one line, exit 2; dashed aliases; quiet TensorFlow

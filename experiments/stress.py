@@ -237,13 +237,7 @@ def main(argv: List[str]) -> None:
     sys.exit(0 if res["ok"] else 1)
 
 
-def _parse_flags(argv: List[str]) -> List[str]:
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        sys.stderr.write(f"experiments.stress: error: {' '.join(str(e).split())}\n")
-        sys.exit(2)
-
-
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    from experiments import _cli
+
+    _cli.run(main)  # bad flags: one line, exit 2; dashed aliases; quiet TensorFlow
