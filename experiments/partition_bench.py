@@ -150,6 +150,8 @@ def _summary(rows: List[Dict]) -> List[str]:
 
 
 def main(argv):
+    import sys
+
     del argv
     bad = [d for d in FLAGS.devices if d not in ("hom", "cap", "kind")]
     if bad:
@@ -170,10 +172,13 @@ def main(argv):
     for name, g in graphs:
         for K in (int(k) for k in FLAGS.stages):
             if K > len(g):
+                print(f"note: skipped {name} K={K}: more stages than its {len(g)} nodes", file=sys.stderr)
                 continue
             for which in FLAGS.devices:
                 dev = _devices(g, K, which)
                 if dev is None:
+                    print(f"note: skipped {name} K={K} devices={which}: the profile has no bf16 and fp32 "
+                          "kinds", file=sys.stderr)
                     continue
                 for bw in (float(b) for b in FLAGS.bandwidths):
                     row = run_one(name, g, K, bw, which, dev, FLAGS.seed)
