@@ -309,7 +309,7 @@ def parent(settings: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
            f"--idle_s={FLAGS.idle_s!r}", f"--seed={FLAGS.seed}", f"--{'' if FLAGS.barrier else 'no'}barrier"]
     load = os.getloadavg()[0]
     r = run_cluster(cmd, workers=FLAGS.workers, bandwidth_mbit=FLAGS.bandwidth_mbit, topology=FLAGS.topology,
-                    timeout=FLAGS.timeout, cwd=root, echo=False, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+                    timeout=FLAGS.timeout, cwd=root, echo=False)  # tasks inherit --tf_log_level
     per_rank = [json.loads(line) for lines in r.outputs.values() for line in lines if line.startswith('{"rank"')]
     if r.returncode != 0 or len(per_rank) != FLAGS.workers:
         show = r.failed_task or "worker:0"
