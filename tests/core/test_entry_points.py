@@ -78,6 +78,8 @@ HELP = [  # (module, texts --help must show: the command form and defaults)
     ("tf_commopt.partition", ["--profile PROFILE --stages K", "(default: ga)", "(default: json)"]),
     ("tf_commopt.sim", ["--plan", "(default: 0.0)", "underscores"]),
     ("experiments.train", ["--steps", "(default: '0')", "--tf_log_level"]),
+    ("experiments.partition_bench", ["python -m experiments.partition_bench", "--stages", "(default: "]),
+    ("experiments.sc_speed_report", ["RECORDS.jsonl PAGE.md"]),
 ]
 
 
