@@ -24,6 +24,9 @@ CASES = [  # (module, bad arguments, text the one line must contain)
     ("tf_commopt.cluster", ["--workers", "0", "--", "true"], "--workers"),
     ("tf_commopt.partition", ["--profile", "pipedream/alexnet", "--stages", "x"], "--stages"),
     ("tf_commopt.sim", ["--profile", "nope.txt", "--plan", "nope.json"], "nope"),
+    ("tf_commopt.tf.calibrate", ["--stages", "x"], "--stages"),
+    ("experiments.sc_speed_report", ["nope.jsonl", "nope.md"], "RECORDS.jsonl"),
+    ("experiments.train", ["--tf_log_level=7"], "--tf_log_level"),
 ]
 
 
