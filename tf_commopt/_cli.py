@@ -143,6 +143,9 @@ class _QuietLoader(importlib.abc.Loader):
     def create_module(self, spec):
         return self.inner.create_module(spec)
 
+    def __getattr__(self, name):  # get_source, is_package, resource readers ...: the real loader's
+        return getattr(self.inner, name)
+
     def exec_module(self, module) -> None:
         with _filtered_stderr(self.level):
             self.inner.exec_module(module)
