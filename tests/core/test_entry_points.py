@@ -51,7 +51,8 @@ def _run(module, args, timeout=300):
 # one flag style per kind of entry point, the other spelling accepted: an alias reaches the same check
 ALIASES = [  # (module, arguments in the other spelling, text the one-line error must contain)
     ("experiments.train", ["--batch-size=0"], "batch_size"),
-    ("experiments.partition_bench", ["--no-such-flag=1"], "no-such-flag"),
+    ("experiments.partition_bench", ["--bandwidths-gbps=x"], "--bandwidths_gbps"),
+    ("experiments.partition_bench", ["--bandwidths=x"], "--bandwidths_gbps"),       # the old name
     ("experiments.sc_speed_bench", ["--parts=bogus", "--tf-log-level=2"], "--parts"),
     ("tf_commopt.cluster", ["--bandwidth_mbit", "fast", "--", "true"], "--bandwidth-mbit"),
     ("tf_commopt.partition", ["--profile", "pipedream/alexnet", "--stages", "2", "--bandwidth_gbps", "x"],
