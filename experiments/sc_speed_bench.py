@@ -6,7 +6,9 @@ markdown page from it):
 * ``step`` — cost of a non-sync step and of start-up. ``--workers`` processes of each variant run at
   once (so the cores are shared exactly as in training), repeated ``--repeats`` times, variants
   interleaved: ``floor`` (a plain single-process tf-keras ``model.fit``, no strategy, same model,
-  per-replica batch and threads: the cost of the step itself), ``mwms`` (MultiWorkerMirroredStrategy:
+  per-replica batch and threads: the cost of the step itself), ``mirrored`` (a single-process
+  ``MirroredStrategy`` over one CPU: what any tf.distribute strategy's ``fit`` step costs on top of
+  the floor, with no communication), ``mwms`` (MultiWorkerMirroredStrategy:
   the start-up reference), ``sc_local`` (SkipCorrectStrategy, H larger than the run: no sync at all)
   and ``sc_h16``. Step cost: the median over steps 11.. of the per-step wall time seen by a Keras
   callback; start-up: seconds from the strategy's construction to the end of the first step.
@@ -44,7 +46,7 @@ from absl import flags  # noqa: E402
 from experiments._cli import fail, run  # noqa: E402
 
 PARTS = ("step", "sync", "auto", "table")
-STEP_VARIANTS = ("floor", "mwms", "sc_local", "sc_h16")
+STEP_VARIANTS = ("floor", "mirrored", "mwms", "sc_local", "sc_h16")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FLAGS = flags.FLAGS
@@ -60,6 +62,8 @@ flags.DEFINE_list("sync_settings", ["mlp:4:shared:100:4", "big_mlp:4:shared:1000
 flags.DEFINE_integer("sync_syncs", 8, "sync part: syncs per run")
 flags.DEFINE_integer("auto_runs", 5, "auto part: identical runs")
 flags.DEFINE_string("auto_setting", "mlp:2:switch:10:300", "auto part: model:workers:topology:mbit:steps")
+flags.DEFINE_integer("auto_max_interval", 100000, "auto part: the runner's --max_interval (high: the cap must not "
+                     "hide the rule's spread)")
 flags.DEFINE_string("table_setting", "mlp:4:shared:100:300", "table part: model:workers:topology:mbit:steps")
 flags.DEFINE_integer("table_repeats", 3, "table part: repetitions (variants interleaved; medians reported)")
 flags.DEFINE_string("out", "", "append the records to this .jsonl")
@@ -75,7 +79,7 @@ def worker() -> None:
     import numpy as np
 
     variant = FLAGS.variant
-    if variant == "floor":
+    if variant in ("floor", "mirrored"):
         os.environ.pop("TF_CONFIG", None)
     import tensorflow as tf
     import tf_keras as k
@@ -89,6 +93,8 @@ def worker() -> None:
     t_strategy = time.perf_counter()
     if variant == "floor":
         strategy = tf.distribute.get_strategy()
+    elif variant == "mirrored":  # tf.distribute's own per-step cost: one replica, no communication
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     elif variant == "mwms":
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     else:
@@ -188,6 +194,7 @@ def part_step() -> None:
              "per_replica_batch": FLAGS.per_replica_batch, "steps_per_execution": FLAGS.steps_per_execution,
              "repeats": FLAGS.repeats, "runs": runs, "median": med,
              "step_ratio_sc_local_vs_floor": round(med["sc_local"]["step_ms"] / med["floor"]["step_ms"], 3),
+             "step_ratio_sc_local_vs_mirrored": round(med["sc_local"]["step_ms"] / med["mirrored"]["step_ms"], 3),
              "startup_ratio_sc_vs_mwms": round(med["sc_local"]["startup_s"] / med["mwms"]["startup_s"], 3)})
 
 
@@ -217,17 +224,29 @@ def _runner(extra: List[str], workers: int, mbit: float, topology: str) -> Dict[
 
 def part_auto() -> None:
     model, workers, topology, mbit, steps = _parse(FLAGS.auto_setting, 5, "auto_setting")
-    hs, walls = [], []
+    hs, walls, timings = [], [], []
     for i in range(FLAGS.auto_runs):
         r = _runner([f"--model={model}", f"--steps={steps}", "--strategy=skip_correct", "--interval=auto",
-                     "--momentum=0"], int(workers), float(mbit), topology)
+                     "--momentum=0", f"--max_interval={FLAGS.auto_max_interval}"], int(workers), float(mbit), topology)
         hs.append(r["interval"])
         walls.append(r["wall_s"])
+        timings.append({k[len("interval_"):]: r.get(k) for k in (
+            "interval_t_comm_s", "interval_t_comp_s", "interval_t_comm_samples_s", "interval_t_comp_samples_s")})
         print(f"  run {i + 1}: H = {r['interval']} (t_comm {r.get('interval_t_comm_s')}, "
               f"t_comp {r.get('interval_t_comp_s')}), {r['wall_s']} s", flush=True)
     med = statistics.median(hs)
     _record({"part": "auto", "setting": FLAGS.auto_setting, "intervals": hs, "walls_s": walls, "median_h": med,
-             "max_dev_from_median": round(max(abs(h - med) / med for h in hs), 3)})
+             "max_dev_from_median": round(max(abs(h - med) / med for h in hs), 3),
+             "max_interval": FLAGS.auto_max_interval, "probe_interval": _default_probe_interval(), "timings": timings})
+
+
+def _default_probe_interval() -> int:
+    """The probe H the runner's ``interval="auto"`` uses (SkipCorrectStrategy's default)."""
+    import inspect
+
+    from tf_commopt.distribute import SkipCorrectStrategy
+
+    return int(inspect.signature(SkipCorrectStrategy).parameters["auto_probe_interval"].default)
 
 
 def part_table() -> None:

@@ -28,6 +28,16 @@ def _latest(records: List[Dict[str, Any]], part: str, key=None) -> Dict[Any, Dic
     return out
 
 
+def _probe(r: Dict[str, Any]) -> int:
+    """An auto record's probe H: recorded, else its t_comp samples / 3 timed syncs, else the old default 4."""
+    if "probe_interval" in r:
+        return int(r["probe_interval"])
+    timings = r.get("timings") or []
+    if timings and timings[0].get("t_comp_samples_s"):
+        return len(timings[0]["t_comp_samples_s"]) // 3
+    return 4
+
+
 def _verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
@@ -42,19 +52,23 @@ def render(records: List[Dict[str, Any]], source: str = "sc_speed.jsonl") -> str
     if step:
         lines += ["## Cost of a step and of start-up", "",
                   "`--workers` processes of each variant run at once (the cores are shared as in training); "
-                  "variants interleaved, the median of the repeats. Step: median per-step wall time after step 10. "
+                  "variants interleaved, the median of the repeats. 1-replica Mirrored: a single-process MirroredStrategy "
+                  "over one CPU, no communication — what tf-keras `fit` under any tf.distribute strategy costs per step. Step: median per-step wall time after step 10. "
                   "Start-up: strategy construction to the end of the first step. With steps_per_execution S > 1 "
                   "a step is an execution's wall time / S, so the H = 16 column then includes the syncs.", "",
-                  "| workers | model | steps/exec | floor ms | MWMS ms | SC no sync ms | SC H=16 ms | SC/floor step "
-                  f"(goal ≤ {GOALS['step']}) | floor start s | MWMS start s | SC start s | SC/MWMS start-up "
-                  f"(goal ≤ {GOALS['startup']}) |",
-                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| workers | model | steps/exec | floor ms | 1-replica Mirrored ms | MWMS ms | SC no sync ms | "
+                  f"SC H=16 ms | SC/floor step (goal ≤ {GOALS['step']}) | SC/Mirrored step | floor start s | "
+                  f"MWMS start s | SC start s | SC/MWMS start-up (goal ≤ {GOALS['startup']}) |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for (w, model, spe), r in sorted(step.items()):
             m = r["median"]
             sr, ur = r["step_ratio_sc_local_vs_floor"], r["startup_ratio_sc_vs_mwms"]
-            lines.append(f"| {w} | {model} | {spe} | {m['floor']['step_ms']:.2f} | {m['mwms']['step_ms']:.2f} | "
+            mir = f"{m['mirrored']['step_ms']:.2f}" if "mirrored" in m else "not measured"
+            mr = r.get("step_ratio_sc_local_vs_mirrored")
+            lines.append(f"| {w} | {model} | {spe} | {m['floor']['step_ms']:.2f} | {mir} | {m['mwms']['step_ms']:.2f} | "
                          f"{m['sc_local']['step_ms']:.2f} | {m['sc_h16']['step_ms']:.2f} | {sr:.2f} "
-                         f"({_verdict(sr <= GOALS['step'])}) | {m['floor']['startup_s']:.2f} | "
+                         f"({_verdict(sr <= GOALS['step'])}) | {'' if mr is None else format(mr, '.2f')} | "
+                         f"{m['floor']['startup_s']:.2f} | "
                          f"{m['mwms']['startup_s']:.2f} | {m['sc_local']['startup_s']:.2f} | {ur:.2f} "
                          f"({_verdict(ur <= GOALS['startup'])}) |")
         lines.append("")
@@ -72,19 +86,38 @@ def render(records: List[Dict[str, Any]], source: str = "sc_speed.jsonl") -> str
                          f"{r['sync_s']:.3f} | {r['bound_s']:.3f} | {r['ratio_to_bound']:.2f} "
                          f"({_verdict(r['ratio_to_bound'] <= GOALS['sync'])}) |")
         lines.append("")
-    auto = _latest(records, "auto", key=lambda r: r["setting"])
-    if auto:
+    autos = [r for r in records if r.get("part") == "auto"]
+    if autos:
         lines += ["## Stability of `interval=\"auto\"`", "",
                   "Identical runs of `experiments.train --strategy=skip_correct --interval=auto --momentum=0` "
-                  "(setting = model:workers:topology:Mbit/s:steps).", "",
-                  f"| setting | chosen H per run | median | largest deviation (goal ≤ {GOALS['auto']:.0%}) | wall s |",
-                  "|---|---|---:|---:|---|"]
-        for setting, r in sorted(auto.items()):
+                  "(setting = model:workers:topology:Mbit/s:steps), every record, oldest first. Probe H: "
+                  "the H while measuring (the default was 4 until the record of 05:34 UTC; records before "
+                  "the field existed give it by their sample count, 3 timed syncs × probe H, or were made "
+                  "with 4). Cap: the runner's `--max_interval` (256 when not recorded: a run at the cap "
+                  "hides the rule's spread).", "",
+                  f"| when (UTC) | setting | probe H | cap | chosen H per run | median | largest deviation "
+                  f"(goal ≤ {GOALS['auto']:.0%}) | load average | wall s |",
+                  "|---|---|---:|---:|---|---:|---:|---:|---|"]
+        for r in autos:
             dev = r["max_dev_from_median"]
-            lines.append(f"| {setting} | {', '.join(str(h) for h in r['intervals'])} | {r['median_h']:g} | "
-                         f"{dev:.0%} ({_verdict(dev <= GOALS['auto'])}) | "
+            load = r.get("load_average_1m")
+            lines.append(f"| {r['when'][5:16].replace('T', ' ')} | {r['setting']} | {_probe(r)} | "
+                         f"{r.get('max_interval', 256)} | {', '.join(str(h) for h in r['intervals'])} | "
+                         f"{r['median_h']:g} | {dev:.0%} ({_verdict(dev <= GOALS['auto'])}) | "
+                         f"{'not recorded' if load is None else format(load, 'g')} | "
                          f"{', '.join(f'{w:.1f}' for w in r['walls_s'])} |")
         lines.append("")
+        for r in autos:
+            if not r.get("timings"):
+                continue
+            lines += [f"Per run of the record of {r['when'][5:16].replace('T', ' ')} (probe H {_probe(r)}; the "
+                      "agreed medians the rule used: t̃_comp is what moves H):", "",
+                      "| run | H | agreed t̃_comm ms | agreed t̃_comp ms | t_comp samples (this worker) | wall s |",
+                      "|---:|---:|---:|---:|---:|---:|"]
+            for i, (h, t, w) in enumerate(zip(r["intervals"], r["timings"], r["walls_s"]), 1):
+                lines.append(f"| {i} | {h} | {1e3 * t['t_comm_s']:.1f} | {1e3 * t['t_comp_s']:.3f} | "
+                             f"{len(t.get('t_comp_samples_s') or [])} | {w:.1f} |")
+            lines.append("")
     table = _latest(records, "table", key=lambda r: (r["setting"], r.get("steps_per_execution", 1)))
     if table:
         names = {"ssgd": "SSGD (MultiWorkerMirroredStrategy)", "sc_h16_none": "skip-correct H = 16, no correction",

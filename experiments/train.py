@@ -415,6 +415,7 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
         record["interval"] = getattr(strategy, "interval", stats.get("interval"))
         for k in ("syncs", "comm_s", "first_sync_s", "compute_s", "bytes_communicated", "interval_t_comm_s",
                   "interval_t_comp_s",
+                  "interval_t_comm_samples_s", "interval_t_comp_samples_s",
                   "interval_overhead_s", "interval_selection_comm_s"):
             if k in stats:
                 record[k] = stats[k]

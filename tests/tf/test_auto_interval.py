@@ -83,7 +83,7 @@ def test_auto_in_a_custom_loop_is_numpy_exact_after_choosing():
 
 
 def test_auto_in_model_fit_picks_what_the_pure_policy_gives():
-    strategy = SkipCorrectStrategy(interval="auto", devices=DEVICES, max_interval=64)
+    strategy = SkipCorrectStrategy(interval="auto", devices=DEVICES, max_interval=64, auto_probe_interval=4)
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation="relu", input_shape=(64,)),
                                      tf.keras.layers.Dense(4)])

@@ -10,7 +10,7 @@ through three phases, counted in steps t = 1, 2, ... of this strategy:
 
 1. **warm-up** (t ≤ ``warmup_steps``, default 2): H = 1 — tracing and collective set-up happen here
    and are not measured;
-2. **probe**: H = ``probe_interval`` (default 4) until ``measure_syncs`` (default 3) scheduled syncs
+2. **probe**: H = ``probe_interval`` (default 16) until ``measure_syncs`` (default 3) scheduled syncs
    are done. Every step's local computation time is a t_comp sample (wall time between two steps'
    bookkeeping, so input and loop overhead count) and every sync's wall time a t_comm sample. Syncs
    after ``probe_interval − 1`` idle local steps are timed as they will run later (a sync right after
@@ -55,7 +55,7 @@ class IntervalState:
     """H, and for ``interval="auto"`` the probe samples, the agreed medians and the selection cost."""
 
     def __init__(self, interval: Union[int, str], target_ratio: float = 1.0, max_interval: int = 256,
-                 warmup_steps: int = 2, probe_interval: int = 4, measure_syncs: int = 3) -> None:
+                 warmup_steps: int = 2, probe_interval: int = 16, measure_syncs: int = 3) -> None:
         self.auto = interval == "auto"
         self.target_ratio = float(target_ratio)
         self.max_interval = int(max_interval)

@@ -113,7 +113,7 @@ class _SkipCorrectMixin:
 
     def _sc_init(self, interval: Union[int, str], correction: str, warmup_steps: int,
                  average_optimizer_state: bool, correction_lr: str = "effective", target_ratio: float = 1.0,
-                 max_interval: int = 256, auto_warmup_steps: int = 2, auto_probe_interval: int = 4,
+                 max_interval: int = 256, auto_warmup_steps: int = 2, auto_probe_interval: int = 16,
                  auto_measure_syncs: int = 3) -> None:
         self._sc_correction_lr = correction_lr
         self._sc_correction = correction
@@ -555,7 +555,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
     def __init__(self, interval: Union[int, str] = 4, correction: str = "auto", warmup_steps: int = 0,
                  average_optimizer_state: bool = False, devices: Optional[Sequence[str]] = None,
                  cluster_resolver: Any = None, correction_lr: str = "effective", target_ratio: float = 1.0,
-                 max_interval: int = 256, auto_warmup_steps: int = 2, auto_probe_interval: int = 4,
+                 max_interval: int = 256, auto_warmup_steps: int = 2, auto_probe_interval: int = 16,
                  auto_measure_syncs: int = 3):
         interval = validate_interval(interval, where="SkipCorrectStrategy(interval=...)")
         correction = _corr.validate_correction(correction, where="SkipCorrectStrategy(correction=...)")
