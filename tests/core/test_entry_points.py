@@ -104,3 +104,11 @@ def test_tensorflow_is_quiet_by_default_and_the_flag_raises_it():
     assert noise == [], noise
     r = _run("experiments.train", args + ["--tf_log_level=0"])
     assert r.returncode == 0 and "I0000" in r.stderr, r.stderr[-2000:]
+
+
+def test_cluster_tasks_inherit_the_tf_log_level():
+    show = [sys.executable, "-c", "import os; print('level', os.environ['TF_CPP_MIN_LOG_LEVEL'])"]
+    r = _run("tf_commopt.cluster", ["--workers", "1", "--", *show], 120)
+    assert r.returncode == 0 and "[worker:0] level 2" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = _run("tf_commopt.cluster", ["--workers", "1", "--tf_log_level", "0", "--", *show], 120)
+    assert r.returncode == 0 and "[worker:0] level 0" in r.stdout + r.stderr, r.stdout + r.stderr
