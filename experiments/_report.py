@@ -36,8 +36,15 @@ def write_page(render: Render, jsonl: str, page: str) -> None:
 
 def main(render: Render) -> None:
     """``python -m experiments.<name>_report RECORDS.jsonl PAGE.md``."""
+    prog = getattr(sys.modules["__main__"].__spec__, "name", "experiments.<report>")
+    usage = f"usage: python -m {prog} RECORDS.jsonl PAGE.md  (render PAGE.md from RECORDS.jsonl)"
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print(usage)
+        sys.exit(0)
     if len(sys.argv) != 3:
-        prog = getattr(sys.modules["__main__"].__spec__, "name", "experiments.<report>")
-        sys.stderr.write(f"usage: python -m {prog} RECORDS.jsonl PAGE.md\n")
+        sys.stderr.write(f"{usage}\n")
+        sys.exit(2)
+    if not os.path.exists(sys.argv[1]):
+        sys.stderr.write(f"{prog}: error: RECORDS.jsonl: no such file {sys.argv[1]!r}\n")
         sys.exit(2)
     write_page(render, sys.argv[1], sys.argv[2])

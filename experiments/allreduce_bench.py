@@ -309,7 +309,7 @@ def parent(settings: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
            f"--idle_s={FLAGS.idle_s!r}", f"--seed={FLAGS.seed}", f"--{'' if FLAGS.barrier else 'no'}barrier"]
     load = os.getloadavg()[0]
     r = run_cluster(cmd, workers=FLAGS.workers, bandwidth_mbit=FLAGS.bandwidth_mbit, topology=FLAGS.topology,
-                    timeout=FLAGS.timeout, cwd=root, echo=False, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+                    timeout=FLAGS.timeout, cwd=root, echo=False)  # tasks inherit --tf_log_level
     per_rank = [json.loads(line) for lines in r.outputs.values() for line in lines if line.startswith('{"rank"')]
     if r.returncode != 0 or len(per_rank) != FLAGS.workers:
         show = r.failed_task or "worker:0"
@@ -404,14 +404,6 @@ def _error(msg: str) -> None:
     sys.exit(2)
 
 
-def _parse_flags(argv: List[str]) -> List[str]:
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        _error(" ".join(str(e).split()))
-    return []  # unreachable
-
-
 def main(argv: List[str]) -> None:
     if len(argv) > 1:
         _error(f"unexpected argument(s): {' '.join(argv[1:])}")
@@ -435,4 +427,6 @@ def main(argv: List[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    from experiments import _cli
+
+    _cli.run(main)  # bad flags: one line, exit 2; dashed aliases; quiet TensorFlow

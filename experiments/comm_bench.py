@@ -223,6 +223,7 @@ def parent() -> None:
     if jsonl and os.path.exists(jsonl) and not FLAGS.append:
         os.remove(jsonl)
     rows: List[Dict[str, Any]] = []
+    failed: List[str] = []
     t_start = time.time()
     for s in settings:
         for v in s["variants"]:
@@ -238,6 +239,7 @@ def parent() -> None:
             lines = [json.loads(x) for x in r.outputs.get("worker:0", []) if x.startswith("{")]
             if r.returncode != 0 or not lines:
                 print(f"{s} {v}: failed ({r.message}); {r.last_lines('worker:0', 5)}", file=sys.stderr, flush=True)
+                failed.append(f"{s['model']}:{s['mbit']:g}:{s['split']} {v}")
                 continue
             row = dict(lines[-1], mbit=s["mbit"], launch_wall_s=round(r.wall_s, 1) if hasattr(r, "wall_s") else None)
             rows.append(row)
@@ -251,6 +253,10 @@ def parent() -> None:
         from experiments.comm_report import write_report
 
         write_report(FLAGS.out, {"cnn": FLAGS.target_cnn, "big_mlp": FLAGS.target_big_mlp}, " ".join(sys.argv[1:]))
+    if failed:  # never a silent success: the page then lacks these rows
+        sys.stderr.write(f"comm_bench: error: {len(failed)} run(s) failed and are missing from the results: "
+                         f"{', '.join(failed)}\n")
+        sys.exit(1)
 
 
 def main(argv: List[str]) -> None:

@@ -4,7 +4,7 @@ time, and what each part of the search adds.
 Usage::
 
     python -m experiments.partition_bench --out_json docs/results/partition.jsonl --out_md /tmp/partition_tables.md
-    python -m experiments.partition_bench --profiles=pipedream/vgg16 --stages=4 --bandwidths=10 --devices=hom
+    python -m experiments.partition_bench --profiles=pipedream/vgg16 --stages=4 --bandwidths_gbps=10 --devices=hom
 
 For each profile, stage count, device set (``hom``: K devices of speed 1; ``cap``: half at 0.5;
 ``kind`` (H200 profiles only): half bf16 / half fp32 devices using the per-kind costs) and bandwidth,
@@ -42,7 +42,8 @@ flags.DEFINE_list("profiles", ["pipedream/alexnet", "pipedream/vgg16", "pipedrea
                                "pipedream/gnmt", "h200/vgg16", "h200/resnet50", "h200/resnet101", "h200/inception_v3",
                                "h200/densenet121", "h200/mobilenet_v2"], "bundled profile names or files")
 flags.DEFINE_list("stages", ["2", "4", "8"], "stage counts")
-flags.DEFINE_list("bandwidths", ["10", "25", "100"], "link bandwidths in Gbit/s")
+flags.DEFINE_list("bandwidths_gbps", ["10", "25", "100"], "link bandwidths in Gbit/s")
+flags.DEFINE_alias("bandwidths", "bandwidths_gbps")  # the old spelling (pipeline_bench and hybrid_bench say _gbps)
 flags.DEFINE_list("devices", ["hom", "cap", "kind"], "device sets: hom, cap (half at 0.5 speed), kind (half bf16)")
 flags.DEFINE_integer("seed", 0, "seed for local search and the GA")
 flags.DEFINE_bool("synthetic", True, "also time ga on a 2,700-node branchy graph into 8 stages")
@@ -150,11 +151,13 @@ def _summary(rows: List[Dict]) -> List[str]:
 
 
 def main(argv):
+    import sys
+
     del argv
     bad = [d for d in FLAGS.devices if d not in ("hom", "cap", "kind")]
     if bad:
         raise InputError(f"unknown device set(s) {', '.join(bad)}; choose from hom, cap, kind", where="--devices")
-    for flag, values, kind in (("--stages", FLAGS.stages, int), ("--bandwidths", FLAGS.bandwidths, float)):
+    for flag, values, kind in (("--stages", FLAGS.stages, int), ("--bandwidths_gbps", FLAGS.bandwidths_gbps, float)):
         for v in values:
             try:
                 if not kind(v) > 0:
@@ -170,12 +173,15 @@ def main(argv):
     for name, g in graphs:
         for K in (int(k) for k in FLAGS.stages):
             if K > len(g):
+                print(f"note: skipped {name} K={K}: more stages than its {len(g)} nodes", file=sys.stderr)
                 continue
             for which in FLAGS.devices:
                 dev = _devices(g, K, which)
                 if dev is None:
+                    print(f"note: skipped {name} K={K} devices={which}: the profile has no bf16 and fp32 "
+                          "kinds", file=sys.stderr)
                     continue
-                for bw in (float(b) for b in FLAGS.bandwidths):
+                for bw in (float(b) for b in FLAGS.bandwidths_gbps):
                     row = run_one(name, g, K, bw, which, dev, FLAGS.seed)
                     rows.append(row)
                     lines.append(_fmt(row))

@@ -81,7 +81,7 @@ def run_one(name: str, spec: Dict[str, Any], bandwidth: float) -> Dict[str, Any]
     if spec.get("trigger"):
         kw["tolerate_worker_failures"] = True
     r = run_cluster(spec["cmd"], workers=2, bandwidth_mbit=bandwidth or None, timeout=900, echo=True, stream=watch,
-                    cwd=ROOT, env={"TF_CPP_MIN_LOG_LEVEL": "2", "PS_BENCH_TOKEN": token}, **kw)
+                    cwd=ROOT, env={"PS_BENCH_TOKEN": token}, **kw)
     lines = [ln for ln in r.outputs.get("chief:0", r.outputs.get("worker:0", [])) if ln.startswith("{")]
     rec = json.loads(lines[-1]) if lines else {}
     out = {"run": name, "ok": r.ok, "cluster_wall_s": round(r.wall_s, 2), "bandwidth_mbit": bandwidth,

@@ -119,6 +119,7 @@ def parent() -> None:
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     rows: List[Dict[str, Any]] = []
+    failed: List[str] = []
     for v in FLAGS.variants:
         if v not in VARIANTS:
             print(f"--variants: unknown variant {v!r}; choose from {', '.join(VARIANTS)}", file=sys.stderr)
@@ -133,6 +134,7 @@ def parent() -> None:
         lines = [json.loads(line) for line in r.outputs.get("worker:0", []) if line.startswith("{")]
         if r.returncode != 0 or not lines:
             print(f"{v}: failed ({r.message}); last lines: {r.last_lines('worker:0', 5)}", file=sys.stderr)
+            failed.append(v)
             continue
         rows.append(lines[-1])
         print(json.dumps(lines[-1]), flush=True)
@@ -155,6 +157,10 @@ def parent() -> None:
         with open(os.path.splitext(FLAGS.out)[0] + ".jsonl", "w", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
+    if failed:  # never a silent success: the table then lacks these rows
+        sys.stderr.write(f"skip_correct_bench: error: variant(s) {', '.join(failed)} failed and are missing "
+                         "from the table\n")
+        sys.exit(1)
 
 
 def main(argv: List[str]) -> None:

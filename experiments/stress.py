@@ -143,7 +143,7 @@ def run_stress(workers: int = 4, epochs: int = 12, warmup_epochs: int = 3, steps
            f"--stress_strategy={strategy}", marker]
     threads_before = threading.active_count()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = run_cluster(cmd, workers=workers, timeout=timeout_s, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=root,
+    r = run_cluster(cmd, workers=workers, timeout=timeout_s, cwd=root,
                     echo=False)
     time.sleep(0.5)
     ports = [int(a.rpartition(":")[2]) for a in r.tf_configs["worker:0"]["cluster"]["worker"]] if r.tf_configs else []
@@ -237,13 +237,7 @@ def main(argv: List[str]) -> None:
     sys.exit(0 if res["ok"] else 1)
 
 
-def _parse_flags(argv: List[str]) -> List[str]:
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        sys.stderr.write(f"experiments.stress: error: {' '.join(str(e).split())}\n")
-        sys.exit(2)
-
-
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    from experiments import _cli
+
+    _cli.run(main)  # bad flags: one line, exit 2; dashed aliases; quiet TensorFlow

@@ -441,14 +441,6 @@ def _error(message: str) -> None:
     sys.exit(2)
 
 
-def _parse_flags(argv: List[str]) -> List[str]:
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        _error(str(e))
-    return []  # unreachable
-
-
 def main(argv: List[str]) -> None:
     if not FLAGS["verbosity"].present:  # TF's per-step INFO lines drown the progress bar
         logging.set_verbosity(logging.WARNING)
@@ -465,4 +457,6 @@ def main(argv: List[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    from experiments import _cli
+
+    _cli.run(main)  # bad flags: one line, exit 2; dashed aliases; quiet TensorFlow

@@ -66,6 +66,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
+from tf_commopt._cli import CliParser, add_tf_log_level, quiet_tensorflow
 from tf_commopt.errors import ClusterError, InputError
 from tf_commopt.threads import thread_env
 
@@ -629,9 +630,9 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
 
 
 # ------------------------------------------------------------------------------------------------- CLI
-class _OneLineParser(argparse.ArgumentParser):
+class _OneLineParser(CliParser):
     def error(self, message: str):  # one line on stderr, exit 2 (argparse prints the usage otherwise)
-        sys.stderr.write(f"tf_commopt.cluster: error: {message}\n")
+        sys.stderr.write(f"tf_commopt.cluster: error: {' '.join(message.split())}\n")
         sys.exit(2)
 
 
@@ -652,13 +653,17 @@ def _parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog="python -m tf_commopt.cluster",
                        usage="python -m tf_commopt.cluster [options] -- COMMAND [ARG ...]",
                        description="Run COMMAND once per task of a local TF_CONFIG cluster.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       epilog="Example: python -m tf_commopt.cluster --workers 2 --bandwidth-mbit 100 -- "
+                              "python -m experiments.train --steps=20. Flags may also be spelled with "
+                              "underscores (--bandwidth_mbit).")
     p.add_argument("--workers", type=int, default=2, help="worker tasks (>= 1)")
     p.add_argument("--ps", type=int, default=0, help="parameter-server tasks")
     p.add_argument("--chief", action="store_true", help="add a chief task")
     p.add_argument("--bandwidth-mbit", type=_positive_float("Mbit/s"), default=None,
                    help="shape the cluster's network to R Mbit/s with tc tbf (root)")
-    p.add_argument("--topology", default="switch", help="switch (a shaped link per task) or shared (one shaped loopback)")
+    p.add_argument("--topology", default=None, choices=TOPOLOGIES,
+                   help="with --bandwidth-mbit: switch (a shaped link per task; the default) or shared (one "
+                        "shaped loopback for all)")
     p.add_argument("--timeout", type=_positive_float("seconds"), default=None, help="kill every task after S seconds")
     p.add_argument("--quiet", action="store_true", help="do not echo the tasks' output")
     p.add_argument("--threads-per-task", type=int, default=None,
@@ -669,6 +674,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--restart-workers", type=int, default=0, metavar="N",
                    help="ps clusters: start a dead worker again, at most N times in all (implies "
                         "--tolerate-worker-failures)")
+    add_tf_log_level(p)
     return p
 
 
@@ -695,13 +701,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"argument --ps: must be >= 0, got {args.ps}")
     if args.threads_per_task is not None and args.threads_per_task < 0:
         parser.error(f"argument --threads-per-task: must be >= 0, got {args.threads_per_task}")
-    if args.topology != "switch" and args.bandwidth_mbit is None:
+    if args.topology is not None and args.bandwidth_mbit is None:
         parser.error("argument --topology: only with --bandwidth-mbit (an unshaped cluster has no topology)")
-    if args.topology not in TOPOLOGIES:
-        parser.error(f"argument --topology: unknown topology {args.topology!r}; choose switch or shared")
+    quiet_tensorflow(args.tf_log_level)  # the tasks inherit $TF_CPP_MIN_LOG_LEVEL
     try:
         r = run_cluster(command, workers=args.workers, ps=args.ps, chief=args.chief,
-                        bandwidth_mbit=args.bandwidth_mbit, topology=args.topology, timeout=args.timeout,
+                        bandwidth_mbit=args.bandwidth_mbit, topology=args.topology or "switch", timeout=args.timeout,
                         echo=not args.quiet, threads_per_task=args.threads_per_task,
                         tolerate_worker_failures=args.tolerate_worker_failures, restart_workers=args.restart_workers)
     except (InputError, ClusterError) as e:

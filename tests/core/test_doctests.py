@@ -8,7 +8,7 @@ import pytest
 import tf_commopt
 import tf_commopt.core
 
-_PURE = ["tf_commopt", "tf_commopt.errors", "tf_commopt.datasets", "tf_commopt.threads"] + [
+_PURE = ["tf_commopt", "tf_commopt.errors", "tf_commopt.datasets", "tf_commopt.threads", "tf_commopt._cli"] + [
     m.name for m in pkgutil.walk_packages(tf_commopt.core.__path__, "tf_commopt.core.")
 ]
 

@@ -178,3 +178,44 @@ def test_pipedream_optimizer_format_with_a_stage_field_loads_as_profile_and_plan
     assert main(["--profile", str(path), "--method", "given", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(path) in err and ".profile-" not in err
+
+
+def test_cli_summary_on_stderr_and_format_text(capsys):
+    assert main(["--profile", "pipedream/vgg16", "--stages", "3", "--method", "balanced"]) == 0
+    captured = capsys.readouterr()
+    d = json.loads(captured.out)
+    table = [x for x in captured.err.splitlines() if x.split()[:1] and x.split()[0].isdigit()]
+    assert "stage device  nodes" in captured.err and len(table) == 3
+    assert sum(int(x.split()[2]) for x in table) == len(d["stage_of_node"])
+    assert [float(x.split()[3]) for x in table] == [round(v, 1) for v in d["stage_ms"]]
+    assert main(["--profile", "pipedream/vgg16", "--stages", "3", "--method", "balanced", "--format", "text",
+                 "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("balanced plan, 3 stage(s)") and "stage device" in captured.out
+    assert "stage device" not in captured.err
+    assert main(["--profile", "pipedream/vgg16", "--stages", "3", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "stage device" not in err and "ga [" not in err      # only notes and warnings remain
+
+
+def test_cli_out_and_dot_have_normal_permissions(tmp_path, capsys):
+    old = os.umask(0o022)
+    try:
+        out, dot = tmp_path / "plan.json", tmp_path / "plan.dot"
+        assert main(["--profile", "pipedream/alexnet", "--stages", "2", "--method", "balanced", "--quiet",
+                     "--out", str(out), "--dot", str(dot)]) == 0
+    finally:
+        os.umask(old)
+    assert oct(out.stat().st_mode & 0o777) == oct(0o644) and oct(dot.stat().st_mode & 0o777) == oct(0o644)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".plan-")] == []
+
+
+def test_cli_ga_progress_ends_at_the_generation_it_stopped(capsys):
+    assert main(["--profile", "pipedream/vgg16", "--stages", "4", "--method", "ga"]) == 0
+    err = capsys.readouterr().err
+    gens = [x for x in err.splitlines() if x.startswith("ga [")]
+    last = gens[-1]
+    k, total = last.split(" gen ")[1].split()[0].split("/")
+    if int(k) < int(total):
+        assert f"stopped early at gen {k}/{total}" in last, gens
+    assert len(gens) == len(set(gens)), gens          # the end is not printed twice

@@ -20,11 +20,17 @@ or a model to import: a SavedModel directory, a ``.keras``/``.h5`` file or a Gra
 ``--batch-size`` with the roofline of ``--device`` (printed on stderr and kept in the plan's ``extra``).
 When fewer stages than asked are busy the plan's ``extra`` and stderr say why and from which
 bandwidth pipelining pays.
-Progress of the genetic algorithm goes to stderr; bad input exits with code 2 and one line on stderr.
+Progress of the genetic algorithm goes to stderr, ending with the generation it stopped at (``stopped
+early at gen k/N`` when it found nothing better for a while), then a short table per stage (nodes, ms,
+memory, bytes sent to the next stage); ``--quiet`` drops both. ``--format text`` prints that table on
+stdout instead of the JSON. ``--out`` and ``--dot`` files get the usual permissions (0644 under umask 022).
+Bad input exits with code 2 and one line on stderr. Flags may also be spelled with underscores
+(``--bandwidth_gbps``); ``--tf-log-level`` sets TensorFlow's C++ logging (default: errors only).
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import subprocess
@@ -36,20 +42,23 @@ from tf_commopt.core.partition.api import METHODS, SCHEDULES, SCORES
 from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.core.planner import given_plan, partition
 from tf_commopt.partition.profile_arg import load_profile_or_model
+from tf_commopt._cli import CliParser, add_tf_log_level, quiet_tensorflow
+from tf_commopt.core.stagecost import hop_bytes
 from tf_commopt.errors import InputError, TfCommoptError
 
 _PALETTE = ["#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
             "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f"]
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(CliParser):
     def error(self, message: str) -> None:  # one line, exit 2
-        print(f"{self.prog}: {message}", file=sys.stderr)
+        print(f"{self.prog}: {' '.join(message.split())}", file=sys.stderr)
         raise SystemExit(2)
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m tf_commopt.partition", description=__doc__.split("\n")[0])
+    ap = _Parser(prog="python -m tf_commopt.partition", description=__doc__.split("\n")[0],
+                 usage="python -m tf_commopt.partition --profile PROFILE --stages K [options]")
     ap.add_argument("--profile", required=True, help="graph.txt, our JSON, or a bundled name")
     ap.add_argument("--stages", default=None, help="number of pipeline stages (not with --method given)")
     ap.add_argument("--method", default="ga", help=f"one of {', '.join(METHODS + ('given',))}")
@@ -69,9 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--schedule", default="gpipe", help=f"the schedule that will run: one of {', '.join(SCHEDULES)}")
     ap.add_argument("--microbatches", default=None,
                     help="micro-batches per mini-batch for gpipe / simulated for 1f1b (default 4*stages, 8*stages)")
-    ap.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    ap.add_argument("--quiet", action="store_true", help="no progress and no per-stage summary on stderr")
+    ap.add_argument("--format", default="json", choices=("json", "text"),
+                    help="stdout: the plan as one JSON object, or the per-stage summary as text")
     ap.add_argument("--batch-size", default=None, help="for model files (SavedModel, .keras, .h5, GraphDef): batch size (default 32)")
     ap.add_argument("--device", default=None, help="for model files: roofline preset (v100, h200, h200-bf16, cpu, cpu-here...)")
+    add_tf_log_level(ap)
     return ap
 
 
@@ -89,6 +101,44 @@ def _number(text: str, flag: str, kind=float, positive: bool = True):
     return v
 
 
+def _size(nbytes: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def summary(plan: PartitionPlan, graph) -> str:
+    """A short human table of the plan: per stage its device, nodes, ms, memory and bytes sent on.
+
+    ``ms`` is the stage's time per mini-batch in the plan (compute plus sending), ``out`` the activation
+    bytes per mini-batch it sends to the next stage (the gradients come back over the same hop).
+    """
+    k = plan.num_stages
+    nodes = [0] * k
+    for st in plan.stage_of_node.values():
+        nodes[st] += 1
+    out = hop_bytes(graph, plan.stage_of_node, k) + [0.0]
+    mem = list(plan.stage_memory_bytes) if plan.stage_memory_bytes else [float("nan")] * k
+    sim = plan.extra.get("simulated_ms")
+    head = (f"{plan.method} plan, {k} stage(s), {plan.schedule or 'no'} schedule"
+            + (f" x {plan.microbatches} micro-batches" if plan.microbatches else "")
+            + (f": {sim:.1f} ms per mini-batch in the simulator" if isinstance(sim, (int, float)) else "")
+            + "; ms = a stage's compute + sending per mini-batch")
+    rows = [head, f"{'stage':>5} {'device':>6} {'nodes':>6} {'ms':>10} {'memory':>9} {'out':>9}"]
+    for s in range(k):
+        m = "-" if math.isnan(mem[s]) else _size(mem[s])
+        rows.append(f"{s:>5} {plan.device_of_stage[s]:>6} {nodes[s]:>6} {plan.stage_ms[s]:>10.1f} {m:>9} "
+                    f"{_size(out[s]) if s < k - 1 else '-':>9}")
+    return "\n".join(rows)
+
+
+def _write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` with the usual permissions (0666 & ~umask, e.g. 0644)."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def write_dot(plan: PartitionPlan, graph, path: str) -> Optional[str]:
     """Write ``graph`` as Graphviz DOT, nodes filled with their stage's colour; PNG beside it if possible."""
     lines = [f'digraph "{graph.name or "graph"}" {{', "  rankdir=TB;", '  node [style=filled, shape=box, fontsize=10];']
@@ -101,8 +151,7 @@ def write_dot(plan: PartitionPlan, graph, path: str) -> Optional[str]:
         cross = plan.stage_of_node[a] != plan.stage_of_node[b]
         lines.append(f'  "{a}" -> "{b}"' + (" [color=red, penwidth=2];" if cross else ";"))
     lines.append("}")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+    _write_text(path, "\n".join(lines) + "\n")
     exe = shutil.which("dot")
     if exe:
         png = os.path.splitext(path)[0] + ".png"
@@ -112,8 +161,41 @@ def write_dot(plan: PartitionPlan, graph, path: str) -> Optional[str]:
     return None
 
 
+class _Progress:
+    """The GA's progress line on stderr: a bar on a terminal, every 5th generation otherwise, and always
+    the generation the search ended at (``stopped early at gen k/N`` when it stalled before N)."""
+
+    def __init__(self):
+        self.tty = sys.stderr.isatty()
+        self.last = None      # (gen, total, best) of the last call
+        self.shown = None     # gen of the last printed line
+
+    def _text(self, gen: int, total: int, best: float) -> str:
+        done = int(30 * gen / max(total, 1))
+        return f"ga [{'#' * done}{'.' * (30 - done)}] gen {gen}/{total} best {best:.3f} ms"
+
+    def __call__(self, gen: int, total: int, best: float) -> None:
+        self.last = (gen, total, best)
+        if self.tty:
+            print("\r" + self._text(gen, total, best), end="", file=sys.stderr, flush=True)
+        elif gen % 5 == 0:
+            self.shown = gen
+            print(self._text(gen, total, best), file=sys.stderr, flush=True)
+
+    def end(self) -> None:
+        if self.last is None:
+            return
+        gen, total, best = self.last
+        tail = "" if gen >= total else f" (stopped early at gen {gen}/{total}: no better plan for a while)"
+        if self.tty:
+            print("\r" + self._text(gen, total, best) + tail, file=sys.stderr, flush=True)
+        elif self.shown != gen or tail:
+            print(self._text(gen, total, best) + tail, file=sys.stderr, flush=True)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    quiet_tensorflow(args.tf_log_level)
     try:
         given = args.method == "given"
         if args.method not in METHODS and not given:
@@ -163,17 +245,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             bad = [k for k in kinds if k is not None and k not in graph.kinds]
             if bad:
                 raise InputError(f"kind {bad[0]!r} not in the profile (kinds: {graph.kinds or 'none'})", where="--kinds")
-        progress = None
-        if not args.quiet and args.method == "ga":
-            tty = sys.stderr.isatty()
-
-            def progress(gen: int, total: int, best: float) -> None:
-                done = int(30 * gen / max(total, 1))
-                text = f"ga [{'#' * done}{'.' * (30 - done)}] gen {gen}/{total} best {best:.3f} ms"
-                if tty:
-                    print("\r" + text, end="", file=sys.stderr, flush=True)
-                elif gen % 5 == 0:
-                    print(text, file=sys.stderr, flush=True)
+        progress = _Progress() if not args.quiet and args.method == "ga" else None
         if given:
             plan = given_plan(graph, son, capacities=caps, bandwidth_gbps=bw, latency_ms=lat, memory=memory,
                               kinds=kinds, schedule=args.schedule, microbatches=micro)
@@ -181,8 +253,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             plan = partition(graph, stages, method=args.method, capacities=caps, bandwidth_gbps=bw, latency_ms=lat,
                              memory=memory, seed=seed, kinds=kinds, progress=progress,
                              score=args.score, schedule=args.schedule, microbatches=micro)
-        if progress is not None and sys.stderr.isatty():
-            print("", file=sys.stderr)
+        if progress is not None:
+            progress.end()
         from tf_commopt.tf.stage_use import idle_stage_report
         idle = idle_stage_report(graph, plan, bw, lat, capacity=max(caps) if caps else 1.0)
         plan.extra.update({"cost_model": source} if "summary" in source else {})
@@ -209,7 +281,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(str(e).splitlines()[0] if str(e) else type(e).__name__, file=sys.stderr)
         return 2
     try:
-        print(plan.to_json(), flush=True)
+        if args.format == "text":
+            print(summary(plan, graph), flush=True)
+        else:
+            if not args.quiet:
+                print(summary(plan, graph), file=sys.stderr, flush=True)
+            print(plan.to_json(), flush=True)
     except BrokenPipeError:              # e.g. piped into `head`
         sys.stderr.close()
     return 0

@@ -17,12 +17,13 @@ import json
 import sys
 from typing import List, Optional
 
+from tf_commopt._cli import CliParser, add_tf_log_level, quiet_tensorflow
 from tf_commopt.errors import InputError, TfCommoptError
 
 __all__ = ["build_parser", "main"]
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(CliParser):
     def error(self, message: str) -> None:  # one line, exit 2
         raise InputError(message, where="python -m tf_commopt.sim")
 
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", default=None, help="write a Gantt chart of the timeline here")
     p.add_argument("--batch-size", type=_positive_int, default=None, help="for model files: batch size (default 32)")
     p.add_argument("--device", default=None, help="for model files: roofline preset (v100, h200, h200-bf16, cpu-here...)")
+    add_tf_log_level(p)
     return p
 
 
@@ -137,6 +139,7 @@ def _run(argv: Optional[List[str]]) -> dict:
     from tf_commopt.partition.profile_arg import load_profile_arg, load_profile_or_model
 
     a = build_parser().parse_args(argv)
+    quiet_tensorflow(a.tf_log_level)
     if a.bandwidth_gbps is not None and a.bandwidth_gbps <= 0:
         raise InputError("must be > 0", where="--bandwidth-gbps")
     graph, source = load_profile_or_model(a.profile, batch_size=a.batch_size, device=a.device)

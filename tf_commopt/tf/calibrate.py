@@ -275,18 +275,22 @@ def _fmt(x: float) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Print per-layer and per-stage errors of the presets and of a roofline fitted on one model."""
-    ap = argparse.ArgumentParser(prog="python -m tf_commopt.tf.calibrate", description=main.__doc__)
+    from tf_commopt._cli import CliParser, add_tf_log_level, quiet_tensorflow
+
+    ap = CliParser(prog="python -m tf_commopt.tf.calibrate", description=main.__doc__)
     ap.add_argument("--fit-on", default="loo",
                     help="model whose profile the roofline is fitted to, or 'loo': each model is scored with a "
                          "roofline fitted on the five others (leave one out)")
-    ap.add_argument("--stages", type=int, default=4)
-    ap.add_argument("--modes", default="fp32,bf16")
+    ap.add_argument("--stages", type=int, default=4, help="stages of the per-stage errors")
+    ap.add_argument("--modes", default="fp32,bf16", help="comma-separated precisions (fp32, bf16, tf32)")
     ap.add_argument("--json", default=None, help="also write all numbers here")
     ap.add_argument("--keras-stages", action="store_true",
                     help="with --keras: also plan on each Keras import and time the stages on the measurement")
     ap.add_argument("--keras", default=None,
                     help="comma-separated models: also import their tf-keras applications (needs TensorFlow)")
+    add_tf_log_level(ap)
     a = ap.parse_args(argv)
+    quiet_tensorflow(a.tf_log_level)
     from tf_commopt.core.profiles import load_profile
     from tf_commopt.tf.devices import roofline_preset
 

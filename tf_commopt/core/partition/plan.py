@@ -161,13 +161,17 @@ class PartitionPlan:
         return cls.from_dict(d, where=where)
 
     def save(self, path: str) -> None:
-        """Write the plan as JSON (atomically: a temp file then rename)."""
+        """Write the plan as JSON (atomically: a temp file then rename), with the permissions ``open``
+        would give (0666 minus the umask, e.g. 0644; mkstemp's own are 0600)."""
         import os
         import tempfile
 
         d = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".plan-", suffix=".json")
         try:
+            umask = os.umask(0o022)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)
             with os.fdopen(fd, "w") as f:
                 f.write(self.to_json(indent=1))
             os.replace(tmp, path)
