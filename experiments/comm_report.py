@@ -188,7 +188,7 @@ def _loss_figure(groups: Dict[Tuple[str, float, str], Dict[str, Dict[str, Any]]]
         row[0].set_ylabel("test loss")
     fig.supxlabel("training wall-clock seconds (log scale; evaluation excluded)", fontsize=11)
     fig.suptitle("Test loss against wall-clock (lower and further left is better): skip-and-correct saves time\n"
-                 "where the network dominates (big_mlp), not on the small CNN", fontsize=12)
+                 "where the network dominates (big_mlp); on the small CNN it is mixed", fontsize=12)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
