@@ -20,3 +20,18 @@ def test_probe_prose_matches_the_stability_records():
             f"made with it missed the ±25% goal ({devs[0]}–{devs[-1]}%") in text
     lo, hi = min(samples) * 1e3, max(samples) * 1e3
     assert f"single steps range from {lo:.1f} to {hi:.0f} ms" in text, (lo, hi)
+
+
+def test_probe16_prose_matches_the_stability_records():
+    records = sc_speed_report.load(os.path.join(ROOT, "docs", "results", "sc_speed.jsonl"))
+    new = [r for r in records if r.get("part") == "auto" and sc_speed_report._probe(r) == 16]
+    met = [r for r in new if r["max_dev_from_median"] <= sc_speed_report.GOALS["auto"]]
+    devs = ", ".join(f"{round(100 * r['max_dev_from_median'])}%" for r in new)
+    loads = [r["load_average_1m"] for r in new]
+    comps = [t["t_comp_s"] * 1e3 for r in new for t in r["timings"]]
+    with open(os.path.join(ROOT, "docs", "skip_correct.md"), encoding="utf-8") as f:
+        text = " ".join(f.read().split())
+    assert f"of the {len(new)} records with probe H 16" in text
+    assert f"{len(met)} met the goal ({devs})" in text
+    assert f"(load {int(min(loads))}–{round(max(loads))})" in text, loads
+    assert f"({min(comps):.2f}–{max(comps):.2f} ms across those runs)" in text, comps
