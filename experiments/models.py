@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from typing import Callable, Dict, Tuple
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from tf_commopt.errors import InputError  # noqa: E402
 
