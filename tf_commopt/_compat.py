@@ -61,7 +61,6 @@ from tensorflow.python.saved_model import save_context  # noqa: E402
 from tensorflow.python.trackable import base as trackable_base  # noqa: E402
 
 
-
 class _SetBy:
     """Stands for the instances of a class whose method ``func`` sets the attributes (instance attributes
     are not on the class): ``hasattr(_SetBy(f), name)`` is whether ``f``'s code names ``name``.
