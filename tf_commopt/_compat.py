@@ -27,7 +27,8 @@ __all__ = ["SUPPORTED_TF", "INTERNALS", "check_internals", "host_variable", "val
            "resource_variable_ops", "save_context", "trackable_base", "tf_keras_internals", "optimizer_lr",
            "optimizer_momentum", "optimizer_slots", "next_collective_key_base", "fresh_mirrored_strategy",
            "framework_ops", "cluster_coordinator", "op_statistic", "keras_layer_graph", "keras_nodes_by_depth",
-           "keras_nested_outputs", "keras_history", "keras_inbound_nodes", "unblock_coordinator_exit"]
+           "keras_nested_outputs", "keras_history", "keras_inbound_nodes", "keras_all_layers", "graph_function",
+           "op_control_outputs", "unblock_coordinator_exit"]
 
 SUPPORTED_TF: Tuple[str, ...] = ("2.21",)
 """TensorFlow major.minor versions this release was tested with (tf-keras must match)."""
@@ -98,6 +99,10 @@ INTERNALS: List[Tuple[Any, str]] = [
     (slurm_cluster_resolver.SlurmClusterResolver, "cluster_spec"),
     # tf/op_costs.py: TensorFlow's registered per-op statistics ("flops")
     (framework_ops, "get_stats_for_node_def"),
+    # tf/model_files.py and tf/train_graph.py
+    (tf.Graph, "_get_function"), (tf.Operation, "_control_outputs"),
+    # skip_correct.py tracks its per-optimizer state on the optimizer
+    (trackable_base.Trackable, "_track_trackable"),
     # unblock_coordinator_exit (distribute/parameter_server.py)
     (cluster_coordinator.ClusterCoordinator, "__del__"), (_SetBy(cluster_coordinator.ClusterCoordinator.__init__), "_cluster"),
     (_SetBy(cluster_coordinator.Cluster.__init__), "failure_handler"),
@@ -206,6 +211,11 @@ def tf_keras_internals() -> Any:
         (_SetBy(tk.functional.Functional._init_graph_network), "_nodes_by_depth"),
         (_SetBy(tk.functional.Functional._init_graph_network), "_nested_outputs"),
         (_SetBy(tk.node.Node.__init__), "_keras_history"), (tk.base_layer.Layer, "_inbound_nodes"),
+        (tk.base_layer.Layer, "_flatten_layers"),  # keras_all_layers
+        # read by the wrappers of distribute/_keras_hooks.py
+        (_SetBy(tk.optimizer.Optimizer.__init__), "_mesh"),
+        (_SetBy(tk.callbacks.BackupAndRestore.on_train_begin), "_training_state"),
+        (_SetBy(tk.worker_training_state.WorkerTrainingState.__init__), "_model"),
     ]
     _TF_KERAS.append(tk)
     return tk
@@ -283,9 +293,25 @@ def keras_history(tensor: Any) -> Tuple[Any, int, int]:
     return tensor._keras_history
 
 
+def keras_all_layers(model: Any) -> List[Any]:
+    """The model and every layer nested in it (each once)."""
+    return list(model._flatten_layers(include_self=True))
+
+
 def keras_inbound_nodes(layer: Any) -> List[Any]:
     """The nodes of a layer's calls in functional graphs, in call order."""
     return layer._inbound_nodes
+
+
+# ---- TensorFlow graphs (tf/model_files.py, tf/train_graph.py) ---------------------------------------------
+def graph_function(graph: Any, name: str) -> Optional[Any]:
+    """The function ``name`` defined in ``graph`` (or an outer graph), or None."""
+    return graph._get_function(name)
+
+
+def op_control_outputs(op: Any) -> List[Any]:
+    """The ops with a control dependency on ``op``."""
+    return list(op._control_outputs)
 
 
 # ---- the parameter-server coordinator (distribute/parameter_server.py) ----------------------------------

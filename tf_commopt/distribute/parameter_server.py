@@ -59,7 +59,7 @@ from tf_commopt import use_tf_keras  # noqa: E402
 use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
 import tensorflow as tf  # noqa: E402
 
-from tf_commopt._compat import unblock_coordinator_exit
+from tf_commopt._compat import keras_all_layers, unblock_coordinator_exit
 from tf_commopt.core.interval import FirstIterationPolicy
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env
 from tf_commopt.distribute.correction import CORRECTIONS, validate_correction, validate_correction_lr, vrl_delta_update
@@ -120,7 +120,7 @@ def _weight_slots(model) -> List[Tuple[Any, str]]:
     """(layer, attribute) holding each trainable variable, so the model can run on plain tensors."""
     where = {id(v): k for k, v in enumerate(model.trainable_variables)}
     slots: List[Optional[Tuple[Any, str]]] = [None] * len(where)
-    for layer in model._flatten_layers(include_self=True):  # pylint: disable=protected-access
+    for layer in keras_all_layers(model):
         for attr, val in vars(layer).items():
             k = where.get(id(val))
             if k is not None and slots[k] is None:
