@@ -43,7 +43,6 @@ per micro-batch, and random layers (Dropout) draw different masks. Regularisatio
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tf_commopt import use_tf_keras  # noqa: E402
