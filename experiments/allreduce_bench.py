@@ -37,7 +37,6 @@ import sys
 import time
 from typing import Any, Dict, List, Sequence
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402

@@ -23,7 +23,6 @@ def load_graph(name: str, where: str = "--profiles") -> CostGraph:
         return load_profile(name)
     import warnings
 
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tf_keras as keras
 

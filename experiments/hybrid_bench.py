@@ -202,7 +202,6 @@ def summary(rows: List[dict]) -> str:
 # ----------------------------------------------------------------------------- real (TensorFlow)
 def init_tf(num_devices: int, inter_op_threads: int = 16, intra_op_threads: int = 1):
     """Import TensorFlow with ``num_devices`` logical CPUs (call before any other TensorFlow use)."""
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
 

@@ -5,18 +5,14 @@ whose output is logits. No dropout or other randomness at training time, so sync
 parallelism over R replicas reproduces single-device training with the same global batch.
 
 Example:
-    >>> import os; os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # doctest: +SKIP
-    >>> from experiments.models import build_model
+    >>> from experiments.models import build_model   # (importing experiments selects tf-keras)
     >>> m = build_model("mlp", (28, 28, 1), 10)                          # doctest: +SKIP
     >>> m.count_params()                                                # doctest: +SKIP
     101770
 """
 from __future__ import annotations
 
-import os
 from typing import Callable, Dict, Tuple
-
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from tf_commopt.errors import InputError  # noqa: E402
 

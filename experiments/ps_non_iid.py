@@ -15,7 +15,6 @@ import json
 import os
 import sys
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags, logging  # noqa: E402

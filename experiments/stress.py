@@ -26,7 +26,6 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402

@@ -32,7 +32,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, TextIO, Union
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf-keras: Keras 3 fails under MultiWorkerMirrored
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
@@ -46,7 +45,7 @@ from experiments.models import MODELS  # noqa: E402
 from experiments.record import build_record, save_result  # noqa: E402
 
 STRATEGIES = ("single", "ssgd", "skip_correct", "local_sgd")
-from tf_commopt.distribute.correction import CORRECTIONS  # noqa: E402  (pure: no TensorFlow import)
+from tf_commopt.distribute.correction import CORRECTIONS, validate_correction_lr  # noqa: E402  (pure: no TensorFlow import)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("strategy", "ssgd", f"one of {', '.join(STRATEGIES)}")
@@ -133,8 +132,7 @@ def validate(cfg: Config) -> Config:
     cfg.interval = validate_interval(cfg.interval, where="--interval")
     if not (isinstance(cfg.target_ratio, (int, float)) and math.isfinite(cfg.target_ratio) and cfg.target_ratio > 0):
         raise InputError(f"must be a number > 0, got {cfg.target_ratio!r}", where="--target_ratio")
-    if cfg.correction_lr not in ("effective", "optimizer"):
-        raise InputError(f"must be effective or optimizer, got {cfg.correction_lr!r}", where="--correction_lr")
+    validate_correction_lr(cfg.correction_lr, where="--correction_lr")
     for name in ("model_dir", "backup_dir"):
         d = getattr(cfg, name)
         if d and os.path.exists(d) and not os.path.isdir(d):
@@ -199,9 +197,7 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
                   warmup_steps=cfg.warmup_steps, correction_lr=cfg.correction_lr,
                   target_ratio=float(cfg.target_ratio), max_interval=cfg.max_interval)
     if multi:
-        from tensorflow.python.distribute.cluster_resolver import TFConfigClusterResolver
-
-        return SkipCorrectStrategy(cluster_resolver=TFConfigClusterResolver(), **kwargs)
+        return SkipCorrectStrategy(cluster_resolver=tf.distribute.cluster_resolver.TFConfigClusterResolver(), **kwargs)
     return SkipCorrectStrategy(devices=configure_local_cpus(cfg.replicas), **kwargs)
 
 

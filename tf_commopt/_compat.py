@@ -13,8 +13,9 @@ Example:
 """
 from __future__ import annotations
 
+import inspect
 import os
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -24,7 +25,10 @@ __all__ = ["SUPPORTED_TF", "INTERNALS", "check_internals", "host_variable", "val
            "collective_all_reduce_strategy", "collective_util", "distribute_lib", "tfconfig_cluster_resolver",
            "slurm_cluster_resolver",
            "resource_variable_ops", "save_context", "trackable_base", "tf_keras_internals", "optimizer_lr",
-           "optimizer_momentum", "optimizer_slots", "next_collective_key_base", "fresh_mirrored_strategy"]
+           "optimizer_momentum", "optimizer_slots", "next_collective_key_base", "fresh_mirrored_strategy",
+           "framework_ops", "cluster_coordinator", "op_statistic", "keras_layer_graph", "keras_nodes_by_depth",
+           "keras_nested_outputs", "keras_history", "keras_inbound_nodes", "keras_all_layers", "graph_function",
+           "op_control_outputs", "unblock_coordinator_exit"]
 
 SUPPORTED_TF: Tuple[str, ...] = ("2.21",)
 """TensorFlow major.minor versions this release was tested with (tf-keras must match)."""
@@ -51,9 +55,31 @@ from tensorflow.python.distribute import mirrored_strategy  # noqa: E402
 from tensorflow.python.distribute import values  # noqa: E402
 from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver  # noqa: E402
 from tensorflow.python.distribute.cluster_resolver import tfconfig_cluster_resolver  # noqa: E402
+from tensorflow.python.distribute.coordinator import cluster_coordinator  # noqa: E402
+from tensorflow.python.framework import ops as framework_ops  # noqa: E402
 from tensorflow.python.ops import resource_variable_ops  # noqa: E402
 from tensorflow.python.saved_model import save_context  # noqa: E402
 from tensorflow.python.trackable import base as trackable_base  # noqa: E402
+
+
+class _SetBy:
+    """Stands for the instances of a class whose method ``func`` sets the attributes (instance attributes
+    are not on the class): ``hasattr(_SetBy(f), name)`` is whether ``f``'s code names ``name``.
+
+    >>> hasattr(_SetBy(_SetBy.__init__), "_names"), hasattr(_SetBy(_SetBy.__init__), "_gone")
+    (True, False)
+    """
+
+    def __init__(self, func: Any) -> None:
+        func = inspect.unwrap(func)
+        self.__name__ = f"{func.__qualname__}() sets self"
+        self._names = frozenset(func.__code__.co_names)
+
+    def __getattr__(self, name: str) -> bool:
+        if name in self.__dict__.get("_names", ()):
+            return True
+        raise AttributeError(name)
+
 
 # (object, attribute) pairs the package relies on; check_internals() verifies each exists
 INTERNALS: List[Tuple[Any, str]] = [
@@ -71,6 +97,19 @@ INTERNALS: List[Tuple[Any, str]] = [
     # distribute/slurm.py sets _gpus_per_node/_gpus_per_task and reads _task_configuration (set by these)
     (slurm_cluster_resolver.SlurmClusterResolver, "_resolve_task_configuration"),
     (slurm_cluster_resolver.SlurmClusterResolver, "cluster_spec"),
+    # tf/op_costs.py: TensorFlow's registered per-op statistics ("flops")
+    (framework_ops, "get_stats_for_node_def"),
+    # tf/model_files.py and tf/train_graph.py
+    (tf.Graph, "_get_function"), (tf.Operation, "_control_outputs"),
+    # skip_correct.py tracks its per-optimizer state on the optimizer
+    (trackable_base.Trackable, "_track_trackable"),
+    # unblock_coordinator_exit (distribute/parameter_server.py)
+    (cluster_coordinator.ClusterCoordinator, "__del__"), (_SetBy(cluster_coordinator.ClusterCoordinator.__init__), "_cluster"),
+    (_SetBy(cluster_coordinator.Cluster.__init__), "failure_handler"),
+    (cluster_coordinator.WorkerPreemptionHandler, "stop"),
+    (_SetBy(cluster_coordinator.WorkerPreemptionHandler.__init__), "_cluster_update_lock"),
+    (_SetBy(cluster_coordinator.WorkerPreemptionHandler.__init__), "_cluster_due_for_update_or_finish"),
+    (_SetBy(cluster_coordinator.WorkerPreemptionHandler.__init__), "_should_preemption_thread_run"),
 ]
 
 
@@ -132,7 +171,7 @@ _TF_KERAS: List[Any] = []
 
 
 def tf_keras_internals() -> Any:
-    """The tf-keras private modules the Keras hooks patch, or None when tf-keras is not installed.
+    """The tf-keras private modules the Keras hooks and graph readers use, or None without tf-keras.
 
     The first call also adds what the hooks rely on to :data:`INTERNALS`.
 
@@ -144,7 +183,7 @@ def tf_keras_internals() -> Any:
     try:
         from tf_keras.src import callbacks
         from tf_keras.src.distribute import worker_training_state
-        from tf_keras.src.engine import training
+        from tf_keras.src.engine import base_layer, functional, node, training
         from tf_keras.src.mixed_precision import loss_scale_optimizer
         from tf_keras.src.optimizers import optimizer
         from tf_keras.src.optimizers.legacy import optimizer_v2
@@ -153,15 +192,30 @@ def tf_keras_internals() -> Any:
     import types
     tk = types.SimpleNamespace(callbacks=callbacks, worker_training_state=worker_training_state,
                                training=training, loss_scale_optimizer=loss_scale_optimizer,
+                               functional=functional, node=node, base_layer=base_layer,
                                optimizer=optimizer, optimizer_v2=optimizer_v2)
     INTERNALS[0:0] = [  # at the front: callers may append/pop their own entries at the end
-        (tk.loss_scale_optimizer, "strategy_supports_loss_scaling"),
+        (tk.loss_scale_optimizer, "strategy_supports_loss_scaling"),  # the one module-level hook
         (tk.loss_scale_optimizer, "LossScaleOptimizer"), (tk.loss_scale_optimizer, "LossScaleOptimizerV3"),
-        (tk.loss_scale_optimizer, "_DynamicLossScaleState"),
+        (tk.loss_scale_optimizer, "BaseLossScaleOptimizer"), (tk.loss_scale_optimizer, "_DynamicLossScaleState"),
+        # wrapped per instance (distribute/_keras_hooks.py); tf-keras must call them through the instance
         (tk.callbacks.BackupAndRestore, "on_train_begin"),  # it reads self._supported_strategies (set in __init__)
         (tk.worker_training_state.WorkerTrainingState, "back_up"), (tk.callbacks.TensorBoard, "on_train_begin"),
         (tk.optimizer.Optimizer, "apply_gradients"), (tk.optimizer_v2.OptimizerV2, "apply_gradients"),
-        (tk.training.Model, "save_weights"),
+        (tk.optimizer.Optimizer, "aggregate_gradients"), (tk.optimizer_v2.OptimizerV2, "_aggregate_gradients"),
+        (tk.optimizer_v2.OptimizerV2, "_distributed_apply"),
+        (tk.training.Model, "save_weights"), (tk.training.Model, "fit"),
+        (_SetBy(tk.training.Model.__init__), "_distribution_strategy"),
+        (_SetBy(tk.callbacks.BackupAndRestore.__init__), "_supported_strategies"),
+        # the functional-graph readers below (keras_layer_graph, keras_nodes_by_depth, ...)
+        (_SetBy(tk.functional.Functional._init_graph_network), "_nodes_by_depth"),
+        (_SetBy(tk.functional.Functional._init_graph_network), "_nested_outputs"),
+        (_SetBy(tk.node.Node.__init__), "_keras_history"), (tk.base_layer.Layer, "_inbound_nodes"),
+        (tk.base_layer.Layer, "_flatten_layers"),  # keras_all_layers
+        # read by the wrappers of distribute/_keras_hooks.py
+        (_SetBy(tk.optimizer.Optimizer.__init__), "_mesh"),
+        (_SetBy(tk.callbacks.BackupAndRestore.on_train_begin), "_training_state"),
+        (_SetBy(tk.worker_training_state.WorkerTrainingState.__init__), "_model"),
     ]
     _TF_KERAS.append(tk)
     return tk
@@ -199,3 +253,90 @@ def optimizer_slots(optimizer: Any) -> List[Any]:
     skip.add(id(lr))
     return [v for v in cand if id(v) not in skip and v.dtype.is_floating
             and isinstance(v, values.DistributedVariable) and "learning_rate" not in v.name]
+
+
+# ---- TensorFlow graph statistics (tf/op_costs.py) ------------------------------------------------------
+def op_statistic(graph: Any, node_def: Any, statistic: str = "flops") -> Optional[float]:
+    """TensorFlow's registered statistic (``"flops"``) of one op, or None when the op has none or needs a
+    shape that is unknown."""
+    try:
+        return framework_ops.get_stats_for_node_def(graph, node_def, statistic).value
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+# ---- Keras functional graphs (tf-keras; Keras 3 where it differs), read by tf/keras_walk.py and the ----
+# ---- pipeline stages --------------------------------------------------------------------------------------
+def keras_layer_graph(model: Any) -> Optional[Any]:
+    """The functional graph behind a model (what :func:`keras_nodes_by_depth` reads), or None for a plain
+    layer or a subclassed model."""
+    if hasattr(model, "_nodes_by_depth") and getattr(model, "_is_graph_network", True):
+        return model
+    functional = getattr(model, "_functional", None)  # Keras 3 Sequential
+    if functional is not None and hasattr(functional, "_nodes_by_depth"):
+        return functional
+    return None
+
+
+def keras_nodes_by_depth(graph: Any) -> Dict[int, List[Any]]:
+    """The nodes of a functional graph by depth (inputs deepest)."""
+    return graph._nodes_by_depth
+
+
+def keras_nested_outputs(model: Any) -> Any:
+    """The nesting of a functional model's outputs (to ``tf.nest.pack_sequence_as`` flat predictions)."""
+    return model._nested_outputs
+
+
+def keras_history(tensor: Any) -> Tuple[Any, int, int]:
+    """``(layer, node_index, tensor_index)`` of a symbolic Keras tensor."""
+    return tensor._keras_history
+
+
+def keras_all_layers(model: Any) -> List[Any]:
+    """The model and every layer nested in it (each once)."""
+    return list(model._flatten_layers(include_self=True))
+
+
+def keras_inbound_nodes(layer: Any) -> List[Any]:
+    """The nodes of a layer's calls in functional graphs, in call order."""
+    return layer._inbound_nodes
+
+
+# ---- TensorFlow graphs (tf/model_files.py, tf/train_graph.py) ---------------------------------------------
+def graph_function(graph: Any, name: str) -> Optional[Any]:
+    """The function ``name`` defined in ``graph`` (or an outer graph), or None."""
+    return graph._get_function(name)
+
+
+def op_control_outputs(op: Any) -> List[Any]:
+    """The ops with a control dependency on ``op``."""
+    return list(op._control_outputs)
+
+
+# ---- the parameter-server coordinator (distribute/parameter_server.py) ----------------------------------
+def unblock_coordinator_exit(coordinator: Any) -> None:
+    """Let the chief exit after a worker was lost (TF 2.21 would hang at exit otherwise).
+
+    After a worker failure, TensorFlow's WorkerPreemptionHandler thread holds ``_cluster_update_lock``
+    while it waits (for good) for the worker to come back, and ``ClusterCoordinator.__del__`` ->
+    ``handler.stop()`` waits for that lock: the process never ends. This coordinator's handler (one
+    instance, not the class) gets a ``stop()`` that gives up on the lock after a second; the handler
+    thread is a daemon thread.
+    """
+    handler = getattr(getattr(coordinator, "_cluster", None), "failure_handler", None)
+    lock = getattr(handler, "_cluster_update_lock", None)
+    event = getattr(handler, "_cluster_due_for_update_or_finish", None)
+    if handler is None or lock is None or event is None or getattr(handler, "_tf_commopt_patched", False):
+        return
+
+    def stop() -> None:
+        handler._should_preemption_thread_run = False
+        if lock.acquire(timeout=1.0):
+            try:
+                event.set()
+            finally:
+                lock.release()
+
+    handler.stop = stop
+    handler._tf_commopt_patched = True

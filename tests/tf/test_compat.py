@@ -25,6 +25,20 @@ def test_a_missing_internal_is_named():
         _compat.INTERNALS.pop()
 
 
+def test_an_instance_attribute_is_checked_in_the_method_that_sets_it():
+    class Fake:
+        def __init__(self):
+            self._here = 1
+
+    _compat.INTERNALS.append((_compat._SetBy(Fake.__init__), "_here"))
+    _compat.INTERNALS.append((_compat._SetBy(Fake.__init__), "_gone"))
+    try:
+        missing = _compat.check_internals()
+        assert len(missing) == 1 and missing[0].endswith("Fake.__init__() sets self._gone"), missing
+    finally:
+        del _compat.INTERNALS[-2:]
+
+
 def test_unsupported_version_is_a_one_line_error():
     code = ("import tensorflow as tf; tf.__version__ = '2.99.0'\n"
             "try:\n    import tf_commopt._compat\nexcept Exception as e:\n    print(type(e).__name__, e)\n")

@@ -44,7 +44,7 @@ from typing import Any
 
 from tf_commopt.errors import InputError
 
-__all__ = ["CORRECTIONS", "validate_correction", "resolve_correction", "vrl_delta_update", "gradient_delta"]
+__all__ = ["CORRECTIONS", "CORRECTION_LRS", "validate_correction", "validate_correction_lr", "resolve_correction", "vrl_delta_update", "gradient_delta"]
 
 CORRECTIONS = ("auto", "gradient", "vrl", "none")
 
@@ -55,6 +55,22 @@ def validate_correction(correction: object, where: str = "correction") -> str:
         raise InputError(f"unknown correction {correction!r}; expected one of {', '.join(CORRECTIONS)}",
                          where=where)
     return correction
+
+
+CORRECTION_LRS = ("optimizer", "effective")
+"""The lr in the vrl update: the optimizer's own, or the effective lr/(1 − β) under heavy-ball momentum."""
+
+
+def validate_correction_lr(correction_lr: object, where: str = "correction_lr") -> str:
+    """Return ``correction_lr`` if it is ``"optimizer"`` or ``"effective"``, else raise a one-line InputError
+    (the one check behind SkipCorrectStrategy, ParameterServerSkipCorrect and ``--correction_lr``).
+
+    >>> validate_correction_lr("effective")
+    'effective'
+    """
+    if not isinstance(correction_lr, str) or correction_lr not in CORRECTION_LRS:
+        raise InputError(f"must be 'optimizer' or 'effective', got {correction_lr!r}", where=where)
+    return correction_lr
 
 
 def resolve_correction(correction: str, optimizer_class: str, momentum: float, nesterov: bool = False) -> str:

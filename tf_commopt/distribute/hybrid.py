@@ -56,9 +56,12 @@ import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from tf_commopt import use_tf_keras  # noqa: E402
+
+use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
 import tensorflow as tf  # noqa: E402
 
+from tf_commopt._compat import keras_nested_outputs  # noqa: E402
 from tf_commopt.core.hybrid import (  # noqa: E402
     DEFAULT_BUCKET_BYTES, HybridProgram, hybrid_program, snake_groups, split_batch,
 )
@@ -557,7 +560,7 @@ class GroupedHybridTrainer:
         flat = [tf.concat([tf.identity(run.predictions()[k]) for run in self._last_runs], 0)
                 if len(self._last_runs) > 1 else self._last_runs[0].predictions()[k]
                 for k in range(len(self._last_runs[0].predictions()))]
-        y_pred = tf.nest.pack_sequence_as(self.model._nested_outputs, flat)
+        y_pred = tf.nest.pack_sequence_as(keras_nested_outputs(self.model), flat)
         self.model.compute_loss(x, y, y_pred, None)  # the loss tracker: the batch's mean loss, as the step's
         return self.model.compute_metrics(x, y, y_pred, None)
 

@@ -54,12 +54,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf-keras: Keras 3 fails under ParameterServerStrategy
+from tf_commopt import use_tf_keras  # noqa: E402
+
+use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
 import tensorflow as tf  # noqa: E402
 
+from tf_commopt._compat import keras_all_layers, unblock_coordinator_exit
 from tf_commopt.core.interval import FirstIterationPolicy
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env
-from tf_commopt.distribute.correction import CORRECTIONS, validate_correction, vrl_delta_update
+from tf_commopt.distribute.correction import CORRECTIONS, validate_correction, validate_correction_lr, vrl_delta_update
 from tf_commopt.distribute.ps_serve import _reachable, serve, serve_unless_chief
 from tf_commopt.errors import ClusterError, InputError
 
@@ -117,7 +120,7 @@ def _weight_slots(model) -> List[Tuple[Any, str]]:
     """(layer, attribute) holding each trainable variable, so the model can run on plain tensors."""
     where = {id(v): k for k, v in enumerate(model.trainable_variables)}
     slots: List[Optional[Tuple[Any, str]]] = [None] * len(where)
-    for layer in model._flatten_layers(include_self=True):  # pylint: disable=protected-access
+    for layer in keras_all_layers(model):
         for attr, val in vars(layer).items():
             k = where.get(id(val))
             if k is not None and slots[k] is None:
@@ -172,32 +175,6 @@ def _wait_for_tasks(tfc: TFConfig, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
-def _unblock_coordinator_exit(coordinator) -> None:
-    """Let the chief exit after a worker was lost (TF 2.21 would hang at exit otherwise).
-
-    After a worker failure, TensorFlow's WorkerPreemptionHandler thread holds ``_cluster_update_lock``
-    while it waits (for good) for the worker to come back, and ``ClusterCoordinator.__del__`` ->
-    ``handler.stop()`` waits for that lock: the process never ends. We make ``stop()`` give up on
-    the lock after a second; the handler thread is a daemon thread.
-    """
-    handler = getattr(getattr(coordinator, "_cluster", None), "failure_handler", None)
-    lock = getattr(handler, "_cluster_update_lock", None)
-    event = getattr(handler, "_cluster_due_for_update_or_finish", None)
-    if handler is None or lock is None or event is None or getattr(handler, "_tf_commopt_patched", False):
-        return
-
-    def stop() -> None:
-        handler._should_preemption_thread_run = False  # pylint: disable=protected-access
-        if lock.acquire(timeout=1.0):
-            try:
-                event.set()
-            finally:
-                lock.release()
-
-    handler.stop = stop
-    handler._tf_commopt_patched = True  # pylint: disable=protected-access
-
-
 class ParameterServerSkipCorrect:
     """Skip-and-correct (or SSGD: interval 1, correction none) on a TF parameter-server cluster.
 
@@ -243,9 +220,7 @@ class ParameterServerSkipCorrect:
             raise InputError(f"must be a number > 0, got {learning_rate!r}", where="learning_rate")
         if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
             raise InputError(f"must be in [0, 1), got {momentum!r}", where="momentum")
-        if correction_lr not in ("effective", "optimizer"):
-            raise InputError(f"must be 'effective' or 'optimizer', got {correction_lr!r}", where="correction_lr")
-        self.correction_lr = correction_lr
+        self.correction_lr = validate_correction_lr(correction_lr, where="correction_lr")
         if strategy is None:
             tfc = tf_config_from_env()
             if tfc is None or not tfc.num_ps or tfc.task_type != "chief":
@@ -256,7 +231,7 @@ class ParameterServerSkipCorrect:
             strategy = tf.distribute.ParameterServerStrategy(resolver)
         self.strategy = strategy
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        _unblock_coordinator_exit(self.coordinator)
+        unblock_coordinator_exit(self.coordinator)
         self.interval, self.correction = interval, correction
         self.learning_rate, self.momentum = float(learning_rate), float(momentum)
         self.round_timeout_s = float(round_timeout_s)

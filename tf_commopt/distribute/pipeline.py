@@ -43,12 +43,14 @@ per micro-batch, and random layers (Dropout) draw different masks. Regularisatio
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from tf_commopt import use_tf_keras  # noqa: E402
+
+use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
 import tensorflow as tf  # noqa: E402
 
+from tf_commopt._compat import keras_nested_outputs  # noqa: E402
 from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
 from tf_commopt.core.schedule import (  # noqa: E402
     AllReduce, Backward, Forward, OptimizerStep, RecvAct, RecvGrad, Schedule, SendAct, SendGrad, gpipe, short,
@@ -202,7 +204,7 @@ class Pipeline:
                 acts.update(self._forward(s, acts, training=False, tape=None)[1])
             outs.append(self._outputs(acts))
         cat = [tf.concat(list(parts), axis=0) for parts in zip(*[tf.nest.flatten(o) for o in outs])]
-        return tf.nest.pack_sequence_as(self.model._nested_outputs, cat)
+        return tf.nest.pack_sequence_as(keras_nested_outputs(self.model), cat)
 
     # -- training
     def begin(self, x: Any, y: Any, total_batch: Optional[int] = None) -> "MiniBatchRun":
@@ -325,7 +327,7 @@ class Pipeline:
     def _outputs(self, acts: Mapping[str, tf.Tensor]) -> Any:
         with tf.device(self.layout.devices[-1]):
             preds = [tf.identity(acts[t]) for t in self.layout.output_ids]
-        return tf.nest.pack_sequence_as(self.model._nested_outputs, preds)
+        return tf.nest.pack_sequence_as(keras_nested_outputs(self.model), preds)
 
 
 class MiniBatchRun:
@@ -381,7 +383,7 @@ class MiniBatchRun:
                     preds = [tf.identity(self.acts[m][t]) for t in L.output_ids]
                     self.outputs[m] = preds
                     lt.watch(preds)
-                    lm = pipe.loss(self.ys[m], tf.nest.pack_sequence_as(pipe.model._nested_outputs, preds))
+                    lm = pipe.loss(self.ys[m], tf.nest.pack_sequence_as(keras_nested_outputs(pipe.model), preds))
                     lm = tf.cast(lm, tf.float32) * (self.sizes[m] / self.total)
                 gp = lt.gradient(lm, preds, unconnected_gradients=tf.UnconnectedGradients.ZERO)
             for t, g in zip(L.output_ids, gp):

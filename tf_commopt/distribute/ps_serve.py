@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Optional
 
+from tf_commopt import use_tf_keras
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env
 from tf_commopt.errors import InputError
 
@@ -51,7 +52,7 @@ def serve(tf_config: Optional[TFConfig] = None, exit_with_chief: bool = True, po
         raise InputError("TF_CONFIG is not set: serve() runs a worker or ps task of a cluster", where="TF_CONFIG")
     if tfc.task_type not in ("worker", "ps"):
         raise InputError(f"serve() is for worker and ps tasks, this task is {tfc.task_type}", where="TF_CONFIG")
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    use_tf_keras()
     import tensorflow as tf
 
     spec = tf.train.ClusterSpec(tfc.cluster)

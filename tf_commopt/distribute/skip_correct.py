@@ -36,8 +36,9 @@ optimizers the slots stay local unless ``average_optimizer_state=True``).
 Design: a thin :class:`SkipCorrectStrategy` over TensorFlow's own MirroredStrategy machinery (one
 process, several devices) or MultiWorkerMirroredStrategy machinery (a TF_CONFIG cluster, one replica
 per worker); the behaviour lives in the StrategyExtended subclasses via :class:`_SkipCorrectMixin`.
-tf-keras optimizers route ``apply_gradients`` to the strategy (one wrapped method, a no-op for any
-other strategy); tf-keras ``Model.evaluate/predict/save/save_weights`` average the replicas first.
+tf-keras optimizers built under the scope route ``apply_gradients`` to the strategy (a per-instance
+wrapper, a no-op for any other strategy); the ``evaluate/predict/save/save_weights`` of models built under
+the scope average the replicas first (tf_commopt/distribute/_keras_hooks.py).
 Reading a variable in cross-replica context returns the mean of the local replicas' copies (the global
 model in one process); on a multi-worker cluster it is this worker's copy, and a one-time warning says
 so (call ``strategy.sync()`` first).
@@ -137,6 +138,7 @@ class _SkipCorrectMixin:
             return _ms.MirroredExtended._create_variable(self, next_creator, **kwargs)
         if not self._sc_internal:
             _keras_hooks.refuse_keras3()  # a Keras 3 layer/optimizer would train without skipping
+            _keras_hooks.adopt_callers()  # the tf-keras optimizer / model creating it reaches this strategy
         v = super()._create_variable(next_creator, **kwargs)
         if type(v) is _values.MirroredVariable and not self._sc_internal:
             v.__class__ = _SkipCorrectMirroredVariable
@@ -562,9 +564,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise InputError(f"must be a non-negative integer, got {warmup_steps!r}",
                              where="SkipCorrectStrategy(warmup_steps=...)")
-        if correction_lr not in ("optimizer", "effective"):
-            raise InputError(f"must be 'optimizer' or 'effective', got {correction_lr!r}",
-                             where="SkipCorrectStrategy(correction_lr=...)")
+        correction_lr = _corr.validate_correction_lr(correction_lr, where="SkipCorrectStrategy(correction_lr=...)")
         if isinstance(target_ratio, bool) or not isinstance(target_ratio, (int, float)) or not target_ratio > 0 \
                 or target_ratio == float("inf"):
             raise InputError(f"must be a positive number, got {target_ratio!r}",

@@ -12,12 +12,14 @@ Used by :mod:`tf_commopt.distribute.pipeline` (see its docstring and docs/hybrid
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Mapping, Sequence
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from tf_commopt import use_tf_keras  # noqa: E402
+
+use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
 import tensorflow as tf  # noqa: E402
 
+from tf_commopt._compat import keras_nodes_by_depth  # noqa: E402
 from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
 from tf_commopt.errors import InputError, PlanError  # noqa: E402
 
@@ -93,8 +95,9 @@ class StageLayout:
 
         nodes: List[Any] = []  # non-input nodes in a topological order (deepest first)
         input_layer_names = set()
-        for depth in sorted(model._nodes_by_depth.keys(), reverse=True):
-            for node in model._nodes_by_depth[depth]:
+        by_depth = keras_nodes_by_depth(model)
+        for depth in sorted(by_depth.keys(), reverse=True):
+            for node in by_depth[depth]:
                 if node.is_input:
                     input_layer_names.add(node.layer.name)
                 else:

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from tf_commopt._compat import keras_history, keras_inbound_nodes, keras_layer_graph, keras_nodes_by_depth
 from tf_commopt.errors import InputError
 
 __all__ = ["TensorSpec", "LayerCall", "layer_calls", "dtype_size"]
@@ -64,18 +65,13 @@ def _node_call(node: Any) -> Tuple[tuple, dict]:
 
 
 def _history(t: Any) -> Tuple[int, int, int]:
-    h = t._keras_history
+    h = keras_history(t)
     return id(h[0]), int(h[1]), int(h[2])
 
 
 def _graph_of(model: Any) -> Optional[Any]:
     """The functional graph behind a model, or None for a plain layer."""
-    if hasattr(model, "_nodes_by_depth") and getattr(model, "_is_graph_network", True):
-        return model
-    functional = getattr(model, "_functional", None)  # Keras 3 Sequential
-    if functional is not None and hasattr(functional, "_nodes_by_depth"):
-        return functional
-    return None
+    return keras_layer_graph(model)
 
 
 def _is_model(layer: Any) -> bool:
@@ -204,18 +200,19 @@ class _Walker:
         for i, t in enumerate(graph.inputs):
             key = _history(t)
             if feed is None:
-                layer = t._keras_history[0]
+                layer = keras_history(t)[0]
                 name = self.unique(prefix + layer.name)
                 self.calls.append(LayerCall(name, layer, [], [], [_spec(t, self.batch_size, f"input {name!r}")]))
                 produced[key] = name
             else:
                 produced[key] = feed[i] if i < len(feed) else None
-        for depth in sorted(graph._nodes_by_depth, reverse=True):
-            for node in graph._nodes_by_depth[depth]:
+        by_depth = keras_nodes_by_depth(graph)
+        for depth in sorted(by_depth, reverse=True):
+            for node in by_depth[depth]:
                 layer = _op_of(node)
                 if _is_input_layer(layer):
                     continue
-                node_index = layer._inbound_nodes.index(node)
+                node_index = keras_inbound_nodes(layer).index(node)
                 args, kwargs = _node_call(node)
                 kts = [x for x in tf.nest.flatten((args, kwargs)) if _is_keras_tensor(x)]
                 srcs = [produced.get(_history(t)) for t in kts]

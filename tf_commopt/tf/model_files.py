@@ -44,12 +44,14 @@ def _first_line(e: BaseException) -> str:
 
 def _body_graph(graph: Any) -> Any:
     """The graph of the function a signature wrapper calls (repeatedly, while it is only a wrapper)."""
+    from tf_commopt._compat import graph_function
+
     for _ in range(8):
         ops = graph.get_operations()
         calls = [o for o in ops if o.type in _CALLS]
         if len(calls) != 1 or any(o.type not in _WRAPPER_OPS for o in ops):
             return graph
-        fn = graph._get_function(calls[0].get_attr("f").name)  # pylint: disable=protected-access
+        fn = graph_function(graph, calls[0].get_attr("f").name)
         if fn is None or not hasattr(fn, "graph"):
             return graph
         graph = fn.graph

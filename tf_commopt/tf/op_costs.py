@@ -128,15 +128,11 @@ def op_flops(graph: Any, op: Any, unknown_flops: str = "elements") -> Tuple[floa
     elements for ``unknown_flops="elements"``, 0 for ``"zero"``. Metadata ops (:data:`FREE_OPS`,
     e.g. Reshape) cost 0 and count as having statistics.
     """
-    from tensorflow.python.framework import ops as tf_ops
+    from tf_commopt._compat import op_statistic
 
     if op.type in FREE_OPS:
         return 0.0, True
-    try:
-        stats = tf_ops.get_stats_for_node_def(graph, op.node_def, "flops")
-        value = stats.value
-    except (ValueError, TypeError, KeyError):
-        value = None
+    value = op_statistic(graph, op.node_def, "flops")
     if value is None:
         value = _formula_flops(op)
     if value is not None:

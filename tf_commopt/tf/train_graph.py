@@ -111,12 +111,14 @@ def classify(ops: Sequence[Any]) -> Dict[str, str]:
 
 def _reach(start: Sequence[Any], forward: bool) -> Set[str]:
     """Names of ops reachable from ``start`` (excluded) along data and control edges, down or up."""
+    from tf_commopt._compat import op_control_outputs
+
     seen: Set[str] = set()
     queue = deque(start)
     while queue:
         op = queue.popleft()
         if forward:
-            nxt = [c for t in op.outputs for c in t.consumers()] + list(op._control_outputs)  # noqa: SLF001
+            nxt = [c for t in op.outputs for c in t.consumers()] + op_control_outputs(op)
         else:
             nxt = [t.op for t in op.inputs] + list(op.control_inputs)
         for c in nxt:
@@ -229,10 +231,12 @@ def attribute(ops: Sequence[Any], kind: Dict[str, str], forward: Sequence[str],
             elif kind.get(p.name) == "optimizer" or p.type in ("Identity", "ReadVariableOp"):
                 queue_t.extend(p.inputs)
         # downward to the update it feeds
+        from tf_commopt._compat import op_control_outputs
+
         queue, seen = deque([op]), {op.name}
         while queue:
             x = queue.popleft()
-            for c in [c for t in x.outputs for c in t.consumers()] + list(x._control_outputs):  # noqa: SLF001
+            for c in [c for t in x.outputs for c in t.consumers()] + op_control_outputs(x):
                 if c.name in seen:
                     continue
                 seen.add(c.name)
