@@ -37,9 +37,8 @@ import sys
 import time
 from typing import Any, Dict, List, Sequence
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from tf_commopt.errors import InputError  # noqa: E402
 

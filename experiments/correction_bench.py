@@ -16,12 +16,10 @@ Example:
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from typing import Any, Dict, List
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags  # noqa: E402
 

@@ -17,7 +17,6 @@ import os
 import sys
 from typing import Any, Dict, List
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags  # noqa: E402
 

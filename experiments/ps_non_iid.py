@@ -12,10 +12,8 @@ Example:
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags, logging  # noqa: E402
 

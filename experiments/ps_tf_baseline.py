@@ -20,7 +20,6 @@ import sys
 import time
 from typing import List
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags  # noqa: E402
 

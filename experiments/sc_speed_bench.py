@@ -37,7 +37,6 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 _T0 = time.perf_counter()
 
 from absl import flags  # noqa: E402

@@ -21,7 +21,6 @@ import sys
 import time
 from typing import Any, Dict, List
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import flags  # noqa: E402
 

@@ -24,11 +24,10 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import experiments.train  # noqa: E402,F401  (its flags --epochs, --batch_size, --model, --interval are ours too)
 

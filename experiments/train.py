@@ -32,9 +32,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, TextIO, Union
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags, logging  # noqa: E402
 
 from tf_commopt.core.interval import validate_interval  # noqa: E402
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env  # noqa: E402
