@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, TextIO, Union
 
 from absl import flags, logging  # noqa: E402
 
-from tf_commopt.core.interval import validate_interval  # noqa: E402
+from tf_commopt.core.interval import validate_interval, validate_target_ratio  # noqa: E402
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env  # noqa: E402
 from tf_commopt.datasets import DATASETS  # noqa: E402
 from tf_commopt.errors import InputError, TfCommoptError  # noqa: E402
@@ -129,8 +129,7 @@ def validate(cfg: Config) -> Config:
     if not (math.isfinite(cfg.momentum) and 0 <= cfg.momentum < 1):
         raise InputError(f"must be in [0, 1), got {cfg.momentum!r}", where="--momentum")
     cfg.interval = validate_interval(cfg.interval, where="--interval")
-    if not (isinstance(cfg.target_ratio, (int, float)) and math.isfinite(cfg.target_ratio) and cfg.target_ratio > 0):
-        raise InputError(f"must be a number > 0, got {cfg.target_ratio!r}", where="--target_ratio")
+    validate_target_ratio(cfg.target_ratio, where="--target_ratio")
     validate_correction_lr(cfg.correction_lr, where="--correction_lr")
     for name in ("model_dir", "backup_dir"):
         d = getattr(cfg, name)

@@ -44,6 +44,8 @@ from tf_commopt.errors import InputError
 
 __all__ = [
     "validate_interval",
+    "validate_target_ratio",
+    "validate_max_interval",
     "first_iteration_interval",
     "agree_on_timings",
     "FirstIterationPolicy",
@@ -73,6 +75,29 @@ def validate_interval(interval: object, where: str = "interval") -> object:
     return interval
 
 
+def validate_target_ratio(target_ratio: object, where: str = "target_ratio") -> float:
+    """The aimed comm/comp ratio of ``interval="auto"``: a finite number > 0 (the one check of it).
+
+    >>> validate_target_ratio(0.5)
+    0.5
+    """
+    if isinstance(target_ratio, bool) or not isinstance(target_ratio, (int, float)) \
+            or not math.isfinite(target_ratio) or target_ratio <= 0:
+        raise InputError(f"must be a finite number > 0, got {target_ratio!r}", where=where)
+    return float(target_ratio)
+
+
+def validate_max_interval(max_interval: object, where: str = "max_interval") -> int:
+    """The cap on H chosen by ``interval="auto"``: an integer >= 1 (the one check of it).
+
+    >>> validate_max_interval(256)
+    256
+    """
+    if isinstance(max_interval, bool) or not isinstance(max_interval, int) or max_interval < 1:
+        raise InputError(f"must be an integer >= 1, got {max_interval!r}", where=where)
+    return max_interval
+
+
 def _positive_time(x: float, what: str) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
         raise InputError(f"{what} must be a finite non-negative number of seconds, got {x!r}")
@@ -90,10 +115,8 @@ def first_iteration_interval(t_comm_s: float, t_comp_s: float, target_ratio: flo
     """
     t_comm = _positive_time(t_comm_s, "t_comm_s")
     t_comp = _positive_time(t_comp_s, "t_comp_s")
-    if not (math.isfinite(target_ratio) and target_ratio > 0):
-        raise InputError(f"target_ratio must be positive, got {target_ratio!r}")
-    if isinstance(max_interval, bool) or not isinstance(max_interval, int) or max_interval < 1:
-        raise InputError(f"max_interval must be a positive integer, got {max_interval!r}")
+    target_ratio = validate_target_ratio(target_ratio)
+    max_interval = validate_max_interval(max_interval)
     if t_comp == 0:
         return max_interval if t_comm > 0 else 1
     h = int(math.floor(t_comm / (target_ratio * t_comp) + 0.5))  # round half up, platform-independent
@@ -132,6 +155,10 @@ class FirstIterationPolicy:
     t_comm_s: Optional[float] = None
     t_comp_s: Optional[float] = None
     overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:  # bad arguments fail at construction, not at the first choice
+        self.target_ratio = validate_target_ratio(self.target_ratio, "FirstIterationPolicy(target_ratio=...)")
+        self.max_interval = validate_max_interval(self.max_interval, "FirstIterationPolicy(max_interval=...)")
 
     def choose(self, t_comm_s: float, t_comp_s: float, overhead_s: float = 0.0) -> int:
         """Fix H from the (already agreed) timings; later calls return the same H."""

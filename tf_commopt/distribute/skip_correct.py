@@ -58,7 +58,7 @@ from tf_commopt._compat import next_collective_key_base, optimizer_lr, optimizer
 from tf_commopt._compat import collective_util, distribute_lib, tfconfig_cluster_resolver
 from tf_commopt._compat import mirrored_strategy as _ms
 from tf_commopt._compat import values as _values
-from tf_commopt.core.interval import validate_interval
+from tf_commopt.core.interval import validate_interval, validate_max_interval, validate_target_ratio
 from tf_commopt.distribute import _keras_hooks
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_state import IntervalState
@@ -565,11 +565,9 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             raise InputError(f"must be a non-negative integer, got {warmup_steps!r}",
                              where="SkipCorrectStrategy(warmup_steps=...)")
         correction_lr = _corr.validate_correction_lr(correction_lr, where="SkipCorrectStrategy(correction_lr=...)")
-        if isinstance(target_ratio, bool) or not isinstance(target_ratio, (int, float)) or not target_ratio > 0 \
-                or target_ratio == float("inf"):
-            raise InputError(f"must be a positive number, got {target_ratio!r}",
-                             where="SkipCorrectStrategy(target_ratio=...)")
-        for name, v in (("max_interval", max_interval), ("auto_warmup_steps", auto_warmup_steps),
+        target_ratio = validate_target_ratio(target_ratio, where="SkipCorrectStrategy(target_ratio=...)")
+        max_interval = validate_max_interval(max_interval, where="SkipCorrectStrategy(max_interval=...)")
+        for name, v in (("auto_warmup_steps", auto_warmup_steps),
                         ("auto_probe_interval", auto_probe_interval), ("auto_measure_syncs", auto_measure_syncs)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(f"must be an integer >= 1, got {v!r}", where=f"SkipCorrectStrategy({name}=...)")
