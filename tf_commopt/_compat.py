@@ -214,6 +214,7 @@ def tf_keras_internals() -> Any:
         (tk.base_layer.Layer, "_flatten_layers"),  # keras_all_layers
         # read by the wrappers of distribute/_keras_hooks.py
         (_SetBy(tk.optimizer.Optimizer.__init__), "_mesh"),
+        (_SetBy(tk.optimizer._BaseOptimizer.learning_rate.fset), "_learning_rate"),  # optimizer_schedule
         (_SetBy(tk.callbacks.BackupAndRestore.on_train_begin), "_training_state"),
         (_SetBy(tk.worker_training_state.WorkerTrainingState.__init__), "_model"),
     ]
@@ -227,6 +228,16 @@ def optimizer_lr(optimizer: Any) -> tf.Tensor:
     if hasattr(optimizer, "_decayed_lr"):  # legacy OptimizerV2
         return optimizer._decayed_lr(tf.float32)
     return tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)
+
+
+def optimizer_schedule(optimizer: Any) -> Optional[Any]:
+    """The LearningRateSchedule object of a current tf-keras optimizer (``_learning_rate``), or None when its
+    learning rate is a constant (parameter-server update rules, ``distribute/ps_rules.py``)."""
+    tf_keras_internals()  # lists _learning_rate in INTERNALS
+    from tf_keras.optimizers.schedules import LearningRateSchedule
+
+    lr = getattr(optimizer, "_learning_rate", None)
+    return lr if isinstance(lr, LearningRateSchedule) else None
 
 
 def optimizer_momentum(optimizer: Any) -> tf.Tensor:
