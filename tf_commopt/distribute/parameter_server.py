@@ -50,6 +50,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -62,11 +63,14 @@ import tensorflow as tf  # noqa: E402
 from tf_commopt._compat import keras_all_layers, unblock_coordinator_exit
 from tf_commopt.core.interval import FirstIterationPolicy
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env
-from tf_commopt.distribute.correction import CORRECTIONS, validate_correction, validate_correction_lr, vrl_delta_update
+from tf_commopt.distribute.correction import (CORRECTIONS, gradient_delta, resolve_correction, validate_correction,
+                                              validate_correction_lr, vrl_delta_update)
+from tf_commopt.distribute.ps_rules import UpdateRule, sgd_rule, update_rule
 from tf_commopt.distribute.ps_serve import _reachable, serve, serve_unless_chief
 from tf_commopt.errors import ClusterError, InputError
 
-__all__ = ["serve", "serve_unless_chief", "array_batch_fn", "ParameterServerSkipCorrect", "CORRECTIONS"]
+__all__ = ["serve", "serve_unless_chief", "array_batch_fn", "ParameterServerSkipCorrect", "CORRECTIONS", "trainer_for",
+           "UpdateRule"]
 
 
 # --------------------------------------------------------------------------------------------------- data
@@ -160,6 +164,33 @@ def _saved_rounds(directory: str) -> List[int]:
     return sorted(int(n[6:]) for n in names if n.startswith("round-") and n[6:].isdigit())
 
 
+class _BatchFnSource:
+    """Batches from a ``batch_fn(shard, step) -> (x, y)``: step t of shard i is fixed, whoever runs it."""
+
+    per_shard = False  # one closure for every shard (the shard is a tensor argument)
+
+    def __init__(self, batch_fn: Callable) -> None:
+        self.batch_fn = batch_fn
+        self.num_shards = getattr(batch_fn, "num_shards", None)
+
+    def open(self, shard: Any, step0: Any) -> Callable:
+        return lambda j: self.batch_fn(shard, step0 + tf.cast(j, tf.int64))
+
+
+# id(strategy) -> the trainer compiled on it (ps_fit.fit finds a model's trainer by model.distribute_strategy)
+_TRAINERS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def trainer_for(strategy: Any) -> Optional["ParameterServerSkipCorrect"]:
+    """The ParameterServerSkipCorrect whose ``scope()`` is ``strategy`` (None if there is none).
+
+    >>> trainer_for(None) is None
+    True
+    """
+    t = _TRAINERS.get(id(strategy))
+    return t if t is not None and t.strategy is strategy else None
+
+
 # -------------------------------------------------------------------------------------------- strategy
 def _wait_for_tasks(tfc: TFConfig, timeout_s: float) -> None:
     """Wait until every worker and ps task listens (TensorFlow would block without saying on what)."""
@@ -186,9 +217,12 @@ class ParameterServerSkipCorrect:
             H = clip(round(t_comm / (target_ratio x t_comp)), 1, max_interval) from their median
             communication time per round and local-step time (the first round, which ships the
             function, is left out), fixed for the rest of the run (SkipCorrectStrategy's rule).
-        correction: "vrl" or "none".
-        learning_rate: lr of the local SGD steps (constant).
-        momentum: SGD momentum (Keras form v <- mu v - lr g; x <- x + v), buffer kept per shard on the ps.
+        correction: "auto" (default: resolved by ``compile`` from the optimizer: "vrl" for plain SGD,
+            "gradient" otherwise), "vrl", "gradient" (D_i = (G_i - mean_j G_j) / m from the raw gradient sums
+            G_i of the round's m local steps; any optimizer) or "none".
+        learning_rate: lr of the local SGD steps (constant; default 0.05) when ``compile`` gets no optimizer.
+        momentum: SGD momentum (Keras form v <- mu v - lr g; x <- x + v), buffer kept per shard on the ps
+            (default 0) when ``compile`` gets no optimizer.
         correction_lr: the lr in the vrl update: "effective" (default: lr / (1 - mu), as SkipCorrectStrategy;
             exactly lr for plain SGD) or "optimizer" (lr itself, which over-corrects with momentum).
         strategy: an existing ``tf.distribute.ParameterServerStrategy``; default: one from TF_CONFIG.
@@ -197,8 +231,8 @@ class ParameterServerSkipCorrect:
             strategy from TF_CONFIG (ClusterError naming the missing tasks otherwise).
     """
 
-    def __init__(self, interval: Union[int, str] = 4, correction: str = "vrl", learning_rate: float = 0.05,
-                 momentum: float = 0.0, strategy=None, round_timeout_s: float = 120.0,
+    def __init__(self, interval: Union[int, str] = 4, correction: str = "auto", learning_rate: Optional[float] = None,
+                 momentum: Optional[float] = None, strategy=None, round_timeout_s: float = 120.0,
                  connect_timeout_s: float = 300.0, correction_lr: str = "effective", target_ratio: float = 1.0,
                  max_interval: int = 256, probe_rounds: int = 3):
         self._auto: Optional[FirstIterationPolicy] = None
@@ -212,14 +246,14 @@ class ParameterServerSkipCorrect:
         elif isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise InputError(f"must be an integer >= 1 or 'auto', got {interval!r}", where="interval")
         validate_correction(correction)
-        if correction == "gradient":
-            raise InputError("the gradient-space correction is not implemented on the parameter-server path; "
-                             "use 'vrl' (its SGD/momentum rule) or 'none'", where="correction")
-        correction = "vrl" if correction == "auto" else correction  # this path is SGD (+ momentum): vrl
-        if not (isinstance(learning_rate, (int, float)) and learning_rate > 0):
+        if learning_rate is not None and (isinstance(learning_rate, bool) or not isinstance(
+                learning_rate, (int, float)) or not learning_rate > 0):
             raise InputError(f"must be a number > 0, got {learning_rate!r}", where="learning_rate")
-        if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
+        if momentum is not None and (isinstance(momentum, bool) or not isinstance(momentum, (int, float))
+                                     or not 0 <= momentum < 1):
             raise InputError(f"must be in [0, 1), got {momentum!r}", where="momentum")
+        self._sgd_args = (learning_rate, momentum)  # the SGD rule of compile() without an optimizer
+        self._correction_arg = correction  # "auto" is resolved by compile(), from the optimizer
         self.correction_lr = validate_correction_lr(correction_lr, where="correction_lr")
         if strategy is None:
             tfc = tf_config_from_env()
@@ -233,7 +267,8 @@ class ParameterServerSkipCorrect:
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
         unblock_coordinator_exit(self.coordinator)
         self.interval, self.correction = interval, correction
-        self.learning_rate, self.momentum = float(learning_rate), float(momentum)
+        self.learning_rate = float(learning_rate) if learning_rate is not None else 0.05
+        self.momentum = float(momentum) if momentum is not None else 0.0
         self.round_timeout_s = float(round_timeout_s)
         self.num_workers = int(strategy.extended._num_workers)  # pylint: disable=protected-access
         self.num_ps = int(strategy.extended._num_ps)  # pylint: disable=protected-access
@@ -244,6 +279,7 @@ class ParameterServerSkipCorrect:
         self.history: List[Dict[str, Any]] = []
         self.lost_workers: set = set()
         self.rejoined_workers: List[int] = []  # workers seen lost and later running shards again, in order
+        _TRAINERS[id(strategy)] = self
 
     def scope(self):
         """``strategy.scope()``: variables created here live on the ps tasks."""
@@ -252,11 +288,15 @@ class ParameterServerSkipCorrect:
     # ------------------------------------------------------------------------------------------ build
     def compile(self, model=None, loss: Optional[Callable] = None, batch_fn: Optional[Callable] = None,
                 num_shards: Optional[int] = None, variables: Optional[Sequence] = None,
-                loss_fn: Optional[Callable] = None) -> None:
+                loss_fn: Optional[Callable] = None, optimizer: Any = None) -> None:
         """Set up the round function. Either a tf-keras ``model`` (built in ``scope()``) and
         ``loss(y_true, y_pred)``, or ``variables`` (made in ``scope()``) and ``loss_fn(params, x, y)``.
-        ``batch_fn(shard, step) -> (x, y)`` runs on the worker; ``num_shards`` defaults to the
-        batch_fn's ``num_shards`` or the number of workers."""
+        ``batch_fn(shard, step) -> (x, y)`` runs on the worker (or a data source with ``open(shard, step0)``,
+        e.g. ``ps_fit.DatasetFnSource``); ``num_shards`` defaults to the batch_fn's ``num_shards`` or
+        the number of workers. ``optimizer``: a tf-keras optimizer (SGD, Adam, RMSprop, Adagrad; see
+        ``ps_rules.py``) for the local steps, with one slot per shard on the ps; default: SGD with the
+        constructor's ``learning_rate`` and ``momentum``. ``correction="auto"`` is resolved here: ``vrl``
+        for plain SGD, ``gradient`` for every other optimizer (as SkipCorrectStrategy)."""
         if model is not None:
             import tf_keras
 
@@ -281,104 +321,181 @@ class ParameterServerSkipCorrect:
         k = num_shards or getattr(batch_fn, "num_shards", None) or self.num_workers
         if not isinstance(k, int) or k < 1:
             raise InputError(f"num_shards must be a positive integer, got {k!r}", where="compile")
+        if optimizer is not None:
+            if self._sgd_args != (None, None):
+                raise InputError("pass learning_rate and momentum in the optimizer, not to ParameterServerSkipCorrect "
+                                 "as well", where="optimizer")
+            rule = update_rule(optimizer)
+        else:
+            lr0, mu0 = self._sgd_args
+            rule = sgd_rule(0.05 if lr0 is None else lr0, 0.0 if mu0 is None else mu0)
+        if self._compiled:
+            raise InputError("this trainer is compiled already; build a new ParameterServerSkipCorrect for another "
+                             "model (set_data() changes the data)", where="compile")
+        self.rule = rule
+        self.learning_rate = rule.constant_lr  # None with a schedule
+        self.momentum = rule.momentum
+        self.correction = resolve_correction(self._correction_arg, rule.name, rule.momentum, rule.nesterov)
         self.num_shards, self.variables, self.model = k, variables, model
-        lr, mu, vrl = self.learning_rate, self.momentum, self.correction == "vrl"
-        clr = lr / (1.0 - mu) if self.correction_lr == "effective" else lr  # the lr of the vrl update
+        self._forward = forward
+        mu, vrl, grad_corr = rule.momentum, self.correction == "vrl", self.correction == "gradient"
+        # H = 1 plain SGD / momentum with a constant lr: the workers push g_i and the ps finishes the step
+        self._ps_finish = (rule.name == "SGD" and not rule.nesterov and rule.schedule is None
+                           and self.correction in ("none", "vrl"))
+        self._eff = 1.0 / (1.0 - mu) if self.correction_lr == "effective" else 1.0  # vrl: lr' = lr x eff
 
-        def per_shard(v, name):
+        def per_shard(v, name, init=0.0):
             with tf.device(v.device):
-                return tf.Variable(tf.zeros([k] + v.shape.as_list(), v.dtype), trainable=False,
+                return tf.Variable(tf.fill([k] + v.shape.as_list(), tf.cast(init, v.dtype)), trainable=False,
                                    name=f"{name}_{v.name.split(':')[0].replace('/', '_')}")
 
         with self.strategy.scope():
             self._slots = [per_shard(v, "delta_slot") for v in variables]
-            self._corr = [per_shard(v, "correction") for v in variables] if vrl else []
-            self._mom = [per_shard(v, "momentum") for v in variables] if mu > 0 else []
-            # closures write v_i here, never into _mom, which they read: a closure re-run after a worker
-            # died half-way through its writes reads the same v_i again (idempotent); apply() copies
-            need_out = mu > 0 and (self.interval > 1 or self._auto is not None)
-            self._mom_out = [per_shard(v, "momentum_out") for v in variables] if need_out else []
+            self._corr = [per_shard(v, "correction") for v in variables] if vrl or grad_corr else []
+            self._gsum = [per_shard(v, "grad_sum") for v in variables] if grad_corr else []
+            # per optimizer slot (SGD: momentum; Adam: m, v; ...) one [K, ...] variable per model variable
+            self._opt = [[per_shard(v, name, init) for v in variables] for name, init in zip(rule.slots, rule.slot_init)]
+            # closures write their slots here, never into _opt, which they read: a closure re-run after a worker
+            # died half-way through its writes reads the same slots again (idempotent); apply() copies
+            need_out = bool(rule.slots) and (self.interval > 1 or self._auto is not None or not self._ps_finish)
+            self._opt_out = [[per_shard(v, name + "_out") for v in variables] for name in rule.slots] if need_out else []
+        self._mom = self._opt[0] if rule.name == "SGD" and rule.slots else []  # SGD's v_i (ps-finish path)
         self.param_bytes = int(sum(v.shape.num_elements() * v.dtype.size for v in variables))
+        self._set_source(batch_fn)
+        self._trace = self._make_trace()
+        self._trace(self.interval)
+        self._compiled = True
+
+    def _set_source(self, batch_fn: Any) -> None:
+        self._source = batch_fn if hasattr(batch_fn, "open") else _BatchFnSource(batch_fn)
+
+    def set_data(self, batch_fn: Any) -> None:
+        """Train on other data from now on (the ps state, corrections and slots are kept): re-traces once.
+
+        Example:
+            >>> trainer.set_data(array_batch_fn(x2, y2, num_shards=2, batch_size=32))   # doctest: +SKIP
+        """
+        if not self._compiled:
+            raise InputError("call compile() before set_data()", where="ParameterServerSkipCorrect")
+        k = getattr(batch_fn, "num_shards", None)
+        if k is not None and k != self.num_shards:
+            raise InputError(f"the data has {k} shards, the trainer {self.num_shards}", where="set_data")
+        self._set_source(batch_fn)
+        self._trace(self.interval)
+
+    def _make_trace(self) -> Callable[[int], None]:
+        rule, variables, forward, k = self.rule, self.variables, self._forward, self.num_shards
+        mu, vrl, grad_corr = rule.momentum, self.correction == "vrl", self.correction == "gradient"
+        const_lr = rule.constant_lr
+        n_slots = len(rule.slots)
 
         def trace(h: int) -> None:  # the round functions for interval h (a new h re-traces them once)
-            # pull x, push s_i (or g_i when H = 1), and for H > 1 pull D_i, pull + push v_i
-            per_closure = 2 if h == 1 else 2 + int(vrl) + 2 * int(mu > 0)
+            local = h > 1 or not self._ps_finish  # else: push the gradient, the ps applies correction and momentum
+            # pull x, push s_i (or g_i); pull D_i [vrl, gradient]; push G_i [gradient]; pull + push each slot
+            per_closure = 2 if not local else 2 + int(vrl or grad_corr) + int(grad_corr) + 2 * n_slots
             self.bytes_per_round = k * per_closure * self.param_bytes
+            source = self._source
 
-            @tf.function
-            def closure(shard, step0):
-                x0 = [tf.identity(v) for v in variables]  # pull x from the ps
-                local = h > 1  # H = 1: push the gradient, the ps applies correction and momentum itself
-                corr = [tf.gather(c, shard) for c in self._corr] if vrl and local else [tf.zeros_like(p) for p in x0]
-                mom = [tf.gather(m, shard) for m in self._mom] if mu > 0 and local else []
-                with tf.control_dependencies(x0 + corr + mom):
-                    t0 = tf.timestamp()
-                xs = [tf.identity(p) for p in x0]
+            def make_closure(fixed_shard: Optional[int]):
+                @tf.function
+                def closure(shard, step0, nsteps):
+                    x0 = [tf.identity(v) for v in variables]  # pull x from the ps
+                    corr = ([tf.gather(c, shard) for c in self._corr] if self._corr and local
+                            else [tf.zeros_like(p) for p in x0])
+                    slots = [[tf.gather(s, shard) for s in per_var] for per_var in self._opt] if local else []
+                    flat = [s for per_var in slots for s in per_var]
+                    with tf.control_dependencies(x0 + corr + flat):
+                        t0 = tf.timestamp()
+                    batches = source.open(shard if fixed_shard is None else fixed_shard, step0)
+                    xs = [tf.identity(p) for p in x0]
+                    gsum = [tf.zeros_like(p) for p in x0] if grad_corr else []
+                    # slots as [slot][var] -> per var lists for the rule
+                    def local_step(j, xs, slots, gsum, loss_sum):
+                        bx, by = batches(j)
+                        with tf.GradientTape() as tape:
+                            tape.watch(xs)
+                            loss_v = forward(xs, bx, by)
+                        grads = tape.gradient(loss_v, xs)
+                        if not local:
+                            return j + 1, grads, slots, gsum, loss_sum + tf.cast(loss_v, tf.float64)
+                        step = step0 + tf.cast(j, tf.int64)  # global step before this one (optimizer.iterations)
+                        lr = rule.lr(step)
+                        new_xs, new_slots = [], [[] for _ in range(n_slots)]
+                        for v, (p, g, c) in enumerate(zip(xs, grads, corr)):
+                            p2, s2 = rule.apply(p, g - c, [slots[s][v] for s in range(n_slots)], lr, step + 1)
+                            new_xs.append(p2)
+                            for s in range(n_slots):
+                                new_slots[s].append(s2[s])
+                        if grad_corr:  # G_i: the raw gradients of the round, before the correction
+                            gsum = [a + g for a, g in zip(gsum, grads)]
+                        return j + 1, new_xs, new_slots, gsum, loss_sum + tf.cast(loss_v, tf.float64)
 
-                def local_step(j, xs, mom, loss_sum):
-                    bx, by = batch_fn(shard, step0 + tf.cast(j, tf.int64))
-                    with tf.GradientTape() as tape:
-                        tape.watch(xs)
-                        loss_v = forward(xs, bx, by)
-                    grads = tape.gradient(loss_v, xs)
-                    if not local:
-                        xs = grads
-                    elif mu > 0:
-                        mom = [mu * m - lr * (g - c) for m, g, c in zip(mom, grads, corr)]
-                        xs = [p + m for p, m in zip(xs, mom)]
+                    loss_sum = tf.constant(0.0, tf.float64)
+                    if local:  # a loop, not H unrolled copies: tracing (and a new H's re-trace) does not grow with H
+                        _, xs, slots, gsum, loss_sum = tf.while_loop(
+                            lambda j, *_: j < nsteps, local_step, (tf.constant(0), xs, slots, gsum, loss_sum),
+                            maximum_iterations=h)
+                        xs, slots, gsum = list(xs), [list(s) for s in slots], list(gsum)
                     else:
-                        xs = [p - lr * (g - c) for p, g, c in zip(xs, grads, corr)]
-                    return j + 1, xs, mom, loss_sum + tf.cast(loss_v, tf.float64)
+                        _, xs, slots, gsum, loss_sum = local_step(tf.constant(0), xs, slots, gsum, loss_sum)
+                    pushed = [p - q for p, q in zip(xs, x0)] if local else xs  # s_i (local) or g_i (ps finishes)
+                    flat = [s for per_var in slots for s in per_var]
+                    with tf.control_dependencies(pushed + flat + gsum):
+                        t1 = tf.timestamp()
 
-                loss_sum = tf.constant(0.0, tf.float64)
-                if local:  # a loop, not H unrolled copies: tracing (and a new H's re-trace) does not grow with H
-                    _, xs, mom, loss_sum = tf.while_loop(
-                        lambda j, *_: j < h, local_step, (tf.constant(0), xs, mom, loss_sum),
-                        maximum_iterations=h)
-                    xs, mom = list(xs), list(mom)
-                else:
-                    _, xs, mom, loss_sum = local_step(tf.constant(0), xs, mom, loss_sum)
-                pushed = [p - q for p, q in zip(xs, x0)] if local else xs  # s_i (H > 1) or g_i (H = 1)
-                with tf.control_dependencies(pushed + mom):
-                    t1 = tf.timestamp()
-                writes = [s.scatter_update(tf.IndexedSlices(d[None], shard[None])) for s, d in zip(self._slots, pushed)]
-                writes += [m.scatter_update(tf.IndexedSlices(b[None], shard[None])) for m, b in zip(self._mom_out, mom)]
-                with tf.control_dependencies(writes):
-                    worker = tf.identity(tf.distribute.coordinator.experimental_get_current_worker_index())
-                return worker, t1 - t0, loss_sum / h
+                    def put(var, value):
+                        return var.scatter_update(tf.IndexedSlices(value[None], shard[None]))
+
+                    writes = [put(s, d) for s, d in zip(self._slots, pushed)]
+                    writes += [put(o, b) for outs, news in zip(self._opt_out, slots) for o, b in zip(outs, news)]
+                    writes += [put(o, b) for o, b in zip(self._gsum, gsum)]
+                    with tf.control_dependencies(writes):
+                        worker = tf.identity(tf.distribute.coordinator.experimental_get_current_worker_index())
+                    return worker, t1 - t0, loss_sum / tf.cast(nsteps, tf.float64)
+
+                return closure
 
             @tf.function
-            def apply():
-                none = [None] * len(variables)
-                for v, s, c, m, mo in zip(variables, self._slots, self._corr or none, self._mom or none,
-                                          self._mom_out or none):
+            def apply(nsteps, lr_sum):
+                m = tf.cast(nsteps, tf.float32)
+                for idx, v in enumerate(variables):
                     with tf.device(v.device):  # on the ps that holds v
-                        sv = s.read_value()
-                        if mo is not None and h > 1:  # H > 1 with momentum: the closures' v_i become the next round's
-                            m.assign(mo.read_value())
-                        if h == 1:  # the slots hold g_i: finish the local step here, s_i = x_i - x
-                            step = sv - c.read_value() if c is not None else sv
-                            if m is not None:
-                                m.assign(mu * m - lr * step)
-                                sv = m.read_value()
+                        sv = self._slots[idx].read_value()
+                        if local:
+                            for outs, ins in zip(self._opt_out, self._opt):  # the closures' slots become the next round's
+                                ins[idx].assign(outs[idx].read_value())
+                        else:  # the slots hold g_i: finish the local (SGD) step here, s_i = x_i - x
+                            step = sv - self._corr[idx].read_value() if self._corr else sv
+                            if self._mom:
+                                mom = self._mom[idx]
+                                mom.assign(mu * mom - const_lr * step)
+                                sv = mom.read_value()
                             else:
-                                sv = -lr * step
+                                sv = -const_lr * step
                         mean = tf.reduce_mean(sv, axis=0)
                         v.assign_add(mean)
-                        if c is not None:  # D_i += (x_bar - x_i) / (H lr'), with x_bar - x_i = mean - s_i
-                            c.assign(vrl_delta_update(c.read_value(), mean[None], sv, h, clr))
+                        if vrl:  # D_i += (x_bar - x_i) / (sum of lr' over the round), x_bar - x_i = mean - s_i
+                            c = self._corr[idx]
+                            c.assign(vrl_delta_update(c.read_value(), mean[None], sv, tf.cast(m, v.dtype),
+                                                      tf.cast(lr_sum * self._eff / m, v.dtype)))
+                        elif grad_corr:  # D_i = (G_i - mean_j G_j) / m  (sum_i D_i = 0)
+                            gs = self._gsum[idx].read_value()
+                            self._corr[idx].assign(gradient_delta(gs, tf.reduce_mean(gs, axis=0)[None],
+                                                                  tf.cast(m, v.dtype)))
                 return tf.constant(0)
 
-            self._closure, self._apply = closure, apply
+            shards = list(range(k)) if getattr(source, "per_shard", False) else [None]
+            closures = [make_closure(s) for s in shards]
+            self._closures, self._apply = closures, apply
             t0 = time.perf_counter()  # trace now, so the first round's time is shipping + running, not tracing
+            spec = (tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int32))
             with self.strategy.scope():
-                closure.get_concrete_function(tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int64))
-            apply.get_concrete_function()
+                for c in closures:
+                    c.get_concrete_function(*spec)
+            apply.get_concrete_function(tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32))
             self.trace_s = time.perf_counter() - t0
 
-        self._trace = trace
-        trace(self.interval)
-        self._compiled = True
+        return trace
 
     # ---------------------------------------------------------------------------------------- rounds
     def _join(self, what: str) -> None:
@@ -419,25 +536,33 @@ class ParameterServerSkipCorrect:
         return [f"{job} {i} ({a})" for job in ("ps", "worker") for i, a in enumerate(spec.get(job, []))
                 if not _reachable(a)]
 
-    def run_round(self) -> Dict[str, Any]:
-        """One round: K closures (H local steps each), then the averaging on the ps. Returns its record:
-        ``round, loss, workers`` (the worker index each shard ran on), ``compute_s, comm_s, bytes``."""
+    def run_round(self, steps: Optional[int] = None) -> Dict[str, Any]:
+        """One round: K closures (H local steps each, or ``steps`` <= H: e.g. the last round of an epoch),
+        then the averaging on the ps. Returns its record: ``round, loss, workers`` (the worker index each
+        shard ran on), ``compute_s, comm_s, bytes, steps``. A shorter round uses the same traced functions."""
         if not self._compiled:
             raise InputError("call compile() before run_round()", where="ParameterServerSkipCorrect")
+        m = self.interval if steps is None else steps
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= self.interval:
+            raise InputError(f"must be an integer in [1, interval={self.interval}], got {steps!r}", where="steps")
+        m = int(m)
+        lr_sum = tf.constant(self.rule.lr_sum(self.steps_done, m), tf.float32)  # the vrl update's sum of lr
         t0 = time.perf_counter()
         step0 = tf.constant(self.steps_done, tf.int64)  # batch (shard i, step t) is fixed: t = step0 + j
-        rvs = [self.coordinator.schedule(self._closure, args=(tf.constant(i, tf.int32), step0))
+        nsteps = tf.constant(m, tf.int32)
+        closures = self._closures
+        rvs = [self.coordinator.schedule(closures[i % len(closures)], args=(tf.constant(i, tf.int32), step0, nsteps))
                for i in range(self.num_shards)]
         self._join(f"round {self.rounds}")
         outs = [rv.fetch() for rv in rvs]
         t1 = time.perf_counter()
-        self._apply()
+        self._apply(nsteps, lr_sum)
         t2 = time.perf_counter()
         compute = max(float(o[1]) for o in outs)
         rec = {"round": self.rounds, "loss": float(np.mean([o[2] for o in outs])),
                "workers": [int(o[0]) for o in outs], "compute_s": compute,
                "comm_s": max(0.0, (t1 - t0) - compute) + (t2 - t1), "bytes": self.bytes_per_round,
-               "interval": self.interval}
+               "interval": self.interval, "steps": m}
         back = sorted(self.lost_workers & set(rec["workers"]))
         if back:  # a restarted worker: TensorFlow's coordinator reconnected it; it pulled x like any worker
             self.lost_workers -= set(back)
@@ -451,7 +576,7 @@ class ParameterServerSkipCorrect:
         self._stats["comm_s"] += rec["comm_s"]
         self._stats["bytes_communicated"] += rec["bytes"]
         self.rounds += 1
-        self.steps_done += self.interval
+        self.steps_done += m
         self.history.append(rec)
         if self._auto is not None and not self._auto.chosen and self.rounds >= self.probe_rounds:
             self._choose_interval()
@@ -512,8 +637,9 @@ class ParameterServerSkipCorrect:
 
     # ------------------------------------------------------------------------------------ checkpoints
     def _checkpoint(self):
-        return tf.train.Checkpoint(variables=list(self.variables), corrections=list(self._corr),
-                                   momentum=list(self._mom))
+        slots = {("momentum" if self.rule.name == "SGD" else f"slot_{name}"): list(per_var)
+                 for name, per_var in zip(self.rule.slots, self._opt)}  # SGD: the key of earlier versions
+        return tf.train.Checkpoint(variables=list(self.variables), corrections=list(self._corr), **slots)
 
     def save(self, directory: str, keep: int = 2) -> str:
         """Write the global model, every D_i and v_i and the round counter to ``directory/round-R`` (chief).
@@ -536,7 +662,8 @@ class ParameterServerSkipCorrect:
         self._checkpoint().write(os.path.join(tmp, "ckpt"))
         with open(os.path.join(tmp, "round.json"), "w", encoding="utf-8") as f:
             json.dump({"rounds": self.rounds, "steps": self.steps_done, "interval": self.interval,
-                       "auto": self._auto is not None, "correction": self.correction}, f)
+                       "auto": self._auto is not None, "correction": self.correction,
+                       "optimizer": self.rule.name}, f)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         for old in _saved_rounds(directory)[:-keep]:
@@ -561,6 +688,8 @@ class ParameterServerSkipCorrect:
             with open(os.path.join(os.path.dirname(path), "round.json"), encoding="utf-8") as f:
                 meta = json.load(f)
             auto = self._auto is not None
+            if meta.get("optimizer", "SGD") != self.rule.name:
+                raise ValueError(f"saved with optimizer {meta.get('optimizer', 'SGD')}; this run has {self.rule.name}")
             if (bool(meta.get("auto")), meta["correction"]) != (auto, self.correction) or (
                     not auto and meta["interval"] != self.interval):
                 raise ValueError(f"saved with interval {'auto' if meta.get('auto') else meta['interval']}, "
@@ -591,8 +720,9 @@ class ParameterServerSkipCorrect:
 
         compute_s: per round, the slowest closure's local-step time (measured on the worker);
         comm_s: the rest of the round (pull of x / D_i, push of s_i, scheduling, averaging on the ps);
-        bytes_communicated: worker<->ps payload per round: K x 2 x model bytes for H = 1, else
-        K x (2 + [vrl] + 2 [momentum]) x model bytes. first_round_s: the first round's wall time (it also
+        bytes_communicated: worker<->ps payload per round: K x 2 x model bytes for H = 1 with plain
+        SGD / momentum and a constant lr, else K x (2 + [vrl or gradient] + [gradient] + 2 x optimizer
+        slots) x model bytes (slots: SGD with momentum 1, Adam 2, ...). first_round_s: the first round's wall time (it also
         ships the round function, with any data constants, to the workers); median_round_s: the median
         of the later rounds.
         """
