@@ -183,7 +183,7 @@ def tf_keras_internals() -> Any:
     try:
         from tf_keras.src import callbacks
         from tf_keras.src.distribute import worker_training_state
-        from tf_keras.src.engine import base_layer, functional, node, training
+        from tf_keras.src.engine import base_layer, compile_utils, functional, node, training
         from tf_keras.src.mixed_precision import loss_scale_optimizer
         from tf_keras.src.optimizers import optimizer
         from tf_keras.src.optimizers.legacy import optimizer_v2
@@ -192,7 +192,7 @@ def tf_keras_internals() -> Any:
     import types
     tk = types.SimpleNamespace(callbacks=callbacks, worker_training_state=worker_training_state,
                                training=training, loss_scale_optimizer=loss_scale_optimizer,
-                               functional=functional, node=node, base_layer=base_layer,
+                               functional=functional, node=node, base_layer=base_layer, compile_utils=compile_utils,
                                optimizer=optimizer, optimizer_v2=optimizer_v2)
     INTERNALS[0:0] = [  # at the front: callers may append/pop their own entries at the end
         (tk.loss_scale_optimizer, "strategy_supports_loss_scaling"),  # the one module-level hook
@@ -215,6 +215,7 @@ def tf_keras_internals() -> Any:
         # read by the wrappers of distribute/_keras_hooks.py
         (_SetBy(tk.optimizer.Optimizer.__init__), "_mesh"),
         (_SetBy(tk.optimizer._BaseOptimizer.learning_rate.fset), "_learning_rate"),  # optimizer_schedule
+        (_SetBy(tk.compile_utils.MetricsContainer.__init__), "_user_metrics"),  # keras_compiled_metric_names
         (_SetBy(tk.callbacks.BackupAndRestore.on_train_begin), "_training_state"),
         (_SetBy(tk.worker_training_state.WorkerTrainingState.__init__), "_model"),
     ]
@@ -238,6 +239,18 @@ def optimizer_schedule(optimizer: Any) -> Optional[Any]:
 
     lr = getattr(optimizer, "_learning_rate", None)
     return lr if isinstance(lr, LearningRateSchedule) else None
+
+
+def keras_compiled_metric_names(model: Any) -> List[str]:
+    """Names of the metrics passed to a tf-keras ``model.compile(metrics=...)`` (``compiled_metrics._user_metrics``)."""
+    tf_keras_internals()
+    container = getattr(model, "compiled_metrics", None)
+    user = getattr(container, "_user_metrics", None) if container is not None else None
+    if user is None:
+        return []
+    flat = tf.nest.flatten(user)
+    return [m if isinstance(m, str) else getattr(m, "name", None) or getattr(m, "__name__", type(m).__name__)
+            for m in flat if m is not None]
 
 
 def optimizer_momentum(optimizer: Any) -> tf.Tensor:

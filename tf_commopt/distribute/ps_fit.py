@@ -1,0 +1,256 @@
+"""``model.fit`` on a parameter-server cluster, with skip-and-correct rounds underneath.
+
+Example (the same script on every task; see docs/parameter_server.md, "model.fit")::
+
+    from tf_commopt.distribute import parameter_server as psc, ps_fit
+    psc.serve_unless_chief()                                   # worker / ps tasks serve here
+    trainer = psc.ParameterServerSkipCorrect(interval="auto")  # correction="auto": vrl for SGD, else gradient
+    with trainer.scope():
+        model = tf_keras.Sequential([...])
+        model.compile(optimizer=tf_keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy")
+    ps_fit.wrap(model)                                         # this instance's fit runs rounds
+    history = model.fit(x, y, batch_size=64, epochs=3)         # or model.fit(dataset_fn, steps_per_epoch=...)
+
+What ``fit`` does: K shards (one per worker); an epoch of ``steps_per_epoch`` global steps is run as
+rounds of H local steps (``ParameterServerSkipCorrect.run_round``; the last round of an epoch is cut
+to the steps left, with no re-trace) with the model's compiled optimizer translated into a tensor
+rule (``ps_rules.py``: SGD, Adam, RMSprop, Adagrad; constant lr or a LearningRateSchedule evaluated
+on the global step) whose slots live on the ps, one per shard. Callbacks get ``on_train_begin``,
+``on_epoch_begin/end``, ``on_train_batch_begin/end`` (once per round, with the index of the round's
+last step) and ``on_train_end``; a Keras progress bar is printed (``verbose``); the returned
+``History`` has the loss (the mean of the shards' local-step losses over the epoch so far). Compiled
+metrics are not computed during training here (a warning says so); ``model.evaluate`` after ``fit``
+computes them.
+
+Data: arrays ``x, y`` (``batch_size`` is the global batch, split over the K shards; shard i = rows
+i, i + K, ...; ``shuffle=True`` permutes the rows once, with ``seed``, before sharding — not every
+epoch), or a dataset function ``dataset_fn(input_context)`` (or a
+``tf_keras.utils.experimental.DatasetCreator``), as ParameterServerStrategy users write it, with
+``steps_per_epoch``. The function is called for each shard i with ``InputContext(num_input_pipelines=K,
+input_pipeline_id=i, num_replicas_in_sync=K)`` (so ``get_per_replica_batch_size(global)`` is the
+shard's batch) *inside* the closure, on whichever worker runs shard i; the closure skips the steps
+shard i has done and takes the next m. So the batches of (shard i, step t) are fixed whoever runs
+them, a closure re-run after a worker failure reads the same batches, and the dataset must be
+infinite (``.repeat()``). The price: each round rebuilds the shard's dataset and ``skip``s the steps
+already done (cheap for in-memory pipelines; for expensive ones prefer few, long rounds).
+"""
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from tf_commopt import use_tf_keras  # noqa: E402
+
+use_tf_keras()
+import tensorflow as tf  # noqa: E402
+
+from tf_commopt import _compat  # noqa: E402
+from tf_commopt.distribute.parameter_server import (ParameterServerSkipCorrect, array_batch_fn,  # noqa: E402
+                                                    trainer_for)
+from tf_commopt.distribute.ps_rules import SUPPORTED_OPTIMIZERS, update_rule  # noqa: E402
+from tf_commopt.errors import InputError  # noqa: E402
+
+__all__ = ["fit", "wrap", "DatasetFnSource", "SUPPORTED_OPTIMIZERS", "update_rule"]
+
+_FIT_ARGS = ("x", "y", "batch_size", "epochs", "verbose", "callbacks", "shuffle", "initial_epoch", "steps_per_epoch")
+
+
+class DatasetFnSource:
+    """Batches of shard i from ``dataset_fn(InputContext(K, i, K))``, built inside the closure.
+
+    Example:
+        >>> src = DatasetFnSource(lambda ctx: ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id), 2)  # doctest: +SKIP
+
+    Step t of shard i is the dataset's element t (the closure ``skip``s the steps done), so the batches
+    do not depend on which worker runs the shard. Elements must be ``(x, y)``; the dataset must not end.
+    """
+
+    per_shard = True  # one closure per shard: the InputContext holds a Python int
+
+    def __init__(self, dataset_fn: Callable, num_shards: int) -> None:
+        self.dataset_fn, self.num_shards = dataset_fn, int(num_shards)
+
+    def open(self, shard: int, step0: Any) -> Callable:
+        k = self.num_shards
+        ctx = tf.distribute.InputContext(num_input_pipelines=k, input_pipeline_id=int(shard), num_replicas_in_sync=k)
+        ds = self.dataset_fn(ctx)
+        if not isinstance(ds, tf.data.Dataset):
+            raise InputError(f"dataset_fn must return a tf.data.Dataset, got {type(ds).__name__}", where="x")
+        spec = ds.element_spec
+        if not (isinstance(spec, tuple) and len(spec) == 2):
+            raise InputError(f"dataset_fn's dataset must yield (x, y) pairs, got elements {spec}", where="x")
+        it = iter(ds.skip(step0))
+
+        def next_batch(j):
+            opt = it.get_next_as_optional()
+            ok = tf.debugging.Assert(opt.has_value(), [f"dataset_fn's dataset of shard {shard} ended; make it infinite "
+                                                       "with .repeat() (steps_per_epoch counts the steps)"])
+            with tf.control_dependencies([ok]):
+                bx, by = opt.get_value()
+            return bx, by
+
+        return next_batch
+
+
+def _loss_of(model: Any) -> Any:
+    import tf_keras
+
+    loss = getattr(model, "loss", None)
+    if loss is None or getattr(model, "optimizer", None) is None:
+        raise InputError("compile the model (optimizer= and loss=) before fit", where="model")
+    if isinstance(loss, (dict, list, tuple)):
+        raise InputError("one loss for a single-output model is supported on the parameter-server path, got "
+                         f"{type(loss).__name__}", where="loss")
+    return tf_keras.losses.get(loss) if isinstance(loss, str) else loss
+
+
+def _warn_metrics(model: Any) -> None:
+    names = _compat.keras_compiled_metric_names(model)
+    if names:
+        sys.stderr.write(f"tf_commopt: ps fit: compiled metrics ({', '.join(names)}) are not computed during "
+                         "training on the parameter-server path, only the loss; model.evaluate() after fit "
+                         "computes them\n")
+        sys.stderr.flush()
+
+
+def _source(trainer: ParameterServerSkipCorrect, x: Any, y: Any, batch_size: Optional[int], shuffle: bool,
+            steps_per_epoch: Optional[int], seed: int):
+    """(data source, steps_per_epoch, a key that changes when the data does)."""
+    k = trainer.num_workers if not getattr(trainer, "_compiled", False) else trainer.num_shards
+    if isinstance(x, tf.data.Dataset):
+        raise InputError("a tf.data.Dataset is one stream, so a shard's batches would depend on which worker ran "
+                         "it; pass a dataset_fn(input_context) (as with ParameterServerStrategy) or arrays",
+                         where="x")
+    if callable(x):  # dataset_fn or DatasetCreator
+        if y is not None:
+            raise InputError("y must be None with a dataset function (it yields (x, y))", where="y")
+        if not isinstance(steps_per_epoch, int) or isinstance(steps_per_epoch, bool) or steps_per_epoch < 1:
+            raise InputError(f"a dataset function needs steps_per_epoch (an integer >= 1), got {steps_per_epoch!r}",
+                             where="steps_per_epoch")
+        return DatasetFnSource(x, k), steps_per_epoch, ("fn", id(x))
+    if x is None or y is None:
+        raise InputError("pass arrays x and y, or a dataset_fn(input_context) as x", where="x")
+    x, y = np.asarray(x), np.asarray(y)
+    if len(x) != len(y):
+        raise InputError(f"x has {len(x)} rows but y has {len(y)}", where="y")
+    batch_size = 32 if batch_size is None else batch_size
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < k or batch_size % k:
+        raise InputError(f"the global batch must be a positive multiple of the {k} shards, got {batch_size!r}",
+                         where="batch_size")
+    if len(x) < batch_size:
+        raise InputError(f"{len(x)} rows cannot fill one global batch of {batch_size}", where="x")
+    if shuffle:
+        perm = np.random.RandomState(seed).permutation(len(x))
+        x, y = x[perm], y[perm]
+    if steps_per_epoch is None:
+        steps_per_epoch = len(x) // batch_size
+    elif isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
+        raise InputError(f"must be an integer >= 1, got {steps_per_epoch!r}", where="steps_per_epoch")
+    return array_batch_fn(x, y, num_shards=k, batch_size=batch_size // k), steps_per_epoch, \
+        ("arrays", id(x), len(x), batch_size, bool(shuffle), seed)
+
+
+def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = None, epochs: int = 1,
+        verbose: Any = "auto", callbacks: Optional[List[Any]] = None, shuffle: bool = True, initial_epoch: int = 0,
+        steps_per_epoch: Optional[int] = None, trainer: Optional[ParameterServerSkipCorrect] = None, seed: int = 0,
+        **unsupported: Any) -> Any:
+    """``model.fit`` through skip-and-correct rounds on this parameter-server cluster (chief). Returns a History.
+
+    Example:
+        >>> history = fit(model, x, y, batch_size=64, epochs=2)                    # doctest: +SKIP
+        >>> history = fit(model, dataset_fn, epochs=2, steps_per_epoch=100)        # doctest: +SKIP
+
+    ``model`` must be built (and compiled, with a tf-keras optimizer of :data:`SUPPORTED_OPTIMIZERS`) in
+    the ``scope()`` of a ParameterServerSkipCorrect (``trainer``; default: the one whose strategy built
+    the model). Arguments of tf-keras ``fit`` not listed here (validation_data, sample_weight, ...) are a
+    one-line InputError naming them.
+    """
+    import tf_keras
+
+    if unsupported:
+        name = sorted(unsupported)[0]
+        raise InputError(f"fit({name}=...) is not supported on the parameter-server path (supported: "
+                         f"{', '.join(_FIT_ARGS)})", where=name)
+    if not isinstance(model, tf_keras.Model):
+        raise InputError(f"must be a tf-keras model, got {type(model).__module__}.{type(model).__name__}",
+                         where="model")
+    trainer = trainer or trainer_for(getattr(model, "distribute_strategy", None))
+    if trainer is None:
+        raise InputError("build the model inside a ParameterServerSkipCorrect's scope() (its variables live on the "
+                         "ps tasks)", where="model")
+    for name, val, low in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < low:
+            raise InputError(f"must be an integer >= {low}, got {val!r}", where=name)
+    loss = _loss_of(model)
+    cbs = list(getattr(callbacks, "callbacks", callbacks) or [])
+    for cb in cbs:
+        if isinstance(cb, tf_keras.callbacks.BackupAndRestore):
+            raise InputError("BackupAndRestore does not hold the per-shard corrections and optimizer slots of the "
+                             "parameter-server path; use trainer.save(dir) / trainer.restore_latest(dir)",
+                             where="callbacks")
+    source, steps_per_epoch, key = _source(trainer, x, y, batch_size, shuffle, steps_per_epoch, seed)
+    if not getattr(trainer, "_compiled", False):
+        trainer.compile(model, loss=loss, batch_fn=source, num_shards=source.num_shards, optimizer=model.optimizer)
+        _warn_metrics(model)
+    elif trainer.model is not model:
+        raise InputError("this trainer trains another model; build a ParameterServerSkipCorrect per model",
+                         where="model")
+    elif getattr(trainer, "_fit_key", None) != key:
+        trainer.set_data(source)
+    trainer._fit_key = key  # pylint: disable=protected-access
+
+    verbose = 1 if verbose == "auto" else verbose
+    cb = tf_keras.callbacks.CallbackList(cbs, add_history=True, add_progbar=verbose != 0, model=model,
+                                         verbose=verbose, epochs=epochs, steps=steps_per_epoch)
+    model.stop_training = False
+    cb.on_train_begin()
+    logs: Dict[str, Any] = {}
+    for epoch in range(initial_epoch, epochs):
+        cb.on_epoch_begin(epoch)
+        done, loss_sum = 0, 0.0
+        while done < steps_per_epoch:
+            m = min(trainer.interval, steps_per_epoch - done)  # the epoch's last round: the steps left
+            cb.on_train_batch_begin(done)
+            rec = trainer.run_round(steps=m)
+            done += rec["steps"]
+            loss_sum += rec["loss"] * rec["steps"]
+            logs = {"loss": loss_sum / done}
+            cb.on_train_batch_end(done - 1, logs)
+            if model.stop_training:
+                break
+        cb.on_epoch_end(epoch, dict(logs))
+        if model.stop_training:
+            break
+    model.optimizer.iterations.assign(trainer.steps_done)  # the global step, as after a tf-keras fit
+    cb.on_train_end(dict(logs))
+    return model.history
+
+
+def wrap(model: Any, trainer: Optional[ParameterServerSkipCorrect] = None) -> Any:
+    """Make this one model instance's ``fit`` run :func:`fit` (nothing else changes; no class is modified).
+
+    Example:
+        >>> model = wrap(model)                                      # doctest: +SKIP
+        >>> model.fit(x, y, batch_size=64, epochs=3)                 # doctest: +SKIP
+
+    The wrapper is an instance attribute (as ``distribute/_keras_hooks.py`` binds its wrappers), so other
+    models, and tf-keras's ``Model`` class, keep tf-keras's own ``fit``.
+    """
+    import tf_keras
+
+    if not isinstance(model, tf_keras.Model):
+        raise InputError(f"must be a tf-keras model, got {type(model).__module__}.{type(model).__name__}",
+                         where="model")
+    if trainer is None and trainer_for(getattr(model, "distribute_strategy", None)) is None:
+        raise InputError("build the model inside a ParameterServerSkipCorrect's scope() (its variables live on the "
+                         "ps tasks)", where="model")
+
+    def ps_fit(self, *args: Any, **kwargs: Any) -> Any:
+        return fit(self, *args, trainer=trainer, **kwargs)
+
+    ps_fit.__doc__ = fit.__doc__
+    object.__setattr__(model, "fit", types.MethodType(ps_fit, model))
+    return model
