@@ -24,7 +24,6 @@ saved round and, the batches being a function of (shard, step), reproduces the u
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, TextIO, Tuple
@@ -36,9 +35,62 @@ from tf_commopt.errors import InputError
 if TYPE_CHECKING:  # not at run time: `python -m experiments.train` is __main__, a second import would redefine its flags
     from experiments.train import Config
 
-__all__ = ["run_training", "PS_STRATEGIES"]
+__all__ = ["run_training", "PS_STRATEGIES", "rounds_left"]
 
 PS_STRATEGIES = ("ssgd", "skip_correct", "local_sgd")
+
+
+def rounds_left(steps_done: int, steps: int, interval: int, steps_per_epoch: int) -> int:
+    """Rounds from ``steps_done`` to ``steps`` with H = ``interval``, each epoch's last round cut to the steps left.
+
+    >>> rounds_left(0, 10, 3, 5), rounds_left(5, 10, 3, 5), rounds_left(0, 8, 4, 8)
+    (4, 2, 2)
+    """
+    n = 0
+    while steps_done < steps:
+        steps_done += min(interval, steps_per_epoch - steps_done % steps_per_epoch)
+        n += 1
+    return n
+
+
+class _RoundLog:
+    """The runner's log line every tenth of the rounds, and the ``--backup_dir`` saves (a Keras callback)."""
+
+    def __init__(self, trainer: Any, backup_dir: str, steps: int, steps_per_epoch: int, out: TextIO) -> None:
+        self.trainer, self.backup_dir, self.steps, self.spe, self.out = trainer, backup_dir, steps, steps_per_epoch, out
+        self.total: Optional[int] = None
+        self.every = 4
+
+    def _plan(self) -> None:
+        t = self.trainer
+        if t._auto is not None and not t._auto.chosen:  # pylint: disable=protected-access
+            return  # auto: known once H is chosen
+        self.total = t.rounds + rounds_left(t.steps_done, self.steps, t.interval, self.spe)
+        self.every = max(1, self.total // 10)
+
+    def after_round(self) -> None:
+        t = self.trainer
+        if self.total is None:
+            self._plan()
+        rec, r = t.history[-1], t.rounds - 1
+        last = t.steps_done >= self.steps
+        if r % self.every == 0 or last:
+            print(f"round {r + 1}/{self.total or '?'}: loss {rec['loss']:.4f}, compute {rec['compute_s'] * 1e3:.1f} ms, "
+                  f"comm {rec['comm_s'] * 1e3:.1f} ms, {rec['bytes'] / 1e6:.3f} MB, workers {rec['workers']}",
+                  file=self.out, flush=True)
+        if self.backup_dir and ((r + 1) % self.every == 0 or last):
+            t.save(self.backup_dir)
+
+    def callback(self) -> Any:
+        import tf_keras
+
+        log = self
+
+        class RoundLog(tf_keras.callbacks.Callback):
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                log.after_round()
+
+        return RoundLog()
 
 
 def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None) -> Tuple[Dict[str, Any], Any]:
@@ -50,7 +102,9 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
     ``model_fn(name, input_shape, num_classes)`` builds an uncompiled tf-keras model (logits).
     Returns (record, plain model with the trained weights) on the chief; never returns on workers/ps.
     """
+    from experiments.optimizers import build_optimizer
     from tf_commopt.distribute import parameter_server as psc
+    from tf_commopt.distribute import ps_fit
 
     out = out or sys.stdout
     tfc = psc.serve_unless_chief(tf_config_from_env())
@@ -78,40 +132,42 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
     data = load_dataset(cfg.dataset, seed=cfg.seed)
     steps_per_epoch = max(1, len(data.x_train) // cfg.batch_size)
     steps = cfg.steps or cfg.epochs * steps_per_epoch
-    rounds = math.ceil(steps / interval) if interval != "auto" else None  # auto: known once H is chosen
 
     tf_keras.utils.set_random_seed(cfg.seed)
     trainer = psc.ParameterServerSkipCorrect(interval=interval, correction=correction,
-                                             learning_rate=cfg.learning_rate, momentum=cfg.momentum,
                                              correction_lr=getattr(cfg, "correction_lr", "effective"),
                                              target_ratio=float(cfg.target_ratio), max_interval=cfg.max_interval)
+    loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    optimizer_name = getattr(cfg, "optimizer", "sgd")
     with trainer.scope():
         model = model_fn(cfg.model, data.input_shape, data.num_classes)
-    loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    trainer.compile(model, loss=loss, batch_fn=psc.array_batch_fn(data.x_train, data.y_train, num_shards=workers,
-                                                                   batch_size=cfg.batch_size // workers))
+        model.compile(optimizer=build_optimizer(optimizer_name, cfg.learning_rate, cfg.momentum), loss=loss)
+    ps_fit.wrap(model, trainer)
+    if cfg.steps:
+        epochs, steps_per_epoch = 1, cfg.steps
+    else:
+        epochs = cfg.epochs
+    # the data set's order (load_dataset shuffled it with --seed); shard i = rows i, i + K, ...
+    data_args = dict(batch_size=cfg.batch_size, shuffle=False, steps_per_epoch=steps_per_epoch)
+    ps_fit.prepare(model, data.x_train, data.y_train, trainer=trainer, **data_args)
     first = trainer.restore_latest(cfg.backup_dir) if cfg.backup_dir else 0
     if first:
         print(f"resuming after round {first} from {cfg.backup_dir}", file=out, flush=True)
     print(f"{cfg.strategy} (parameter server): {cfg.model} on {cfg.dataset} ({len(data.x_train)} train / "
           f"{len(data.x_test)} test), {workers} workers + {tfc.num_ps} ps, global batch {cfg.batch_size}, "
-          f"interval {interval}, correction {trainer.correction}, {steps} steps", file=out, flush=True)
+          f"optimizer {optimizer_name}, interval {interval}, correction {trainer.correction}, {steps} steps "
+          f"({epochs} x {steps_per_epoch})", file=out, flush=True)
+    log = _RoundLog(trainer, cfg.backup_dir, steps, steps_per_epoch, out)
     t0 = time.perf_counter()
-    every = max(1, rounds // 10) if rounds else 4
-    r = first
-    while trainer.steps_done < steps:
-        rec = trainer.run_round()
-        if rounds is None and trainer._auto.chosen:  # pylint: disable=protected-access
-            rounds = r + 1 + math.ceil((steps - trainer.steps_done) / trainer.interval)
-            every = max(1, rounds // 10)
-        last = trainer.steps_done >= steps
-        if r % every == 0 or last:
-            print(f"round {r + 1}/{rounds or '?'}: loss {rec['loss']:.4f}, compute {rec['compute_s'] * 1e3:.1f} ms, "
-                  f"comm {rec['comm_s'] * 1e3:.1f} ms, {rec['bytes'] / 1e6:.3f} MB, workers {rec['workers']}",
-                  file=out, flush=True)
-        if cfg.backup_dir and ((r + 1) % every == 0 or last):
-            trainer.save(cfg.backup_dir)
-        r += 1
+    done = trainer.steps_done
+    epoch, into = divmod(done, steps_per_epoch)
+    if into:  # resumed inside an epoch: finish it (its rounds are cut where the uninterrupted run's were)
+        model.fit(data.x_train, data.y_train, epochs=epoch + 1, initial_epoch=epoch, verbose=0,
+                  callbacks=[log.callback()], **{**data_args, "steps_per_epoch": steps_per_epoch - into})
+        epoch += 1
+    if epoch < epochs:
+        model.fit(data.x_train, data.y_train, epochs=epochs, initial_epoch=epoch, verbose=0, callbacks=[log.callback()],
+                  **data_args)
     wall = time.perf_counter() - t0
 
     plain = model_fn(cfg.model, data.input_shape, data.num_classes)
@@ -131,6 +187,7 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
             "comm_s": round(stats["comm_s"], 4), "compute_s": round(stats["compute_s"], 4),
             "bytes_communicated": stats["bytes_communicated"], "first_round_s": stats["first_round_s"],
             "median_round_s": stats["median_round_s"], "lost_workers": sorted(trainer.lost_workers),
+            "optimizer": optimizer_name,
             "rejoined_workers": trainer.rejoined_workers})
     record.update({k: stats[k] for k in ("interval_t_comm_s", "interval_t_comp_s", "interval_overhead_s") if k in stats})
     if cfg.backup_dir:

@@ -45,6 +45,7 @@ from experiments.record import build_record, save_result  # noqa: E402
 
 STRATEGIES = ("single", "ssgd", "skip_correct", "local_sgd")
 from tf_commopt.distribute.correction import CORRECTIONS, validate_correction_lr  # noqa: E402  (pure: no TensorFlow import)
+from experiments.optimizers import build_optimizer, validate_optimizer  # noqa: E402  (TensorFlow only when building)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("strategy", "ssgd", f"one of {', '.join(STRATEGIES)}")
@@ -58,6 +59,8 @@ flags.DEFINE_integer("seed", 0, "random seed (weights, data order, train/test sp
 flags.DEFINE_string("model_dir", "", "write weights and result.json here (chief only); empty = nowhere")
 flags.DEFINE_float("learning_rate", 0.05, "SGD learning rate")
 flags.DEFINE_float("momentum", 0.9, "SGD momentum")
+flags.DEFINE_string("optimizer", "sgd", "sgd, adam, rmsprop or adagrad (tf-keras defaults, --learning_rate; "
+                    "--momentum is SGD's)")
 flags.DEFINE_string("interval", "4", "skip_correct/local_sgd: steps between averagings, or 'auto'")
 flags.DEFINE_string("correction", "auto", "skip_correct: auto (vrl for plain SGD, gradient otherwise), gradient, "
                     "vrl or none (local_sgd forces none)")
@@ -89,6 +92,7 @@ class Config:
     model_dir: str = ""
     learning_rate: float = 0.05
     momentum: float = 0.9
+    optimizer: str = "sgd"
     interval: Union[int, str] = 4
     correction: str = "auto"
     warmup_steps: int = 0
@@ -128,6 +132,7 @@ def validate(cfg: Config) -> Config:
             raise InputError(f"must be a number >= 0, got {v!r}", where=f"--{name}")
     if not (math.isfinite(cfg.momentum) and 0 <= cfg.momentum < 1):
         raise InputError(f"must be in [0, 1), got {cfg.momentum!r}", where="--momentum")
+    validate_optimizer(cfg.optimizer)
     cfg.interval = validate_interval(cfg.interval, where="--interval")
     validate_target_ratio(cfg.target_ratio, where="--target_ratio")
     validate_correction_lr(cfg.correction_lr, where="--correction_lr")
@@ -358,7 +363,7 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
 
     with strategy.scope():
         model = build_model(cfg.model, data.input_shape, data.num_classes)
-        model.compile(optimizer=tf_keras.optimizers.SGD(cfg.learning_rate, momentum=cfg.momentum),
+        model.compile(optimizer=build_optimizer(cfg.optimizer, cfg.learning_rate, cfg.momentum),
                       loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], steps_per_execution=cfg.steps_per_execution)
     callbacks, first_epoch = [], 0

@@ -187,7 +187,7 @@ def test_runner_backup_dir_saves_and_a_rerun_resumes(tmp_path):
     assert first.ok, first.message + "\n" + "\n".join(first.last_lines("chief:0"))
     assert sorted(os.listdir(backup)) == ["round-3", "round-4"]  # a save per round (4 rounds), last two kept
     r1 = json.loads([line for line in first.outputs["chief:0"] if line.startswith("{")][-1])
-    assert r1["resumed_after_round"] == 0 and r1["correction"] == "vrl"  # auto -> vrl on the ps path
+    assert r1["resumed_after_round"] == 0 and r1["correction"] == "gradient"  # auto, SGD with momentum
     again = run_cluster(cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT,
                         env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     assert again.ok, again.message

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -53,7 +53,7 @@ from tf_commopt.distribute.parameter_server import (ParameterServerSkipCorrect, 
 from tf_commopt.distribute.ps_rules import SUPPORTED_OPTIMIZERS, update_rule  # noqa: E402
 from tf_commopt.errors import InputError  # noqa: E402
 
-__all__ = ["fit", "wrap", "DatasetFnSource", "SUPPORTED_OPTIMIZERS", "update_rule"]
+__all__ = ["fit", "wrap", "prepare", "DatasetFnSource", "SUPPORTED_OPTIMIZERS", "update_rule"]
 
 _FIT_ARGS = ("x", "y", "batch_size", "epochs", "verbose", "callbacks", "shuffle", "initial_epoch", "steps_per_epoch")
 
@@ -133,6 +133,7 @@ def _source(trainer: ParameterServerSkipCorrect, x: Any, y: Any, batch_size: Opt
         return DatasetFnSource(x, k), steps_per_epoch, ("fn", id(x))
     if x is None or y is None:
         raise InputError("pass arrays x and y, or a dataset_fn(input_context) as x", where="x")
+    key = ("arrays", id(x), id(y), batch_size, bool(shuffle), seed)  # the caller's arrays, before any copy
     x, y = np.asarray(x), np.asarray(y)
     if len(x) != len(y):
         raise InputError(f"x has {len(x)} rows but y has {len(y)}", where="y")
@@ -149,8 +150,46 @@ def _source(trainer: ParameterServerSkipCorrect, x: Any, y: Any, batch_size: Opt
         steps_per_epoch = len(x) // batch_size
     elif isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
         raise InputError(f"must be an integer >= 1, got {steps_per_epoch!r}", where="steps_per_epoch")
-    return array_batch_fn(x, y, num_shards=k, batch_size=batch_size // k), steps_per_epoch, \
-        ("arrays", id(x), len(x), batch_size, bool(shuffle), seed)
+    return array_batch_fn(x, y, num_shards=k, batch_size=batch_size // k), steps_per_epoch, key
+
+
+def _trainer_of(model: Any, trainer: Optional[ParameterServerSkipCorrect]) -> ParameterServerSkipCorrect:
+    import tf_keras
+
+    if not isinstance(model, tf_keras.Model):
+        raise InputError(f"must be a tf-keras model, got {type(model).__module__}.{type(model).__name__}",
+                         where="model")
+    trainer = trainer or trainer_for(getattr(model, "distribute_strategy", None))
+    if trainer is None:
+        raise InputError("build the model inside a ParameterServerSkipCorrect's scope() (its variables live on the "
+                         "ps tasks)", where="model")
+    return trainer
+
+
+def prepare(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = None, shuffle: bool = True,
+            steps_per_epoch: Optional[int] = None, trainer: Optional[ParameterServerSkipCorrect] = None,
+            seed: int = 0) -> Tuple[ParameterServerSkipCorrect, int]:
+    """What :func:`fit` does before training: compile the model's trainer for this data (or switch its data).
+    Returns (trainer, steps_per_epoch). Call it to ``trainer.restore_latest(dir)`` before ``fit``; a ``fit``
+    with the same data arguments then does not re-trace.
+
+    Example:
+        >>> trainer, _ = prepare(model, x, y, batch_size=64)          # doctest: +SKIP
+        >>> trainer.restore_latest("/tmp/ps_backup")                  # doctest: +SKIP
+    """
+    trainer = _trainer_of(model, trainer)
+    loss = _loss_of(model)
+    source, steps_per_epoch, key = _source(trainer, x, y, batch_size, shuffle, steps_per_epoch, seed)
+    if not getattr(trainer, "_compiled", False):
+        trainer.compile(model, loss=loss, batch_fn=source, num_shards=source.num_shards, optimizer=model.optimizer)
+        _warn_metrics(model)
+    elif trainer.model is not model:
+        raise InputError("this trainer trains another model; build a ParameterServerSkipCorrect per model",
+                         where="model")
+    elif getattr(trainer, "_fit_key", None) != key:
+        trainer.set_data(source)
+    trainer._fit_key = key  # pylint: disable=protected-access
+    return trainer, steps_per_epoch
 
 
 def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = None, epochs: int = 1,
@@ -165,8 +204,8 @@ def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = No
 
     ``model`` must be built (and compiled, with a tf-keras optimizer of :data:`SUPPORTED_OPTIMIZERS`) in
     the ``scope()`` of a ParameterServerSkipCorrect (``trainer``; default: the one whose strategy built
-    the model). Arguments of tf-keras ``fit`` not listed here (validation_data, sample_weight, ...) are a
-    one-line InputError naming them.
+    the model). ``batch_size`` is the global batch (split over the shards). Arguments of tf-keras ``fit``
+    not listed here (validation_data, sample_weight, ...) are a one-line InputError naming them.
     """
     import tf_keras
 
@@ -174,33 +213,17 @@ def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = No
         name = sorted(unsupported)[0]
         raise InputError(f"fit({name}=...) is not supported on the parameter-server path (supported: "
                          f"{', '.join(_FIT_ARGS)})", where=name)
-    if not isinstance(model, tf_keras.Model):
-        raise InputError(f"must be a tf-keras model, got {type(model).__module__}.{type(model).__name__}",
-                         where="model")
-    trainer = trainer or trainer_for(getattr(model, "distribute_strategy", None))
-    if trainer is None:
-        raise InputError("build the model inside a ParameterServerSkipCorrect's scope() (its variables live on the "
-                         "ps tasks)", where="model")
+    trainer = _trainer_of(model, trainer)
     for name, val, low in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
         if isinstance(val, bool) or not isinstance(val, int) or val < low:
             raise InputError(f"must be an integer >= {low}, got {val!r}", where=name)
-    loss = _loss_of(model)
     cbs = list(getattr(callbacks, "callbacks", callbacks) or [])
     for cb in cbs:
         if isinstance(cb, tf_keras.callbacks.BackupAndRestore):
             raise InputError("BackupAndRestore does not hold the per-shard corrections and optimizer slots of the "
                              "parameter-server path; use trainer.save(dir) / trainer.restore_latest(dir)",
                              where="callbacks")
-    source, steps_per_epoch, key = _source(trainer, x, y, batch_size, shuffle, steps_per_epoch, seed)
-    if not getattr(trainer, "_compiled", False):
-        trainer.compile(model, loss=loss, batch_fn=source, num_shards=source.num_shards, optimizer=model.optimizer)
-        _warn_metrics(model)
-    elif trainer.model is not model:
-        raise InputError("this trainer trains another model; build a ParameterServerSkipCorrect per model",
-                         where="model")
-    elif getattr(trainer, "_fit_key", None) != key:
-        trainer.set_data(source)
-    trainer._fit_key = key  # pylint: disable=protected-access
+    trainer, steps_per_epoch = prepare(model, x, y, batch_size, shuffle, steps_per_epoch, trainer, seed)
 
     verbose = 1 if verbose == "auto" else verbose
     cb = tf_keras.callbacks.CallbackList(cbs, add_history=True, add_progbar=verbose != 0, model=model,
