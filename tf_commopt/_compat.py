@@ -184,6 +184,7 @@ def tf_keras_internals() -> Any:
         from tf_keras.src import callbacks
         from tf_keras.src.distribute import worker_training_state
         from tf_keras.src.engine import base_layer, compile_utils, functional, node, training
+        from tf_keras.src.metrics import base_metric
         from tf_keras.src.mixed_precision import loss_scale_optimizer
         from tf_keras.src.optimizers import optimizer
         from tf_keras.src.optimizers.legacy import optimizer_v2
@@ -193,6 +194,7 @@ def tf_keras_internals() -> Any:
     tk = types.SimpleNamespace(callbacks=callbacks, worker_training_state=worker_training_state,
                                training=training, loss_scale_optimizer=loss_scale_optimizer,
                                functional=functional, node=node, base_layer=base_layer, compile_utils=compile_utils,
+                               base_metric=base_metric,
                                optimizer=optimizer, optimizer_v2=optimizer_v2)
     INTERNALS[0:0] = [  # at the front: callers may append/pop their own entries at the end
         (tk.loss_scale_optimizer, "strategy_supports_loss_scaling"),  # the one module-level hook
@@ -215,7 +217,9 @@ def tf_keras_internals() -> Any:
         # read by the wrappers of distribute/_keras_hooks.py
         (_SetBy(tk.optimizer.Optimizer.__init__), "_mesh"),
         (_SetBy(tk.optimizer._BaseOptimizer.learning_rate.fset), "_learning_rate"),  # optimizer_schedule
-        (_SetBy(tk.compile_utils.MetricsContainer.__init__), "_user_metrics"),  # keras_compiled_metric_names
+        (_SetBy(tk.compile_utils.MetricsContainer.__init__), "_user_metrics"),  # keras_compiled_metrics
+        (_SetBy(tk.base_metric.MeanMetricWrapper.__init__), "_fn"),  # keras_mean_metric_fn
+        (_SetBy(tk.base_metric.MeanMetricWrapper.__init__), "_fn_kwargs"),
         (_SetBy(tk.callbacks.BackupAndRestore.on_train_begin), "_training_state"),
         (_SetBy(tk.worker_training_state.WorkerTrainingState.__init__), "_model"),
     ]
@@ -241,16 +245,23 @@ def optimizer_schedule(optimizer: Any) -> Optional[Any]:
     return lr if isinstance(lr, LearningRateSchedule) else None
 
 
-def keras_compiled_metric_names(model: Any) -> List[str]:
-    """Names of the metrics passed to a tf-keras ``model.compile(metrics=...)`` (``compiled_metrics._user_metrics``)."""
+def keras_compiled_metrics(model: Any) -> List[Any]:
+    """The metrics passed to a tf-keras ``model.compile(metrics=...)``, flattened (strings, functions, Metric
+    objects; ``compiled_metrics._user_metrics``)."""
     tf_keras_internals()
     container = getattr(model, "compiled_metrics", None)
     user = getattr(container, "_user_metrics", None) if container is not None else None
-    if user is None:
-        return []
-    flat = tf.nest.flatten(user)
-    return [m if isinstance(m, str) else getattr(m, "name", None) or getattr(m, "__name__", type(m).__name__)
-            for m in flat if m is not None]
+    return [m for m in tf.nest.flatten(user) if m is not None] if user is not None else []
+
+
+def keras_mean_metric_fn(metric: Any) -> Optional[Any]:
+    """``fn(y_true, y_pred)`` (per-example values) of a tf-keras ``MeanMetricWrapper`` (Accuracy, MAE, ...:
+    ``_fn`` with ``_fn_kwargs``), or None for any other (stateful) metric."""
+    tk = tf_keras_internals()
+    if not isinstance(metric, tk.base_metric.MeanMetricWrapper):
+        return None
+    fn, kwargs = metric._fn, dict(metric._fn_kwargs)
+    return lambda y_true, y_pred: fn(y_true, y_pred, **kwargs)
 
 
 def optimizer_momentum(optimizer: Any) -> tf.Tensor:

@@ -48,7 +48,8 @@ def build(trainer, seed, name, kwargs):
         init = tf_keras.initializers.RandomNormal(seed=seed)
         model = tf_keras.Sequential([tf_keras.layers.Dense(2, input_shape=(3,), kernel_initializer=init,
                                                            bias_initializer=init)])
-        model.compile(optimizer=make_optimizer(name, kwargs), loss="mse")
+        model.compile(optimizer=make_optimizer(name, kwargs), loss="mse",
+                      metrics=["mae", tf_keras.metrics.CategoricalAccuracy(name="acc"), tf_keras.metrics.AUC()])
     return model
 
 

@@ -39,9 +39,9 @@ def reference(rec, round_steps):
     zeros = lambda: [np.zeros_like(p) for p in params]  # noqa: E731
     corr = [zeros() for _ in range(k)]
     slots = [[zeros(), zeros()] for _ in range(k)]  # SGD: [momentum, -]; Adam: [m, v]
-    out, done = [], 0
+    out, done, metrics = [], 0, []
     for m in round_steps:
-        deltas, gsums = [], []
+        deltas, gsums, mae, acc = [], [], [], []
         for i in range(k):
             p = [q.copy() for q in params]
             gsum = zeros()
@@ -50,6 +50,8 @@ def reference(rec, round_steps):
                 rows = (t * bsz + np.arange(bsz)) % n
                 xb, yb = xs[i][rows], ys[i][rows]
                 err = xb @ p[0] + p[1] - yb
+                mae.append(np.abs(err).mean())  # the metrics: on the shard's model before the update
+                acc.append(np.mean(np.argmax(xb @ p[0] + p[1], 1) == np.argmax(yb, 1)))
                 scale = 2.0 / err.size  # MSE: mean over examples and outputs
                 grads = [scale * xb.T @ err, scale * err.sum(0)]
                 gsum = [a + g for a, g in zip(gsum, grads)]
@@ -79,6 +81,8 @@ def reference(rec, round_steps):
             corr = [[(g - b) / m for g, b in zip(gsums[i], gbar)] for i in range(k)]
         done += m
         out.append([q.copy() for q in params])
+        metrics.append({"mae": float(np.mean(mae)), "acc": float(np.mean(acc))})
+    reference.metrics = metrics  # per round (mean over the shards and local steps)
     return out, corr
 
 
@@ -119,11 +123,18 @@ def test_fit_equals_run_round_dataset_fn_and_numpy():
             np.testing.assert_allclose(got[v].sum(0), 0.0, atol=1e-5)  # sum_i D_i = 0
         loss = rec["history"]["loss"]
         assert len(loss) == 2 and loss[1] < loss[0]
+        # compiled metrics in the History: each epoch's mean over its local steps (rounds of 3 + 2 steps)
+        assert sorted(rec["history"]) == ["acc", "loss", "mae"]  # AUC (stateful) left out, with a warning
+        per_round = reference.metrics
+        for name in ("mae", "acc"):
+            want = [(3 * per_round[2 * e][name] + 2 * per_round[2 * e + 1][name]) / 5 for e in range(2)]
+            np.testing.assert_allclose(rec["history"][name], want, atol=1e-5, rtol=0, err_msg=name)
         assert rec["iterations"] == 10 and rec["stats"]["steps"] == 10 and rec["stats"]["syncs"] == 4
         assert rec["stock_fit"]  # wrap() bound fit on the instance; tf_keras.Model.fit is untouched
         assert sorted(set(w for q in fit for w in q["workers"])) == [0, 1]
     chief = "\n".join(r.outputs["chief:0"])
-    assert "Epoch 1/2" in chief and "5/5 - " in chief and "loss: " in chief  # Keras progress (verbose=2)
+    assert "Epoch 1/2" in chief and "5/5 - " in chief and "loss: " in chief and "mae: " in chief  # Keras progress
+    assert "compiled metric(s) auc are stateful and not computed" in chief
 
 
 def test_fit_interval_auto_cuts_rounds_at_epoch_ends():

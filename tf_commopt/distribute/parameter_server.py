@@ -136,7 +136,9 @@ def _weight_slots(model) -> List[Tuple[Any, str]]:
     return slots  # type: ignore[return-value]
 
 
-def _keras_forward(model, loss) -> Callable:
+def _keras_forward(model, loss, metrics: Sequence[Tuple[str, Callable]] = ()) -> Callable:
+    """``forward(params, x, y) -> (loss, metric values)``: the model run on the tensors ``params``; each metric
+    ``fn(y_true, y_pred)`` (per-example values) averaged over the batch (float64, shape [len(metrics)])."""
     slots = _weight_slots(model)
 
     def forward(params, x, y):
@@ -150,7 +152,8 @@ def _keras_forward(model, loss) -> Callable:
                 object.__setattr__(layer, attr, v)
         # a Keras Loss object refuses AUTO reduction under a strategy: take its per-example values
         per_example = loss.call(y, pred) if hasattr(loss, "call") and hasattr(loss, "reduction") else loss(y, pred)
-        return tf.reduce_mean(per_example)
+        values = [tf.reduce_mean(tf.cast(tf.stop_gradient(fn(y, pred)), tf.float64)) for _, fn in metrics]
+        return tf.reduce_mean(per_example), tf.stack(values) if values else tf.zeros([0], tf.float64)
 
     return forward
 
@@ -288,7 +291,8 @@ class ParameterServerSkipCorrect:
     # ------------------------------------------------------------------------------------------ build
     def compile(self, model=None, loss: Optional[Callable] = None, batch_fn: Optional[Callable] = None,
                 num_shards: Optional[int] = None, variables: Optional[Sequence] = None,
-                loss_fn: Optional[Callable] = None, optimizer: Any = None) -> None:
+                loss_fn: Optional[Callable] = None, optimizer: Any = None,
+                metrics: Optional[Sequence[Tuple[str, Callable]]] = None) -> None:
         """Set up the round function. Either a tf-keras ``model`` (built in ``scope()``) and
         ``loss(y_true, y_pred)``, or ``variables`` (made in ``scope()``) and ``loss_fn(params, x, y)``.
         ``batch_fn(shard, step) -> (x, y)`` runs on the worker (or a data source with ``open(shard, step0)``,
@@ -296,7 +300,9 @@ class ParameterServerSkipCorrect:
         the number of workers. ``optimizer``: a tf-keras optimizer (SGD, Adam, RMSprop, Adagrad; see
         ``ps_rules.py``) for the local steps, with one slot per shard on the ps; default: SGD with the
         constructor's ``learning_rate`` and ``momentum``. ``correction="auto"`` is resolved here: ``vrl``
-        for plain SGD, ``gradient`` for every other optimizer (as SkipCorrectStrategy)."""
+        for plain SGD, ``gradient`` for every other optimizer (as SkipCorrectStrategy). ``metrics``:
+        ``(name, fn(y_true, y_pred) -> per-example values)`` pairs, averaged over each round's local
+        steps and shards into ``run_round()["metrics"]`` (the model's, before each local update)."""
         if model is not None:
             import tf_keras
 
@@ -310,9 +316,14 @@ class ParameterServerSkipCorrect:
                 raise InputError(f"non-trainable weights ({model.non_trainable_weights[0].name}) are not supported "
                                  "by the parameter-server variant", where="compile")
             variables = list(model.trainable_variables)
-            forward = _keras_forward(model, loss)
+            forward = _keras_forward(model, loss, list(metrics or ()))
         elif variables is not None and loss_fn is not None:
-            variables, forward = list(variables), loss_fn
+            if metrics:
+                raise InputError("metrics= needs a Keras model", where="compile")
+            variables = list(variables)
+
+            def forward(params, x, y):
+                return loss_fn(params, x, y), tf.zeros([0], tf.float64)
         else:
             raise InputError("pass model= and loss=, or variables= and loss_fn=", where="compile")
         if batch_fn is None:
@@ -338,6 +349,7 @@ class ParameterServerSkipCorrect:
         self.correction = resolve_correction(self._correction_arg, rule.name, rule.momentum, rule.nesterov)
         self.num_shards, self.variables, self.model = k, variables, model
         self._forward = forward
+        self.metric_names = [name for name, _ in (metrics or ())]
         mu, vrl, grad_corr = rule.momentum, self.correction == "vrl", self.correction == "gradient"
         # H = 1 plain SGD / momentum with a constant lr: the workers push g_i and the ps finishes the step
         self._ps_finish = (rule.name == "SGD" and not rule.nesterov and rule.schedule is None
@@ -388,6 +400,7 @@ class ParameterServerSkipCorrect:
         mu, vrl, grad_corr = rule.momentum, self.correction == "vrl", self.correction == "gradient"
         const_lr = rule.constant_lr
         n_slots = len(rule.slots)
+        n_metrics = len(self.metric_names)
 
         def trace(h: int) -> None:  # the round functions for interval h (a new h re-traces them once)
             local = h > 1 or not self._ps_finish  # else: push the gradient, the ps applies correction and momentum
@@ -414,10 +427,11 @@ class ParameterServerSkipCorrect:
                         bx, by = batches(j)
                         with tf.GradientTape() as tape:
                             tape.watch(xs)
-                            loss_v = forward(xs, bx, by)
+                            loss_v, mvals = forward(xs, bx, by)
                         grads = tape.gradient(loss_v, xs)
+                        loss_sum = loss_sum + tf.concat([tf.cast(loss_v, tf.float64)[None], mvals], 0)
                         if not local:
-                            return j + 1, grads, slots, gsum, loss_sum + tf.cast(loss_v, tf.float64)
+                            return j + 1, grads, slots, gsum, loss_sum
                         step = step0 + tf.cast(j, tf.int64)  # global step before this one (optimizer.iterations)
                         lr = rule.lr(step)
                         new_xs, new_slots = [], [[] for _ in range(n_slots)]
@@ -428,9 +442,9 @@ class ParameterServerSkipCorrect:
                                 new_slots[s].append(s2[s])
                         if grad_corr:  # G_i: the raw gradients of the round, before the correction
                             gsum = [a + g for a, g in zip(gsum, grads)]
-                        return j + 1, new_xs, new_slots, gsum, loss_sum + tf.cast(loss_v, tf.float64)
+                        return j + 1, new_xs, new_slots, gsum, loss_sum
 
-                    loss_sum = tf.constant(0.0, tf.float64)
+                    loss_sum = tf.zeros([1 + n_metrics], tf.float64)  # the loss, then each metric
                     if local:  # a loop, not H unrolled copies: tracing (and a new H's re-trace) does not grow with H
                         _, xs, slots, gsum, loss_sum = tf.while_loop(
                             lambda j, *_: j < nsteps, local_step, (tf.constant(0), xs, slots, gsum, loss_sum),
@@ -538,7 +552,7 @@ class ParameterServerSkipCorrect:
 
     def run_round(self, steps: Optional[int] = None) -> Dict[str, Any]:
         """One round: K closures (H local steps each, or ``steps`` <= H: e.g. the last round of an epoch),
-        then the averaging on the ps. Returns its record: ``round, loss, workers`` (the worker index each
+        then the averaging on the ps. Returns its record: ``round, loss, metrics, workers`` (the worker index each
         shard ran on), ``compute_s, comm_s, bytes, steps``. A shorter round uses the same traced functions."""
         if not self._compiled:
             raise InputError("call compile() before run_round()", where="ParameterServerSkipCorrect")
@@ -559,7 +573,9 @@ class ParameterServerSkipCorrect:
         self._apply(nsteps, lr_sum)
         t2 = time.perf_counter()
         compute = max(float(o[1]) for o in outs)
-        rec = {"round": self.rounds, "loss": float(np.mean([o[2] for o in outs])),
+        means = np.mean([np.asarray(o[2]) for o in outs], axis=0)  # [loss, metrics...], mean over the shards
+        rec = {"round": self.rounds, "loss": float(means[0]),
+               "metrics": {n: float(v) for n, v in zip(self.metric_names, means[1:])},
                "workers": [int(o[0]) for o in outs], "compute_s": compute,
                "comm_s": max(0.0, (t1 - t0) - compute) + (t2 - t1), "bytes": self.bytes_per_round,
                "interval": self.interval, "steps": m}

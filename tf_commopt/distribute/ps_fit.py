@@ -18,9 +18,12 @@ rule (``ps_rules.py``: SGD, Adam, RMSprop, Adagrad; constant lr or a LearningRat
 on the global step) whose slots live on the ps, one per shard. Callbacks get ``on_train_begin``,
 ``on_epoch_begin/end``, ``on_train_batch_begin/end`` (once per round, with the index of the round's
 last step) and ``on_train_end``; a Keras progress bar is printed (``verbose``); the returned
-``History`` has the loss (the mean of the shards' local-step losses over the epoch so far). Compiled
-metrics are not computed during training here (a warning says so); ``model.evaluate`` after ``fit``
-computes them.
+``History`` has the loss and the compiled metrics (each: the mean over the epoch's local steps and the
+shards, computed on the shard's model before each local update, as tf-keras's training metrics).
+Metrics are evaluated in the closure without state: strings (``"accuracy"`` and ``"crossentropy"``
+resolved from the shapes as tf-keras does, ``"mae"``, ...), functions and mean-type Metric objects
+(``SparseCategoricalAccuracy()``, ``MeanAbsoluteError()``, ...); stateful metrics (AUC, Precision, ...)
+are left out with a warning (``model.evaluate`` after ``fit`` computes them).
 
 Data: arrays ``x, y`` (``batch_size`` is the global batch, split over the K shards; shard i = rows
 i, i + K, ...; ``shuffle=True`` permutes the rows once, with ``seed``, before sharding — not every
@@ -107,13 +110,56 @@ def _loss_of(model: Any) -> Any:
     return tf_keras.losses.get(loss) if isinstance(loss, str) else loss
 
 
-def _warn_metrics(model: Any) -> None:
-    names = _compat.keras_compiled_metric_names(model)
-    if names:
-        sys.stderr.write(f"tf_commopt: ps fit: compiled metrics ({', '.join(names)}) are not computed during "
-                         "training on the parameter-server path, only the loss; model.evaluate() after fit "
-                         "computes them\n")
+def _by_shape(kind: str) -> Callable:
+    """tf-keras's resolution of ``"accuracy"`` / ``"crossentropy"`` from the shapes (compile_utils.MetricsContainer)."""
+    import tf_keras
+
+    m = tf_keras.metrics
+
+    def fn(y_true, y_pred):
+        t_shape, p_shape = y_true.shape.as_list(), y_pred.shape.as_list()
+        binary = p_shape[-1] == 1
+        sparse = len(t_shape) < len(p_shape) or (t_shape[-1] == 1 and p_shape[-1] > 1)
+        if kind == "accuracy":
+            f = m.binary_accuracy if binary else m.sparse_categorical_accuracy if sparse else m.categorical_accuracy
+        else:
+            f = (m.binary_crossentropy if binary else m.sparse_categorical_crossentropy if sparse
+                 else m.categorical_crossentropy)
+        return f(y_true, y_pred)
+
+    return fn
+
+
+def _metric_fns(model: Any) -> List[Tuple[str, Callable]]:
+    """The compiled metrics as ``(name, fn(y_true, y_pred))``; stateful ones (AUC, Precision, ...) are left out
+    with a warning (they need variables that live through the epoch; a closure holds none)."""
+    import tf_keras
+
+    out, skipped = [], []
+    for spec in _compat.keras_compiled_metrics(model):
+        if isinstance(spec, str) and spec in ("accuracy", "acc", "crossentropy", "ce"):
+            out.append((spec, _by_shape("accuracy" if spec in ("accuracy", "acc") else "crossentropy")))
+            continue
+        obj = tf_keras.metrics.get(spec) if isinstance(spec, str) else spec
+        name = spec if isinstance(spec, str) else getattr(obj, "name", None) or getattr(obj, "__name__", "metric")
+        fn = _compat.keras_mean_metric_fn(obj) if isinstance(obj, tf_keras.metrics.Metric) else (
+            obj if callable(obj) else None)
+        if fn is None:
+            skipped.append(str(name))
+        else:
+            out.append((str(name), _cast_true(fn)))
+    if skipped:
+        sys.stderr.write(f"tf_commopt: ps fit: compiled metric(s) {', '.join(skipped)} are stateful and not computed "
+                         "during training on the parameter-server path; model.evaluate() after fit computes them\n")
         sys.stderr.flush()
+    return out
+
+
+def _cast_true(fn: Callable) -> Callable:
+    def cast(y_true, y_pred):  # as tf-keras's MeanMetricWrapper: y_true in y_pred's dtype
+        return fn(tf.cast(y_true, y_pred.dtype), y_pred)
+
+    return cast
 
 
 def _source(trainer: ParameterServerSkipCorrect, x: Any, y: Any, batch_size: Optional[int], shuffle: bool,
@@ -181,8 +227,8 @@ def prepare(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] 
     loss = _loss_of(model)
     source, steps_per_epoch, key = _source(trainer, x, y, batch_size, shuffle, steps_per_epoch, seed)
     if not getattr(trainer, "_compiled", False):
-        trainer.compile(model, loss=loss, batch_fn=source, num_shards=source.num_shards, optimizer=model.optimizer)
-        _warn_metrics(model)
+        trainer.compile(model, loss=loss, batch_fn=source, num_shards=source.num_shards, optimizer=model.optimizer,
+                        metrics=_metric_fns(model))
     elif trainer.model is not model:
         raise InputError("this trainer trains another model; build a ParameterServerSkipCorrect per model",
                          where="model")
@@ -233,14 +279,15 @@ def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = No
     logs: Dict[str, Any] = {}
     for epoch in range(initial_epoch, epochs):
         cb.on_epoch_begin(epoch)
-        done, loss_sum = 0, 0.0
+        done, sums = 0, {}
         while done < steps_per_epoch:
             m = min(trainer.interval, steps_per_epoch - done)  # the epoch's last round: the steps left
             cb.on_train_batch_begin(done)
             rec = trainer.run_round(steps=m)
             done += rec["steps"]
-            loss_sum += rec["loss"] * rec["steps"]
-            logs = {"loss": loss_sum / done}
+            for name, value in {"loss": rec["loss"], **rec["metrics"]}.items():  # running means over the epoch
+                sums[name] = sums.get(name, 0.0) + value * rec["steps"]
+            logs = {name: total / done for name, total in sums.items()}
             cb.on_train_batch_end(done - 1, logs)
             if model.stop_training:
                 break
