@@ -131,6 +131,20 @@ def main(argv):
     elif argv[1] == "auto":
         t = psc.ParameterServerSkipCorrect(interval="auto", strategy=strategy, round_timeout_s=60, max_interval=4)
         model = ps_fit.wrap(build(t, 5, "adam", {"learning_rate": 0.05}))
+        errors = {}  # bad input: one line naming the argument, before anything is traced
+        for label, call in [
+                ("dataset", lambda: model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))),
+                ("batch_size", lambda: model.fit(x, y, batch_size=7)),
+                ("steps_per_epoch", lambda: model.fit(dataset_fn)),
+                ("y", lambda: model.fit(dataset_fn, y, steps_per_epoch=2)),
+                ("callbacks", lambda: model.fit(x, y, callbacks=[tf_keras.callbacks.BackupAndRestore("/tmp/b")])),
+                ("epochs", lambda: model.fit(x, y, epochs=0))]:
+            try:
+                call()
+                errors[label] = None
+            except psc.InputError as e:
+                errors[label] = str(e)
+        print("ERRORS " + json.dumps(errors), flush=True)
         rec = {"name": "adam", "kwargs": {"learning_rate": 0.05}, "init": weights(model)}
         r = Recorder(model, t)
         hist = model.fit(x, y, batch_size=BATCH * SHARDS, epochs=3, steps_per_epoch=7, shuffle=False, verbose=0,

@@ -138,7 +138,10 @@ def test_fit_equals_run_round_dataset_fn_and_numpy():
 
 
 def test_fit_interval_auto_cuts_rounds_at_epoch_ends():
-    _, (rec,) = _run(["auto"])
+    r, (rec,) = _run(["auto"])
+    errors = _records(r.outputs["chief:0"], "ERRORS")[0]
+    for where, msg in errors.items():  # bad input to fit: one line starting with the argument's name
+        assert msg and msg.startswith(where if where != "dataset" else "x") and "\n" not in msg, (where, msg)
     steps = [q["steps"] for q in rec["fit"]]
     h = rec["stats"]["interval"]
     assert steps[:3] == [1, 1, 1] and 1 <= h <= 4 and sum(steps) == 21

@@ -77,3 +77,22 @@ def test_unsupported_optimizer_is_one_line_error(make, words):
         update_rule(make())
     msg = str(e.value)
     assert "\n" not in msg and words in msg and "optimizer" in msg and "Adagrad" in msg
+
+
+def test_fit_and_wrap_refuse_bad_input_in_one_line():
+    """Before any cluster is needed: what fit and wrap refuse, each with one line naming the argument
+    (the cluster-side checks are in tests/cluster/test_ps_fit.py)."""
+    from tf_commopt.distribute import ps_fit
+
+    plain = tf_keras.Sequential([tf_keras.layers.Dense(1, input_shape=(2,))])
+    cases = [
+        (lambda: ps_fit.fit(plain, np.zeros((4, 2)), np.zeros(4), validation_data=None), "validation_data"),
+        (lambda: ps_fit.fit(plain, np.zeros((4, 2)), np.zeros(4)), "model"),  # not built in a trainer's scope
+        (lambda: ps_fit.fit(object(), np.zeros((4, 2)), np.zeros(4)), "model"),
+        (lambda: ps_fit.wrap(plain), "model"),
+    ]
+    for call, where in cases:
+        with pytest.raises(InputError) as e:
+            call()
+        assert str(e.value).startswith(where + ":") and "\n" not in str(e.value), str(e.value)
+    assert type(plain).fit is tf_keras.Model.fit and "fit" not in vars(plain)  # nothing was bound
