@@ -111,7 +111,9 @@ def main(argv):
                              verbose=2 if k == 0 else 0, callbacks=[r.callback])
             rec.update(correction=t.correction, fit=r.rounds, epochs=r.epochs, history=hist.history,
                        iterations=int(model.optimizer.iterations.numpy()), corrections=[c.tolist() for c in t.corrections()],
-                       stats=t.stats(), stock_fit=type(model).fit is tf_keras.Model.fit)
+                       stats=t.stats(), stock_fit=type(model).fit is tf_keras.Model.fit,
+                       evaluate=model.evaluate(x, y, batch_size=N, verbose=0),
+                       predict=model.predict(x[:3], verbose=0).tolist())
             # 2. the same with a dataset function per shard
             t2 = psc.ParameterServerSkipCorrect(interval=h, strategy=strategy, round_timeout_s=60)
             model2 = build(t2, k, name, kwargs)

@@ -131,6 +131,12 @@ def test_fit_equals_run_round_dataset_fn_and_numpy():
             np.testing.assert_allclose(rec["history"][name], want, atol=1e-5, rtol=0, err_msg=name)
         assert rec["iterations"] == 10 and rec["stats"]["steps"] == 10 and rec["stats"]["syncs"] == 4
         assert rec["stock_fit"]  # wrap() bound fit on the instance; tf_keras.Model.fit is untouched
+        w, b = (np.array(a, np.float64) for a in fit[-1]["weights"])  # evaluate/predict: the global model
+        x, y = job.data()
+        pred = x @ w + b
+        np.testing.assert_allclose(rec["predict"], pred[:3], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(rec["evaluate"][:2], [np.mean((pred - y) ** 2), np.mean(np.abs(pred - y))],
+                                   atol=1e-5, rtol=0)
         assert sorted(set(w for q in fit for w in q["workers"])) == [0, 1]
     chief = "\n".join(r.outputs["chief:0"])
     assert "Epoch 1/2" in chief and "5/5 - " in chief and "loss: " in chief and "mae: " in chief  # Keras progress

@@ -56,7 +56,7 @@ from tf_commopt.distribute.parameter_server import (ParameterServerSkipCorrect, 
 from tf_commopt.distribute.ps_rules import SUPPORTED_OPTIMIZERS, update_rule  # noqa: E402
 from tf_commopt.errors import InputError  # noqa: E402
 
-__all__ = ["fit", "wrap", "prepare", "DatasetFnSource", "SUPPORTED_OPTIMIZERS", "update_rule"]
+__all__ = ["fit", "wrap", "prepare", "chief_copy", "DatasetFnSource", "SUPPORTED_OPTIMIZERS", "update_rule"]
 
 _FIT_ARGS = ("x", "y", "batch_size", "epochs", "verbose", "callbacks", "shuffle", "initial_epoch", "steps_per_epoch")
 
@@ -299,8 +299,40 @@ def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = No
     return model.history
 
 
+def chief_copy(model: Any, copy: Optional[Any] = None) -> Any:
+    """A copy of ``model`` on the chief, outside every strategy, with the current global weights read from the
+    ps and the model's loss and metrics (fresh metric objects); pass ``copy`` (an earlier result) to refresh
+    its weights only. What the wrapped ``evaluate`` / ``predict`` run on (tf-keras's own evaluate under a
+    ParameterServerStrategy wants a DatasetCreator with ``steps``).
+
+    Example:
+        >>> plain = chief_copy(model); plain.evaluate(x_test, y_test)      # doctest: +SKIP
+    """
+    import tf_keras
+
+    if copy is None:
+        if tf.distribute.has_strategy():
+            raise InputError("evaluate / predict / chief_copy run on a copy on the chief: call them outside the "
+                             "strategy's scope()", where="model")
+        try:
+            copy = tf_keras.models.clone_model(model)
+        except Exception as e:  # pylint: disable=broad-except  (subclassed models cannot be cloned)
+            first = " ".join(str(e).split())[:200]
+            raise InputError(f"cannot copy this model to the chief for evaluate/predict ({type(e).__name__}: "
+                             f"{first}); build the same model outside the scope and set_weights(model.get_weights())",
+                             where="model") from None
+        metrics = [type(m).from_config(m.get_config()) if isinstance(m, tf_keras.metrics.Metric) else m
+                   for m in _compat.keras_compiled_metrics(model)]
+        loss = getattr(model, "loss", None)
+        if loss is not None:
+            copy.compile(loss=loss, metrics=metrics)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
 def wrap(model: Any, trainer: Optional[ParameterServerSkipCorrect] = None) -> Any:
-    """Make this one model instance's ``fit`` run :func:`fit` (nothing else changes; no class is modified).
+    """Make this one model instance's ``fit`` run :func:`fit`, and its ``evaluate`` / ``predict`` run on
+    :func:`chief_copy` (no class is modified).
 
     Example:
         >>> model = wrap(model)                                      # doctest: +SKIP
@@ -318,9 +350,22 @@ def wrap(model: Any, trainer: Optional[ParameterServerSkipCorrect] = None) -> An
         raise InputError("build the model inside a ParameterServerSkipCorrect's scope() (its variables live on the "
                          "ps tasks)", where="model")
 
-    def ps_fit(self, *args: Any, **kwargs: Any) -> Any:
+    def ps_fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         return fit(self, *args, trainer=trainer, **kwargs)
+
+    copies: List[Any] = []
+
+    def on_chief(name: str) -> Callable:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            copy = chief_copy(self, copies[0] if copies else None)
+            copies[:] = [copy]
+            return getattr(copy, name)(*args, **kwargs)
+
+        method.__doc__ = f"tf-keras ``{name}`` on :func:`chief_copy` (the global model, read from the ps)."
+        return method
 
     ps_fit.__doc__ = fit.__doc__
     object.__setattr__(model, "fit", types.MethodType(ps_fit, model))
+    for name in ("evaluate", "predict"):
+        object.__setattr__(model, name, types.MethodType(on_chief(name), model))
     return model
