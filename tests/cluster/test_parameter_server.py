@@ -172,7 +172,9 @@ def test_worker_killed_mid_training_then_all_workers_lost():
             p.kill()
 
 
-@pytest.mark.parametrize("strategy,extra", [("skip_correct", ["--interval=2", "--correction=vrl"]), ("ssgd", [])])
+@pytest.mark.parametrize("strategy,extra", [("skip_correct", ["--interval=2", "--correction=vrl"]), ("ssgd", []),
+                                            ("skip_correct", ["--interval=2", "--optimizer=adam",
+                                                              "--learning_rate=0.003"])])
 def test_runner_on_launcher_ps_cluster(strategy, extra):
     """``experiments.train`` under ``tf_commopt.cluster --workers 2 --ps 1 --chief`` prints its JSON line."""
     cmd = [sys.executable, "-m", "experiments.train", f"--strategy={strategy}", "--model=mlp", "--steps=8",
@@ -185,6 +187,9 @@ def test_runner_on_launcher_ps_cluster(strategy, extra):
     assert (rec["strategy"], rec["ps"], rec["interval"], rec["steps"], rec["syncs"]) == (strategy, 1, h, 8, 8 // h)
     pbytes = rec["param_bytes"]
     per = (2 + 1 + 2) if strategy == "skip_correct" else 2  # pull x, push s_i (g_i), pull D_i, momentum
+    if "--optimizer=adam" in extra:  # through fit: Adam's m, v per shard; correction auto = gradient (push G_i)
+        assert (rec["optimizer"], rec["correction"]) == ("adam", "gradient")
+        per = 2 + 1 + 1 + 2 * 2
     assert rec["bytes_communicated"] == (8 // h) * 2 * per * pbytes
     assert rec["comm_s"] > 0 and rec["compute_s"] > 0
     assert rec["train_loss"] < 2.0 and rec["test_accuracy"] > 0.3  # it learned (chance: 2.30, 0.1)

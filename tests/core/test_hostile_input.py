@@ -565,6 +565,7 @@ def test_fuzz_sim_cli_flag(files, capsys, flag, value):
     ("experiments.train", ["--batch_size=ten"], "batch_size"),
     ("experiments.train", ["--dataset=imagenet"], "--dataset"),
     ("experiments.train", ["--backup_dir=/etc/hostname"], "--backup_dir"),
+    ("experiments.train", ["--optimizer=lamb"], "--optimizer"),
     ("experiments.train", ["--unknown_flag=1"], "unknown_flag"),
 ])
 def test_cli_processes_exit_2_with_one_line(module, argv, match):
