@@ -10,8 +10,10 @@ Example::
         python -m experiments.train --strategy=skip_correct --interval=4 --model=mlp --steps=40
 
 Worker and ps tasks serve (``serve_unless_chief``) and exit when the chief is gone; the chief trains
-with ParameterServerSkipCorrect: ``ssgd`` = interval 1 and no correction (exactly synchronous SGD
-with momentum), ``local_sgd`` = correction none, ``skip_correct`` = ``--interval`` and ``--correction``.
+with ``model.fit`` through ``tf_commopt.distribute.ps_fit`` (a model compiled with ``--optimizer`` in a
+ParameterServerSkipCorrect's scope): ``ssgd`` = interval 1 and no correction (exactly synchronous SGD
+with momentum), ``local_sgd`` = correction none, ``skip_correct`` = ``--interval`` and ``--correction``;
+exactly ``--steps`` (or ``--epochs`` x rows // batch) steps, each epoch's last round cut to the steps left.
 One data shard per worker; ``--batch_size`` is the global batch (batch_size / workers per shard and
 local step). The record (``experiments.record.build_record``, shared with the collective runner) has
 its keys plus ``ps, interval, correction, syncs, comm_s, compute_s, bytes_communicated, first_round_s,

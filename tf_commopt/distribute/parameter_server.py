@@ -13,10 +13,16 @@ Example (the same script runs on every task; see docs/parameter_server.md)::
         info = trainer.run_round()                 # H local steps per shard, then one averaging
     print(trainer.stats())
 
+For ``model.fit`` with the user's tf-keras optimizer see ``ps_fit.py``; ``compile(optimizer=...)`` runs
+any optimizer of ``ps_rules.py`` (SGD, Adam, RMSprop, Adagrad) in the local steps below, with its slots
+kept per shard on the ps, and ``correction="gradient"`` (the default for every optimizer but plain SGD)
+sets D_i = (G_i - mean_j G_j) / m after a round of m local steps, G_i the sum of shard i's raw gradients
+in the round. ``run_round(steps=m)`` runs a shorter round (m <= H) with the same traced functions.
+
 The rule (thesis 001, skip-and-correct; the correction is VRL-SGD, Liang et al. 2019, "Variance
-Reduced Local SGD with Lower Communication Complexity"). K data shards, interval H, learning rate lr,
-momentum mu (0 = plain SGD); the global model x lives on the ps tasks, with, per shard i, the
-correction D_i (starts at 0) and, if mu > 0, the momentum buffer v_i (kept per shard, "local" slots).
+Reduced Local SGD with Lower Communication Complexity"), written here for SGD. K data shards, interval
+H, learning rate lr, momentum mu (0 = plain SGD); the global model x lives on the ps tasks, with, per
+shard i, the correction D_i (starts at 0) and, if mu > 0, the momentum buffer v_i (kept per shard, "local" slots).
 Round r (steps t = rH+1 .. rH+H) is one closure per shard i, scheduled with
 ``ClusterCoordinator.schedule`` on whichever worker is free:
 
@@ -27,8 +33,8 @@ Round r (steps t = rH+1 .. rH+H) is one closure per shard i, scheduled with
   it writes its gradient g instead, and the ps finishes the step (same numbers, fewer bytes).
 
 After all K closures: x <- x + mean_i s_i (= mean_i x_i) and, for ``correction="vrl"``,
-D_i <- D_i + (x_new - x_i) / (H lr') = D_i + (mean_j s_j - s_i) / (H lr'), so sum_i D_i stays 0, where
-lr' = lr / (1 - mu) (``correction_lr="effective"``, the default; = lr for plain SGD) or lr ("optimizer"). Both run
+D_i <- D_i + (x_new - x_i) / (H lr') = D_i + (mean_j s_j - s_i) / (H lr') (H lr': the sum of lr' over
+the round's steps with a schedule), so sum_i D_i stays 0, where lr' = lr / (1 - mu) (``correction_lr="effective"``, the default; = lr for plain SGD) or lr ("optimizer"). Both run
 on the ps (the chief only issues the call). With H = 1 and ``correction="none"`` this is synchronous
 SGD with global batch K x batch_size (momentum included: the mean of the per-shard buffers follows the
 global momentum recursion exactly).
@@ -410,7 +416,7 @@ class ParameterServerSkipCorrect:
             source = self._source
 
             def make_closure(fixed_shard: Optional[int]):
-                @tf.function
+                @tf.function(autograph=False)  # explicit tf.while_loop; AutoGraph could not convert it anyway
                 def closure(shard, step0, nsteps):
                     x0 = [tf.identity(v) for v in variables]  # pull x from the ps
                     corr = ([tf.gather(c, shard) for c in self._corr] if self._corr and local
@@ -469,7 +475,7 @@ class ParameterServerSkipCorrect:
 
                 return closure
 
-            @tf.function
+            @tf.function(autograph=False)
             def apply(nsteps, lr_sum):
                 m = tf.cast(nsteps, tf.float32)
                 for idx, v in enumerate(variables):

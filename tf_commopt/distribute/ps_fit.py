@@ -346,9 +346,7 @@ def wrap(model: Any, trainer: Optional[ParameterServerSkipCorrect] = None) -> An
     if not isinstance(model, tf_keras.Model):
         raise InputError(f"must be a tf-keras model, got {type(model).__module__}.{type(model).__name__}",
                          where="model")
-    if trainer is None and trainer_for(getattr(model, "distribute_strategy", None)) is None:
-        raise InputError("build the model inside a ParameterServerSkipCorrect's scope() (its variables live on the "
-                         "ps tasks)", where="model")
+    trainer = _trainer_of(model, trainer)  # pinned now: a later trainer on the same strategy does not take over
 
     def ps_fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         return fit(self, *args, trainer=trainer, **kwargs)
