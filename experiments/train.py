@@ -67,6 +67,8 @@ flags.DEFINE_string("correction", "auto", "skip_correct: auto (vrl for plain SGD
 flags.DEFINE_integer("warmup_steps", 0, "skip_correct/local_sgd: synchronous steps before skipping")
 flags.DEFINE_float("target_ratio", 1.0, "--interval=auto: aimed communication/computation time ratio")
 flags.DEFINE_integer("max_interval", 256, "--interval=auto: cap on the chosen H")
+flags.DEFINE_integer("auto_probe_interval", 16, "--interval=auto: H while measuring (after 2 warm-up steps, 3 "
+                     "timed syncs: H is chosen after 2 + 3 x this many steps)")
 flags.DEFINE_string("correction_lr", "effective", "skip_correct: the lr in the vrl update: effective "
                     "(lr/(1-momentum)) or optimizer (the optimizer's lr; see docs/skip_correct.md)")
 flags.DEFINE_float("bench_allreduce_mb", 0.0, "after training, time an all-reduce of this many MB (0 = off)")
@@ -99,6 +101,7 @@ class Config:
     correction_lr: str = "effective"
     target_ratio: float = 1.0
     max_interval: int = 256
+    auto_probe_interval: int = 16
     bench_allreduce_mb: float = 0.0
     bench_repeats: int = 3
     backup_dir: str = ""
@@ -122,7 +125,8 @@ def validate(cfg: Config) -> Config:
     if cfg.dataset not in DATASETS:
         raise InputError(f"unknown dataset {cfg.dataset!r}; choose one of {', '.join(DATASETS)}", where="--dataset")
     for name, low in (("batch_size", 1), ("epochs", 1), ("steps", 0), ("replicas", 1), ("warmup_steps", 0),
-                      ("bench_repeats", 1), ("max_interval", 1), ("steps_per_execution", 1)):
+                      ("bench_repeats", 1), ("max_interval", 1), ("auto_probe_interval", 1),
+                      ("steps_per_execution", 1)):
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise InputError(f"must be an integer >= {low}, got {v!r}", where=f"--{name}")
@@ -198,7 +202,8 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
                          f"imported here ({e})", where="--strategy") from None
     kwargs = dict(interval=cfg.interval, correction="none" if cfg.strategy == "local_sgd" else cfg.correction,
                   warmup_steps=cfg.warmup_steps, correction_lr=cfg.correction_lr,
-                  target_ratio=float(cfg.target_ratio), max_interval=cfg.max_interval)
+                  target_ratio=float(cfg.target_ratio), max_interval=cfg.max_interval,
+                  auto_probe_interval=cfg.auto_probe_interval)
     if multi:
         return SkipCorrectStrategy(cluster_resolver=tf.distribute.cluster_resolver.TFConfigClusterResolver(), **kwargs)
     return SkipCorrectStrategy(devices=configure_local_cpus(cfg.replicas), **kwargs)

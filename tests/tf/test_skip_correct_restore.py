@@ -104,7 +104,8 @@ def test_runner_backup_resume_keeps_the_auto_interval(tmp_path):
     from experiments import train
 
     kw = dict(strategy="skip_correct", replicas=2, model="mlp", batch_size=100, momentum=0.0, learning_rate=0.1,
-              interval="auto", max_interval=H, seed=1)  # 40 steps per epoch: the epoch-1 backup is mid-interval (k = 1)
+              interval="auto", max_interval=H, auto_probe_interval=4, seed=1)
+    # 40 steps per epoch; H is chosen after 2 + 3 x 4 = 14 steps; the epoch-1 backup is mid-interval (k = 1)
     whole = train.run(train.Config(epochs=2, target_ratio=1e-9, backup_dir=str(tmp_path / "a"), **kw), out=io.StringIO())
     part = train.run(train.Config(epochs=1, target_ratio=1e-9, backup_dir=str(tmp_path / "b"), **kw), out=io.StringIO())
     resumed = train.run(train.Config(epochs=2, target_ratio=1e9, backup_dir=str(tmp_path / "b"), **kw),
