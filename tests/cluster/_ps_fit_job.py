@@ -108,7 +108,7 @@ def main(argv):
             rec["init"] = weights(model)
             r = Recorder(model, t)
             hist = model.fit(x, y, batch_size=BATCH * SHARDS, epochs=epochs, steps_per_epoch=spe, shuffle=False,
-                             verbose=2 if k == 0 else 0, callbacks=[r.callback])
+                             verbose=2 if k == 0 else 0, callbacks=[r.callback], validation_data=(x[:10], y[:10]))
             rec.update(correction=t.correction, fit=r.rounds, epochs=r.epochs, history=hist.history,
                        iterations=int(model.optimizer.iterations.numpy()), corrections=[c.tolist() for c in t.corrections()],
                        stats=t.stats(), stock_fit=type(model).fit is tf_keras.Model.fit,
@@ -133,6 +133,9 @@ def main(argv):
     elif argv[1] == "auto":
         t = psc.ParameterServerSkipCorrect(interval="auto", strategy=strategy, round_timeout_s=60, max_interval=4)
         model = ps_fit.wrap(build(t, 5, "adam", {"learning_rate": 0.05}))
+        with t.scope():
+            regularized = tf_keras.Sequential([tf_keras.layers.Dense(2, input_shape=(3,), kernel_regularizer="l2")])
+            regularized.compile(optimizer="sgd", loss="mse")
         errors = {}  # bad input: one line naming the argument, before anything is traced
         for label, call in [
                 ("dataset", lambda: model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))),
@@ -140,7 +143,8 @@ def main(argv):
                 ("steps_per_epoch", lambda: model.fit(dataset_fn)),
                 ("y", lambda: model.fit(dataset_fn, y, steps_per_epoch=2)),
                 ("callbacks", lambda: model.fit(x, y, callbacks=[tf_keras.callbacks.BackupAndRestore("/tmp/b")])),
-                ("epochs", lambda: model.fit(x, y, epochs=0))]:
+                ("epochs", lambda: model.fit(x, y, epochs=0)),
+                ("compile", lambda: ps_fit.fit(regularized, x, y, batch_size=8))]:
             try:
                 call()
                 errors[label] = None

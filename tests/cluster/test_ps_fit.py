@@ -124,7 +124,15 @@ def test_fit_equals_run_round_dataset_fn_and_numpy():
         loss = rec["history"]["loss"]
         assert len(loss) == 2 and loss[1] < loss[0]
         # compiled metrics in the History: each epoch's mean over its local steps (rounds of 3 + 2 steps)
-        assert sorted(rec["history"]) == ["acc", "loss", "mae"]  # AUC (stateful) left out, with a warning
+        # AUC (stateful) left out, with a warning; validation on the global model at each epoch end
+        keys = sorted(k for k in rec["history"] if not k.startswith("val_auc"))  # AUC(): auc, auc_1, ... per model
+        assert keys == ["acc", "loss", "mae", "val_acc", "val_loss", "val_mae"] and len(rec["history"]) == 7
+        xv, yv = job.data()[0][:10], job.data()[1][:10]
+        for e in range(2):
+            w, b = (np.array(a, np.float64) for a in fit[2 * e + 1]["weights"])
+            err = xv @ w + b - yv
+            np.testing.assert_allclose([rec["history"]["val_loss"][e], rec["history"]["val_mae"][e]],
+                                       [np.mean(err ** 2), np.mean(np.abs(err))], atol=1e-5, rtol=0)
         per_round = reference.metrics
         for name in ("mae", "acc"):
             want = [(3 * per_round[2 * e][name] + 2 * per_round[2 * e + 1][name]) / 5 for e in range(2)]

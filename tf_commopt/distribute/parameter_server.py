@@ -318,6 +318,10 @@ class ParameterServerSkipCorrect:
                                  "not work under ParameterServerStrategy", where="compile")
             if loss is None:
                 raise InputError("a Keras model needs loss=", where="compile")
+            if model.losses:  # kernel/activity regularizers: their terms read the variables, not the local copies
+                raise InputError(f"models with regularization losses ({len(model.losses)}) are not supported by the "
+                                 "parameter-server variant; drop the regularizers or add the term to the loss",
+                                 where="compile")
             if model.non_trainable_weights:
                 raise InputError(f"non-trainable weights ({model.non_trainable_weights[0].name}) are not supported "
                                  "by the parameter-server variant", where="compile")

@@ -58,7 +58,8 @@ from tf_commopt.errors import InputError  # noqa: E402
 
 __all__ = ["fit", "wrap", "prepare", "chief_copy", "DatasetFnSource", "SUPPORTED_OPTIMIZERS", "update_rule"]
 
-_FIT_ARGS = ("x", "y", "batch_size", "epochs", "verbose", "callbacks", "shuffle", "initial_epoch", "steps_per_epoch")
+_FIT_ARGS = ("x", "y", "batch_size", "epochs", "verbose", "callbacks", "shuffle", "initial_epoch", "steps_per_epoch",
+             "validation_data", "validation_batch_size", "validation_freq")
 
 
 class DatasetFnSource:
@@ -240,7 +241,8 @@ def prepare(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] 
 
 def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = None, epochs: int = 1,
         verbose: Any = "auto", callbacks: Optional[List[Any]] = None, shuffle: bool = True, initial_epoch: int = 0,
-        steps_per_epoch: Optional[int] = None, trainer: Optional[ParameterServerSkipCorrect] = None, seed: int = 0,
+        steps_per_epoch: Optional[int] = None, validation_data: Any = None, validation_batch_size: Optional[int] = None,
+        validation_freq: int = 1, trainer: Optional[ParameterServerSkipCorrect] = None, seed: int = 0,
         **unsupported: Any) -> Any:
     """``model.fit`` through skip-and-correct rounds on this parameter-server cluster (chief). Returns a History.
 
@@ -250,8 +252,10 @@ def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = No
 
     ``model`` must be built (and compiled, with a tf-keras optimizer of :data:`SUPPORTED_OPTIMIZERS`) in
     the ``scope()`` of a ParameterServerSkipCorrect (``trainer``; default: the one whose strategy built
-    the model). ``batch_size`` is the global batch (split over the shards). Arguments of tf-keras ``fit``
-    not listed here (validation_data, sample_weight, ...) are a one-line InputError naming them.
+    the model). ``batch_size`` is the global batch (split over the shards). ``validation_data=(x, y)``:
+    evaluated at the end of every ``validation_freq``-th epoch on :func:`chief_copy` (the global model),
+    logged as ``val_loss`` and ``val_<metric>``. Arguments of tf-keras ``fit`` not listed here
+    (sample_weight, class_weight, validation_split, ...) are a one-line InputError naming them.
     """
     import tf_keras
 
@@ -269,7 +273,13 @@ def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = No
             raise InputError("BackupAndRestore does not hold the per-shard corrections and optimizer slots of the "
                              "parameter-server path; use trainer.save(dir) / trainer.restore_latest(dir)",
                              where="callbacks")
+    if validation_data is not None and not (isinstance(validation_data, (tuple, list)) and len(validation_data) == 2):
+        raise InputError("must be a pair (x_val, y_val) of arrays on the parameter-server path, got "
+                         f"{type(validation_data).__name__}", where="validation_data")
+    if isinstance(validation_freq, bool) or not isinstance(validation_freq, int) or validation_freq < 1:
+        raise InputError(f"must be an integer >= 1, got {validation_freq!r}", where="validation_freq")
     trainer, steps_per_epoch = prepare(model, x, y, batch_size, shuffle, steps_per_epoch, trainer, seed)
+    copies: List[Any] = []
 
     verbose = 1 if verbose == "auto" else verbose
     cb = tf_keras.callbacks.CallbackList(cbs, add_history=True, add_progbar=verbose != 0, model=model,
@@ -291,6 +301,11 @@ def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = No
             cb.on_train_batch_end(done - 1, logs)
             if model.stop_training:
                 break
+        if validation_data is not None and (epoch + 1) % validation_freq == 0:
+            copies[:] = [chief_copy(model, copies[0] if copies else None)]
+            val = copies[0].evaluate(validation_data[0], validation_data[1], verbose=0, return_dict=True,
+                                     batch_size=validation_batch_size or batch_size or 32)
+            logs.update({f"val_{k}": float(v) for k, v in val.items()})
         cb.on_epoch_end(epoch, dict(logs))
         if model.stop_training:
             break
