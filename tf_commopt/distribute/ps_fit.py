@@ -23,7 +23,9 @@ shards, computed on the shard's model before each local update, as tf-keras's tr
 Metrics are evaluated in the closure without state: strings (``"accuracy"`` and ``"crossentropy"``
 resolved from the shapes as tf-keras does, ``"mae"``, ...), functions and mean-type Metric objects
 (``SparseCategoricalAccuracy()``, ``MeanAbsoluteError()``, ...); stateful metrics (AUC, Precision, ...)
-are left out with a warning (``model.evaluate`` after ``fit`` computes them).
+are left out with a warning (``model.evaluate`` after ``fit`` computes them). ``validation_data=(x, y)``
+is evaluated on :func:`chief_copy` at epoch ends (``val_*`` logs). The arguments after ``callbacks`` are
+keyword-only (tf-keras's positional order differs from here on).
 
 Data: arrays ``x, y`` (``batch_size`` is the global batch, split over the K shards; shard i = rows
 i, i + K, ...; ``shuffle=True`` permutes the rows once, with ``seed``, before sharding — not every
@@ -240,7 +242,7 @@ def prepare(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] 
 
 
 def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = None, epochs: int = 1,
-        verbose: Any = "auto", callbacks: Optional[List[Any]] = None, shuffle: bool = True, initial_epoch: int = 0,
+        verbose: Any = "auto", callbacks: Optional[List[Any]] = None, *, shuffle: bool = True, initial_epoch: int = 0,
         steps_per_epoch: Optional[int] = None, validation_data: Any = None, validation_batch_size: Optional[int] = None,
         validation_freq: int = 1, trainer: Optional[ParameterServerSkipCorrect] = None, seed: int = 0,
         **unsupported: Any) -> Any:
