@@ -86,7 +86,7 @@ def test_fit_and_wrap_refuse_bad_input_in_one_line():
 
     plain = tf_keras.Sequential([tf_keras.layers.Dense(1, input_shape=(2,))])
     cases = [
-        (lambda: ps_fit.fit(plain, np.zeros((4, 2)), np.zeros(4), validation_data=None), "validation_data"),
+        (lambda: ps_fit.fit(plain, np.zeros((4, 2)), np.zeros(4), sample_weight=None), "sample_weight"),
         (lambda: ps_fit.fit(plain, np.zeros((4, 2)), np.zeros(4)), "model"),  # not built in a trainer's scope
         (lambda: ps_fit.fit(object(), np.zeros((4, 2)), np.zeros(4)), "model"),
         (lambda: ps_fit.wrap(plain), "model"),
