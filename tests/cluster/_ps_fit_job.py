@@ -19,11 +19,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 SHARDS, BATCH, N = 2, 4, 24  # per-shard batch 4 (global 8); 12 rows per shard = 3 batches
-# (name, optimizer kwargs, interval, steps_per_epoch, epochs): correction "auto" everywhere
+# (name, optimizer kwargs, interval, steps_per_epoch, epochs, correction)
 SETTINGS = [
-    ("sgd", {"learning_rate": 0.1}, 3, 5, 2),                       # auto -> vrl
-    ("sgd_momentum", {"learning_rate": 0.05, "momentum": 0.5}, 3, 5, 2),  # auto -> gradient
-    ("adam", {"learning_rate": 0.05}, 3, 5, 2),                     # auto -> gradient
+    ("sgd", {"learning_rate": 0.1}, 3, 5, 2, "auto"),                       # auto -> vrl
+    ("sgd_momentum", {"learning_rate": 0.05, "momentum": 0.5}, 3, 5, 2, "auto"),  # auto -> gradient
+    ("adam", {"learning_rate": 0.05}, 3, 5, 2, "auto"),                     # auto -> gradient
+    ("adam", {"learning_rate": 0.05}, 1, 3, 2, "none"),                     # H = 1, none: synchronous Adam
 ]
 
 
@@ -100,10 +101,10 @@ def main(argv):
     strategy = tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
     x, y = data()
     if argv[1] == "exact":
-        for k, (name, kwargs, h, spe, epochs) in enumerate(SETTINGS):
-            rec = {"name": name, "kwargs": kwargs, "interval": h}
+        for k, (name, kwargs, h, spe, epochs, corr) in enumerate(SETTINGS):
+            rec = {"name": name, "kwargs": kwargs, "interval": h, "spe": spe}
             # 1. model.fit on arrays (wrapped instance)
-            t = psc.ParameterServerSkipCorrect(interval=h, strategy=strategy, round_timeout_s=60)
+            t = psc.ParameterServerSkipCorrect(interval=h, correction=corr, strategy=strategy, round_timeout_s=60)
             model = ps_fit.wrap(build(t, k, name, kwargs))
             rec["init"] = weights(model)
             r = Recorder(model, t)
@@ -115,13 +116,13 @@ def main(argv):
                        evaluate=model.evaluate(x, y, batch_size=N, verbose=0),
                        predict=model.predict(x[:3], verbose=0).tolist())
             # 2. the same with a dataset function per shard
-            t2 = psc.ParameterServerSkipCorrect(interval=h, strategy=strategy, round_timeout_s=60)
+            t2 = psc.ParameterServerSkipCorrect(interval=h, correction=corr, strategy=strategy, round_timeout_s=60)
             model2 = build(t2, k, name, kwargs)
             r2 = Recorder(model2, t2)
             ps_fit.fit(model2, dataset_fn, epochs=epochs, steps_per_epoch=spe, verbose=0, callbacks=[r2.callback])
             rec["dataset_fn"] = r2.rounds
             # 3. the low-level API with the same round lengths
-            t3 = psc.ParameterServerSkipCorrect(interval=h, strategy=strategy, round_timeout_s=60)
+            t3 = psc.ParameterServerSkipCorrect(interval=h, correction=corr, strategy=strategy, round_timeout_s=60)
             model3 = build(t3, k, name, kwargs)
             t3.compile(model3, loss=tf_keras.losses.MeanSquaredError(), optimizer=make_optimizer(name, kwargs),
                        batch_fn=psc.array_batch_fn(x, y, num_shards=SHARDS, batch_size=BATCH))

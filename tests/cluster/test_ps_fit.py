@@ -40,6 +40,9 @@ def reference(rec, round_steps):
     corr = [zeros() for _ in range(k)]
     slots = [[zeros(), zeros()] for _ in range(k)]  # SGD: [momentum, -]; Adam: [m, v]
     out, done, metrics = [], 0, []
+    sync = rec.get("interval") == 1 and corr_rule == "none"  # H = 1, none: the mean gradient, one update
+    if sync:
+        return _reference_sync(rec, round_steps, xs, ys, params)
     for m in round_steps:
         deltas, gsums, mae, acc = [], [], [], []
         for i in range(k):
@@ -86,6 +89,34 @@ def reference(rec, round_steps):
     return out, corr
 
 
+def _reference_sync(rec, round_steps, xs, ys, params):
+    """H = 1, correction none: synchronous Adam (the mean of the shards' gradients, one Adam update)."""
+    k, bsz, lr, n = job.SHARDS, job.BATCH, rec["kwargs"]["learning_rate"], len(xs[0])
+    b1, b2, eps = 0.9, 0.999, 1e-7
+    sm, sv = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
+    out, metrics = [], []
+    for t in range(len(round_steps)):
+        grads, mae, acc = [np.zeros_like(p) for p in params], [], []
+        for i in range(k):
+            rows = (t * bsz + np.arange(bsz)) % n
+            xb, yb = xs[i][rows], ys[i][rows]
+            pred = xb @ params[0] + params[1]
+            err = pred - yb
+            mae.append(np.abs(err).mean())
+            acc.append(np.mean(np.argmax(pred, 1) == np.argmax(yb, 1)))
+            scale = 2.0 / err.size
+            grads = [g + q / k for g, q in zip(grads, [scale * xb.T @ err, scale * err.sum(0)])]
+        for v in range(2):
+            sm[v] = sm[v] + (grads[v] - sm[v]) * (1 - b1)
+            sv[v] = sv[v] + (grads[v] ** 2 - sv[v]) * (1 - b2)
+            alpha = lr * np.sqrt(1 - b2 ** (t + 1)) / (1 - b1 ** (t + 1))
+            params[v] = params[v] - sm[v] * alpha / (np.sqrt(sv[v]) + eps)
+        out.append([p.copy() for p in params])
+        metrics.append({"mae": float(np.mean(mae)), "acc": float(np.mean(acc))})
+    reference.metrics = metrics
+    return out, [[np.zeros_like(p) for p in params] for _ in range(k)]
+
+
 def _flat(weights):
     return np.concatenate([np.ravel(np.array(w)) for w in weights])
 
@@ -108,11 +139,16 @@ def _run(mode, timeout=200):
 def test_fit_equals_run_round_dataset_fn_and_numpy():
     r, recs = _run(["exact"])
     assert [q["name"] for q in recs] == [s[0] for s in job.SETTINGS]
-    assert [q["correction"] for q in recs] == ["vrl", "gradient", "gradient"]  # correction="auto"
+    # correction="auto": vrl for plain SGD, gradient otherwise; the last setting asks for none at H = 1
+    assert [q["correction"] for q in recs] == ["vrl", "gradient", "gradient", "none"]
     for rec in recs:
-        fit = rec["fit"]
-        assert [q["steps"] for q in fit] == [3, 2, 3, 2]  # steps_per_epoch 5, H = 3: the last round is cut
-        assert [q["batch"] for q in fit] == [2, 4, 2, 4] and rec["epochs"] == [0, 1]
+        fit, h, spe = rec["fit"], rec["interval"], rec["spe"]
+        if h == 3:
+            assert [q["steps"] for q in fit] == [3, 2, 3, 2]  # steps_per_epoch 5, H = 3: the last round is cut
+            assert [q["batch"] for q in fit] == [2, 4, 2, 4]
+        else:
+            assert [q["steps"] for q in fit] == [1] * 6 and [q["batch"] for q in fit] == [0, 1, 2] * 2
+        assert rec["epochs"] == [0, 1]
         for a, b, c in zip(fit, rec["run_round"], rec["dataset_fn"]):
             np.testing.assert_allclose(_flat(a["weights"]), _flat(b["weights"]), atol=1e-6, rtol=0)
             np.testing.assert_allclose(_flat(a["weights"]), _flat(c["weights"]), atol=1e-6, rtol=0)
@@ -129,15 +165,20 @@ def test_fit_equals_run_round_dataset_fn_and_numpy():
         assert keys == ["acc", "loss", "mae", "val_acc", "val_loss", "val_mae"] and len(rec["history"]) == 7
         xv, yv = job.data()[0][:10], job.data()[1][:10]
         for e in range(2):
-            w, b = (np.array(a, np.float64) for a in fit[2 * e + 1]["weights"])
+            w, b = (np.array(a, np.float64) for a in fit[(e + 1) * (len(fit) // 2) - 1]["weights"])
             err = xv @ w + b - yv
             np.testing.assert_allclose([rec["history"]["val_loss"][e], rec["history"]["val_mae"][e]],
                                        [np.mean(err ** 2), np.mean(np.abs(err))], atol=1e-5, rtol=0)
         per_round = reference.metrics
         for name in ("mae", "acc"):
-            want = [(3 * per_round[2 * e][name] + 2 * per_round[2 * e + 1][name]) / 5 for e in range(2)]
+            per_epoch = len(fit) // 2
+            want = [sum(q["steps"] * m[name] for q, m in zip(fit[e * per_epoch:(e + 1) * per_epoch],
+                                                             per_round[e * per_epoch:(e + 1) * per_epoch])) / spe
+                    for e in range(2)]
             np.testing.assert_allclose(rec["history"][name], want, atol=1e-5, rtol=0, err_msg=name)
-        assert rec["iterations"] == 10 and rec["stats"]["steps"] == 10 and rec["stats"]["syncs"] == 4
+        assert rec["iterations"] == rec["stats"]["steps"] == 2 * spe and rec["stats"]["syncs"] == len(fit)
+        if h == 1:  # synchronous: the workers push g_i only (pull x, push g_i), the ps runs Adam
+            assert rec["stats"]["bytes_communicated"] == len(fit) * job.SHARDS * 2 * (3 * 2 + 2) * 4
         assert rec["stock_fit"]  # wrap() bound fit on the instance; tf_keras.Model.fit is untouched
         w, b = (np.array(a, np.float64) for a in fit[-1]["weights"])  # evaluate/predict: the global model
         x, y = job.data()

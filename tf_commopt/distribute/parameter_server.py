@@ -413,7 +413,11 @@ class ParameterServerSkipCorrect:
         n_metrics = len(self.metric_names)
 
         def trace(h: int) -> None:  # the round functions for interval h (a new h re-traces them once)
-            local = h > 1 or not self._ps_finish  # else: push the gradient, the ps applies correction and momentum
+            # H = 1: push the gradient and let the ps finish the step -- plain SGD / momentum (constant lr, none or
+            # vrl: per shard, then the mean, = the mean step by linearity), or any optimizer without correction
+            # (synchronous: the mean gradient, one update of slots kept identical in every shard's row)
+            sync_rule = h == 1 and not self._ps_finish and self.correction == "none"
+            local = not (h == 1 and self._ps_finish) and not sync_rule
             # pull x, push s_i (or g_i); pull D_i [vrl, gradient]; push G_i [gradient]; pull + push each slot
             per_closure = 2 if not local else 2 + int(vrl or grad_corr) + int(grad_corr) + 2 * n_slots
             self.bytes_per_round = k * per_closure * self.param_bytes
@@ -480,11 +484,19 @@ class ParameterServerSkipCorrect:
                 return closure
 
             @tf.function(autograph=False)
-            def apply(nsteps, lr_sum):
+            def apply(nsteps, lr_sum, step0):
                 m = tf.cast(nsteps, tf.float32)
                 for idx, v in enumerate(variables):
                     with tf.device(v.device):  # on the ps that holds v
                         sv = self._slots[idx].read_value()
+                        if sync_rule:  # the slots hold g_i: x <- U(x, mean_i g_i, slots, lr_s0, s0 + 1) on the ps
+                            x_new, new = rule.apply(v.read_value(), tf.reduce_mean(sv, axis=0),
+                                                    [per_var[idx][0] for per_var in self._opt], rule.lr(step0),
+                                                    step0 + 1)
+                            for per_var, value in zip(self._opt, new):
+                                per_var[idx].assign(tf.broadcast_to(value[None], tf.shape(per_var[idx])))
+                            v.assign(x_new)
+                            continue
                         if local:
                             for outs, ins in zip(self._opt_out, self._opt):  # the closures' slots become the next round's
                                 ins[idx].assign(outs[idx].read_value())
@@ -516,7 +528,8 @@ class ParameterServerSkipCorrect:
             with self.strategy.scope():
                 for c in closures:
                     c.get_concrete_function(*spec)
-            apply.get_concrete_function(tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32))
+            apply.get_concrete_function(tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
+                                        tf.TensorSpec([], tf.int64))
             self.trace_s = time.perf_counter() - t0
 
         return trace
@@ -580,7 +593,7 @@ class ParameterServerSkipCorrect:
         self._join(f"round {self.rounds}")
         outs = [rv.fetch() for rv in rvs]
         t1 = time.perf_counter()
-        self._apply(nsteps, lr_sum)
+        self._apply(nsteps, lr_sum, step0)
         t2 = time.perf_counter()
         compute = max(float(o[1]) for o in outs)
         means = np.mean([np.asarray(o[2]) for o in outs], axis=0)  # [loss, metrics...], mean over the shards
