@@ -67,6 +67,23 @@ def dataset_fn(ctx):
     return tf.data.Dataset.from_tensor_slices((x[i::k], y[i::k])).batch(bsz).repeat()
 
 
+def dataset_fn_from_step(ctx, step):
+    """The same batches as dataset_fn, started at ``step`` (nothing to skip): batch t = rows (tB .. tB+B-1) mod n."""
+    import tensorflow as tf
+
+    x, y = data()
+    k, i = ctx.num_input_pipelines, ctx.input_pipeline_id
+    bsz = ctx.get_per_replica_batch_size(BATCH * SHARDS)
+    xs, ys = tf.constant(x[i::k]), tf.constant(y[i::k])
+    n = len(x) // k
+
+    def batch(t):
+        rows = tf.math.floormod(t * bsz + tf.range(bsz, dtype=tf.int64), n)
+        return tf.gather(xs, rows), tf.gather(ys, rows)
+
+    return tf.data.Dataset.range(step, 2 ** 62).map(batch)
+
+
 class Recorder:
     """A Keras callback that records the global weights after every round (one batch-end per round)."""
 
@@ -121,6 +138,13 @@ def main(argv):
             r2 = Recorder(model2, t2)
             ps_fit.fit(model2, dataset_fn, epochs=epochs, steps_per_epoch=spe, verbose=0, callbacks=[r2.callback])
             rec["dataset_fn"] = r2.rounds
+            if k == 0:  # dataset_fn(input_context, step): starts at the shard's step, nothing skipped
+                t4 = psc.ParameterServerSkipCorrect(interval=h, correction=corr, strategy=strategy, round_timeout_s=60)
+                model4 = build(t4, k, name, kwargs)
+                r4 = Recorder(model4, t4)
+                ps_fit.fit(model4, dataset_fn_from_step, epochs=epochs, steps_per_epoch=spe, verbose=0,
+                           callbacks=[r4.callback])
+                rec["dataset_fn_step"] = r4.rounds
             # 3. the low-level API with the same round lengths
             t3 = psc.ParameterServerSkipCorrect(interval=h, correction=corr, strategy=strategy, round_timeout_s=60)
             model3 = build(t3, k, name, kwargs)

@@ -152,6 +152,10 @@ def test_fit_equals_run_round_dataset_fn_and_numpy():
         for a, b, c in zip(fit, rec["run_round"], rec["dataset_fn"]):
             np.testing.assert_allclose(_flat(a["weights"]), _flat(b["weights"]), atol=1e-6, rtol=0)
             np.testing.assert_allclose(_flat(a["weights"]), _flat(c["weights"]), atol=1e-6, rtol=0)
+        if "dataset_fn_step" in rec:  # the dataset_fn(input_context, step) form gives the same rounds
+            assert len(rec["dataset_fn_step"]) == len(fit)
+            for a, d in zip(fit, rec["dataset_fn_step"]):
+                np.testing.assert_allclose(_flat(a["weights"]), _flat(d["weights"]), atol=1e-6, rtol=0)
         corr = _check(rec, fit)
         got = [np.array(c) for c in rec["corrections"]]
         for v in range(2):

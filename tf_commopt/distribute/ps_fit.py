@@ -37,7 +37,10 @@ shard's batch) *inside* the closure, on whichever worker runs shard i; the closu
 shard i has done and takes the next m. So the batches of (shard i, step t) are fixed whoever runs
 them, a closure re-run after a worker failure reads the same batches, and the dataset must be
 infinite (``.repeat()``). The price: each round rebuilds the shard's dataset and ``skip``s the steps
-already done (cheap for in-memory pipelines; for expensive ones prefer few, long rounds).
+already done, which reads them (measured: 1,000 skipped batches of 32 MNIST-sized rows 0.06–0.5 s,
+10,000 1.4–2.3 s). A ``dataset_fn(input_context, step)`` (two parameters) is given the shard's step
+(an int64 tensor) and returns the dataset from that step on, so nothing is skipped: e.g.
+``tf.data.Dataset.range(step, 2**62).map(lambda t: batch_of_step(t))``.
 """
 from __future__ import annotations
 
@@ -78,17 +81,19 @@ class DatasetFnSource:
 
     def __init__(self, dataset_fn: Callable, num_shards: int) -> None:
         self.dataset_fn, self.num_shards = dataset_fn, int(num_shards)
+        self.takes_step = _takes_step(dataset_fn)
 
     def open(self, shard: int, step0: Any) -> Callable:
         k = self.num_shards
         ctx = tf.distribute.InputContext(num_input_pipelines=k, input_pipeline_id=int(shard), num_replicas_in_sync=k)
-        ds = self.dataset_fn(ctx)
+        # dataset_fn(ctx, step): the user's dataset starts at the shard's step itself (O(1)); else skip
+        ds = self.dataset_fn(ctx, step0) if self.takes_step else self.dataset_fn(ctx)
         if not isinstance(ds, tf.data.Dataset):
             raise InputError(f"dataset_fn must return a tf.data.Dataset, got {type(ds).__name__}", where="x")
         spec = ds.element_spec
         if not (isinstance(spec, tuple) and len(spec) == 2):
             raise InputError(f"dataset_fn's dataset must yield (x, y) pairs, got elements {spec}", where="x")
-        it = iter(ds.skip(step0))
+        it = iter(ds if self.takes_step else ds.skip(step0))
 
         def next_batch(j):
             opt = it.get_next_as_optional()
@@ -99,6 +104,20 @@ class DatasetFnSource:
             return bx, by
 
         return next_batch
+
+
+def _takes_step(fn: Callable) -> bool:
+    """Whether ``fn`` is ``dataset_fn(input_context, step)`` (two positional parameters, no ``*args``)."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return False  # e.g. a DatasetCreator(*args, **kwargs): the one-argument form
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2
 
 
 def _loss_of(model: Any) -> Any:
