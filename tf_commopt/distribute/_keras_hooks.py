@@ -32,7 +32,8 @@ outside every SkipCorrectStrategy scope is stock tf-keras (``tests/tf/test_keras
    holds the global model, t, k, H and every replica's Δ_i (each worker restores its own rows);
    ``tf.keras.callbacks.TensorBoard`` needs the ``tensorboard`` package (a tf_commopt dependency;
    TensorFlow 2.21 no longer installs it): without it the callback crashed at the end of epoch 1; under
-   this strategy ``fit`` now fails first with a one-line InputError naming the package.
+   this strategy ``fit`` now fails first with a one-line InputError naming the package. With
+   ``overlap=True`` the end of ``fit`` applies the averaging still in flight (``extended.drain()``).
 5. Keras 3: :func:`refuse_keras3` (called when the strategy creates a variable) raises a one-line
    InputError when the caller is Keras 3 (``keras.src``), whose optimizers bypass this strategy.
 
@@ -259,6 +260,10 @@ def _adopt_model(model: Any, tk: Any) -> None:
                     _accept_backup_and_restore(cb)
                 elif isinstance(cb, tk.callbacks.TensorBoard) and not _tensorboard_installed():
                     raise InputError(TENSORBOARD_MESSAGE, where="TensorBoard")
+            history = original_fit(self, *args, **kwargs)
+            # overlap=True: apply the averaging still in flight (local, no communication)
+            self._distribution_strategy.extended.drain()
+            return history
         return original_fit(self, *args, **kwargs)
 
     _bind(model, "fit", fit)
