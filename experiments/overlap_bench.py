@@ -90,7 +90,7 @@ def bench_setting(setting: str) -> None:
     if split == "non_iid":
         base.append(f"--non_iid_classes={FLAGS.non_iid_classes}")
     runs: Dict[str, List[Dict[str, Any]]] = {v: [] for v in VARIANTS}
-    keep = ("wall_s", "test_accuracy", "interval", "syncs", "comm_s", "first_sync_s", "compute_s",
+    keep = ("wall_s", "first_step_s", "test_accuracy", "interval", "syncs", "comm_s", "first_sync_s", "compute_s",
             "background_comm_s", "bytes_communicated")
     for rep in range(FLAGS.repeats):
         for v in VARIANTS:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -347,8 +348,15 @@ class _SkipCorrectMixin:
         return avg
 
     def drain(self) -> int:
-        """Apply every in-flight overlapped averaging now (eager; no communication). Returns how many."""
-        return sum(int(a.drain()) for a in list(self._sc_overlappers.values()))
+        """Apply every in-flight overlapped averaging now (eager; no new communication: it waits for the
+        background all-reduce, and the wait counts in ``comm_s``). Returns how many were applied."""
+        if not self._sc_overlappers:
+            return 0
+        t0 = time.perf_counter()
+        n = sum(int(a.drain()) for a in list(self._sc_overlappers.values()))
+        if n:
+            self.telemetry.comm_s.assign_add(time.perf_counter() - t0)
+        return n
 
     @_no_autograph
     def _sc_agree(self, vec: tf.Tensor) -> tf.Tensor:
