@@ -92,3 +92,25 @@ def test_overlap_argument_is_checked():
     with pytest.raises(InputError, match=r"overlap=.*must be True or False, got 'yes'") as e:
         SkipCorrectStrategy(interval=2, devices=DEVICES, overlap="yes")
     assert "\n" not in str(e.value)
+
+
+def test_auto_with_overlap_hides_the_communication():
+    # H = clip(ceil(t_comm / t_comp), 1, max): the background all-reduces' median against the steps'
+    from tf_commopt.core.interval import overlap_interval
+
+    strategy = SkipCorrectStrategy(interval="auto", devices=DEVICES[:2], max_interval=64, auto_probe_interval=4,
+                                   overlap=True)
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation="relu", input_shape=(64,)),
+                                     tf.keras.layers.Dense(4)])
+        model.compile(tf.keras.optimizers.SGD(0.01), "mse")
+    rng = np.random.RandomState(0)
+    x, y = rng.rand(320, 64).astype(np.float32), rng.rand(320, 4).astype(np.float32)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0)  # 20 steps
+    st = strategy.stats()
+    assert st["interval_chosen"] == 1 and st["steps"] == 20
+    # the probe's 3 samples are background all-reduces (applied at steps 6, 10, 14), all > 0
+    assert len(st["interval_t_comm_samples_s"]) == 3 and min(st["interval_t_comm_samples_s"]) > 0
+    want = overlap_interval(st["interval_t_comm_s"], st["interval_t_comp_s"], max_interval=64)
+    assert st["interval"] == strategy.interval == want
+    assert strategy.extended.drain() == 0
