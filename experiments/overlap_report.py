@@ -90,6 +90,20 @@ def render(records: List[Dict[str, Any]], source: str) -> str:
             serial = max(compute, first + blocking - compute)
             lines.append(f"| {r['model']} | {SPLIT_NAMES.get(r['split'], r['split'])} | {first:.2f} | {serial:.2f} | "
                          f"{overlap / serial:.3f} |")
+        lines += ["", "What overlap can hide is the computation after the first step, and no more than the "
+                      "communication: min(compute-only − first step, communication-only). What it hid is blocking − "
+                      "overlap:", ""]
+        for r in with_first:
+            m = r["median"]
+            blocking, overlap, compute = (m[v]["wall_s"] for v in ("blocking", "overlap", "compute_only"))
+            first = _med(r["runs"]["compute_only"], "first_step_s")
+            hideable = min(compute - first, blocking - compute)
+            saved = blocking - overlap
+            share = f"{100 * saved / hideable:.0f}% of it" if hideable > 0 else "nothing was hideable"
+            lines.append(f"* {r['model']}, {SPLIT_NAMES.get(r['split'], r['split'])}: hideable {hideable:.2f} s, "
+                         f"hidden {saved:.2f} s ({share}); communication-only is "
+                         f"{(blocking - compute) / max(compute - first, 1e-9):.1f}× the computation after the first "
+                         f"step.")
     lines += ["", "## Where the time goes (medians over the repeats, seconds)", "",
               "Per run from `stats()`: syncs, `comm_s` (what the steps waited for at syncs: the blocking all-reduce, "
               "or with overlap the wait for the in-flight mean plus apply/snapshot/launch, and the wait at the end of "
@@ -105,7 +119,9 @@ def render(records: List[Dict[str, Any]], source: str) -> str:
             lines.append(f"| {r['model']} | {SPLIT_NAMES.get(r['split'], r['split'])} | {v} | "
                          f"{_med(runs, 'syncs'):g} | {_med(runs, 'comm_s'):.2f} | "
                          f"{'' if bg != bg else format(bg, '.2f')} | {_med(runs, 'compute_s'):.2f} | {rest:.2f} |")
-    lines += ["", "`syncs` counts the runner's final `strategy.sync()` after `fit` too (outside the wall).", ""]
+    lines += ["", "`syncs` and `comm_s` count the runner's final `strategy.sync()` after `fit` too (outside the wall), so the "
+              "last column understates what lies outside the steps (fit set-up, the first step, the end of the epoch) by "
+              "that sync's time.", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
