@@ -399,13 +399,19 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
         print(f"{cfg.strategy}: {cfg.model} on {cfg.dataset} ({len(data.x_train)} train / {len(data.x_test)} test), "
               f"{where}, global batch {cfg.batch_size}, {epochs} x {steps_per_epoch} steps", file=out, flush=True)
     first_step: List[float] = []
+    last_step: List[float] = [0.0]
+    train_end: List[float] = []
 
-    class _FirstStep(tf_keras.callbacks.Callback):  # the first (traced) step's end: first_step_s
+    class _FirstStep(tf_keras.callbacks.Callback):  # first_step_s (tracing, set-up) and last_step_end_s
         _supports_tf_logs = True
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            last_step[0] = time.perf_counter() - t0
             if not first_step:
-                first_step.append(time.perf_counter() - t0)
+                first_step.append(last_step[0])
+
+        def on_train_end(self, logs: Any = None) -> None:
+            train_end.append(time.perf_counter() - t0)
 
     t0 = time.perf_counter()
     history = model.fit(train, epochs=epochs, initial_epoch=first_epoch, steps_per_epoch=steps_per_epoch,
@@ -434,7 +440,7 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
         stats = strategy.stats()
         record["interval"] = getattr(strategy, "interval", stats.get("interval"))
         record["overlap"] = cfg.overlap
-        for k in ("syncs", "comm_s", "first_sync_s", "compute_s", "bytes_communicated", "background_comm_s",
+        for k in ("syncs", "comm_s", "first_sync_s", "compute_s", "bytes_communicated", "background_comm_s", "drain_wait_s",
                   "interval_t_comm_s",
                   "interval_t_comp_s",
                   "interval_t_comm_samples_s", "interval_t_comp_samples_s",
@@ -443,6 +449,9 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
                 record[k] = stats[k]
     if first_step:  # fit start to the end of the first step (tracing, set-up): what no overlap can hide
         record["first_step_s"] = round(first_step[0], 3)
+        record["last_step_end_s"] = round(last_step[0], 3)
+    if train_end:  # wall_s − this: fit's return path (tf-keras tears down its data handler; see overlap.md)
+        record["train_end_s"] = round(train_end[0], 3)
     if cfg.non_iid_classes:
         record["non_iid_classes"] = cfg.non_iid_classes
     if cfg.backup_dir:

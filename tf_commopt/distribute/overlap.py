@@ -80,9 +80,10 @@ class OverlapAverager:
     correction state, then the averaged extras; ``grad_sums`` = the G_i rows for ``correction="gradient"``).
     """
 
-    def __init__(self, ext: Any, variables: Sequence[Any], n_trainable: int, rule: str,
+    def __init__(self, ext: Any, strategy: Any, variables: Sequence[Any], n_trainable: int, rule: str,
                  deltas: Optional[List[List[Any]]], grad_sums: Optional[List[List[Any]]]) -> None:
         self._ext = weakref.proxy(ext)
+        self._strategy = weakref.proxy(strategy)
         self.variables = list(variables)
         self.n_trainable = int(n_trainable)
         self.rule = rule
@@ -143,7 +144,7 @@ class OverlapAverager:
     def _background(self) -> None:
         """Traced once: dequeue a snapshot, the fused all-reduce (MEAN), enqueue the means."""
         ext = self._ext
-        with ext._container_strategy().scope():
+        with self._strategy.scope():
             vals = self._snapshots.dequeue()
             with tf.control_dependencies(vals):
                 t0 = tf.timestamp()
@@ -238,14 +239,14 @@ class OverlapAverager:
                     out.append(tf.concat(parts, 0) if len(parts) > 1 else tf.identity(parts[0]))
         return out
 
-    def drain(self) -> bool:
-        """Eager: apply the in-flight mean now (step 1 of the rule, k unchanged). True if there was one."""
+    def drain(self) -> Optional[float]:
+        """Eager: apply the in-flight mean now (step 1 of the rule, k unchanged). Returns the background
+        all-reduce's seconds, or None if nothing was in flight."""
         if int(self.pending.numpy()) == 0:
-            return False
+            return None
         if self._errors:
             raise InputError(f"the background averaging failed: {self._errors[0]}", where="SkipCorrectStrategy(overlap=True)")
-        self.apply_pending()
-        return True
+        return float(self.apply_pending().numpy())
 
 
 def validate_overlap(overlap: object, where: str = "overlap") -> bool:

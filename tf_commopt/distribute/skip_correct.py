@@ -336,7 +336,8 @@ class _SkipCorrectMixin:
         """The overlapped averaging of ``state`` (built at the first trace of its sync)."""
         avg = self._sc_overlappers.get(id(state))
         if avg is None:
-            avg = OverlapAverager(self, variables, n_trainable, state.rule, state.delta_components(),
+            avg = OverlapAverager(self, self._container_strategy(), variables, n_trainable, state.rule,
+                                  state.delta_components(),
                                   state.grad_sum_components())
             self._sc_overlappers[id(state)] = avg
         elif not avg.same_layout(variables):
@@ -353,10 +354,13 @@ class _SkipCorrectMixin:
         if not self._sc_overlappers:
             return 0
         t0 = time.perf_counter()
-        n = sum(int(a.drain()) for a in list(self._sc_overlappers.values()))
-        if n:
-            self.telemetry.comm_s.assign_add(time.perf_counter() - t0)
-        return n
+        applied = [bg for bg in (a.drain() for a in list(self._sc_overlappers.values())) if bg is not None]
+        if applied:
+            dt = time.perf_counter() - t0
+            self.telemetry.comm_s.assign_add(dt)
+            self.telemetry.drain_s.assign_add(dt)
+            self.telemetry.background_comm_s.assign_add(sum(applied))
+        return len(applied)
 
     @_no_autograph
     def _sc_agree(self, vec: tf.Tensor) -> tf.Tensor:

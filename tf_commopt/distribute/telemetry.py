@@ -16,7 +16,8 @@ averaging (read, fused all-reduce, assign); ``first_sync_s`` is the first averag
 up the collective group), so a steady per-sync time is ``(comm_s − first_sync_s) / (syncs − 1)``.
 With ``overlap=True`` ``comm_s`` is what the steps waited for at syncs (wait for the in-flight mean, apply,
 snapshot, launch) and ``background_comm_s`` (only then in ``as_dict``) adds the background all-reduces'
-own wall time: the communication that was (mostly) hidden.
+own wall time: the communication that was (mostly) hidden; ``drain_wait_s`` the seconds spent outside the
+steps waiting for and applying an in-flight mean (the end of ``fit``, ``strategy.sync()``; also in ``comm_s``).
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ class Telemetry:
         self.overlap = bool(overlap)
         # overlap=True: seconds of the background all-reduces whose means were applied (hidden or not)
         self.background_comm_s = host_variable(0.0, tf.float64, "skip_correct/background_comm_s")
+        # overlap=True: seconds spent outside the steps applying an in-flight mean (end of fit, sync())
+        self.drain_s = host_variable(0.0, tf.float64, "skip_correct/drain_s")
         self.steps = host_variable(0, tf.int64, "skip_correct/steps")
         self.syncs = host_variable(0, tf.int64, "skip_correct/syncs")
         self.bytes = host_variable(0, tf.int64, "skip_correct/bytes")
@@ -78,4 +81,5 @@ class Telemetry:
             "compute_s": float(self.compute_s.numpy()),
             "bytes_communicated": int(self.bytes.numpy()),
             "first_sync_s": float(self.first_sync_s.numpy()),
-        } | ({"background_comm_s": float(self.background_comm_s.numpy())} if self.overlap else {})
+        } | ({"background_comm_s": float(self.background_comm_s.numpy()),
+              "drain_wait_s": float(self.drain_s.numpy())} if self.overlap else {})
