@@ -44,7 +44,7 @@ def render(records: List[Dict[str, Any]], source: str) -> str:
              f"from `{source}`; do not edit by hand.", "",
              "`SkipCorrectStrategy(overlap=True)` (runner: `--overlap`) launches each sync's fused all-reduce in the "
              "background and applies the one-interval-stale average at the next sync (x_i ← x_i + (ȳ − y_i); "
-             "rule in [docs/skip_correct.md](../skip_correct.md#overlapped-syncs-overlaptrue)). Three runs of "
+             "rule in [docs/skip_correct.md](../skip_correct.md#overlapped-syncs-overlaptrue)). Three variants of "
              "`experiments.train --strategy=skip_correct --momentum=0` (vrl) per setting, on the shaped cluster: "
              "**blocking** (H syncs stop every worker), **overlap** (same H, `--overlap`) and **compute-only** "
              "(H larger than the run: the same steps, no communication). Wall = `model.fit` only (with overlap it "
@@ -57,9 +57,9 @@ def render(records: List[Dict[str, Any]], source: str) -> str:
         return "\n".join(lines).rstrip() + "\n"
     cmds = sorted({r["command"] for r in rows.values()})
     lines += ["Command" + ("s" if len(cmds) > 1 else "") + ":", ""] + [f"    {c}" for c in cmds] + [""]
-    lines += ["| model | shards | workers × Mbit/s (topology) | H | steps | blocking s | overlap s | compute-only s | "
+    lines += ["| model | shards | workers × Mbit/s (topology) | H | steps | repeats | blocking s | overlap s | compute-only s | "
               "comm-only s | bound s | overlap / blocking | overlap / bound | accuracy blocking → overlap (points) |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows.values():
         m = r["median"]
         blocking, overlap, compute = (m[v]["wall_s"] for v in ("blocking", "overlap", "compute_only"))
@@ -69,7 +69,7 @@ def render(records: List[Dict[str, Any]], source: str) -> str:
         points = 100 * (m["overlap"]["test_accuracy"] - m["blocking"]["test_accuracy"])
         lines.append(
             f"| {r['model']} | {SPLIT_NAMES.get(r['split'], r['split'])} | {r['workers']} × {r['bandwidth_mbit']:g} "
-            f"({r['topology']}) | {r['interval']} | {r['steps']} | {blocking:.2f} | {overlap:.2f} | {compute:.2f} | "
+            f"({r['topology']}) | {r['interval']} | {r['steps']} | {r['repeats']} | {blocking:.2f} | {overlap:.2f} | {compute:.2f} | "
             f"{comm:.2f} | {bound:.2f} | {vs_blocking:.3f} ({_verdict(vs_blocking <= GOALS['overlap_vs_blocking'])}) | "
             f"{vs_bound:.3f} ({_verdict(vs_bound <= GOALS['overlap_vs_bound'])}) | "
             f"{100 * m['blocking']['test_accuracy']:.1f}% → {100 * m['overlap']['test_accuracy']:.1f}% "
@@ -101,8 +101,10 @@ def render(records: List[Dict[str, Any]], source: str) -> str:
                   "(median of the compute-only runs); the bound with it serial is max(compute-only, first step + "
                   "communication-only). The all-reduces themselves share one link, one after another: an overlapped "
                   "run cannot end before its first step plus the sum of its background all-reduces "
-                  "(`background_comm_s`, measured while the steps ran) — its own floor, median over its runs of "
-                  "first step + background all-reduces (with the teardown-free wall of the table above).", "",
+                  "(`background_comm_s`, measured while the steps ran) — its communication floor, which binds when "
+                  "communication dominates (the mlp; for the cnn computation dominates and the floor is not "
+                  "reached): median over its runs of first step + background all-reduces, compared with the "
+                  "teardown-free wall of the table above.", "",
                   "| model | shards | first step s | bound with first step serial s | overlap / that bound | "
                   "first step + background all-reduces s | overlap (teardown-free) / that |",
                   "|---|---|---:|---:|---:|---:|---:|"]
@@ -127,10 +129,16 @@ def render(records: List[Dict[str, Any]], source: str) -> str:
             hideable = min(compute - first, blocking - compute)
             saved = blocking - overlap
             share = f"{100 * saved / hideable:.0f}% of it" if hideable > 0 else "nothing was hideable"
+            co = sorted(x["wall_s"] for x in r["runs"]["compute_only"])
             lines.append(f"* {r['model']}, {SPLIT_NAMES.get(r['split'], r['split'])}: hideable {hideable:.2f} s, "
                          f"hidden {saved:.2f} s ({share}); communication-only is "
                          f"{(blocking - compute) / max(compute - first, 1e-9):.1f}× the computation after the first "
-                         f"step.")
+                         f"step; the compute-only runs alone spread {co[0]:.2f}–{co[-1]:.2f} s.")
+        lines += ["", "The machine's 2 cores were shared with other jobs during these runs (load average "
+                      f"{min(r['load_average_1m'] for r in rows.values()):g}–{max(r['load_average_1m'] for r in rows.values()):g} "
+                      "at the records' ends): a single run moves by tens of percent, so differences of that order "
+                      "between medians (a share hidden below 0% or above 100%, an overlapped run faster than the "
+                      "compute-only median) are noise, not effects."]
     lines += ["", "## Where the time goes (medians over the repeats, seconds)", "",
               "Per run from `stats()`: syncs, `comm_s` (what the steps waited for at syncs: the blocking all-reduce, "
               "or with overlap the wait for the in-flight mean plus apply/snapshot/launch, and the wait at the end of "
@@ -148,7 +156,9 @@ def render(records: List[Dict[str, Any]], source: str) -> str:
                          f"{'' if bg != bg else format(bg, '.2f')} | {_med(runs, 'compute_s'):.2f} | {rest:.2f} |")
     lines += ["", "`syncs` and `comm_s` count the runner's final `strategy.sync()` after `fit` too (outside the wall), so the "
               "last column understates what lies outside the steps (fit set-up, the first step, the end of the epoch) by "
-              "that sync's time.", ""]
+              "that sync's time. The in-graph clocks (`tf.timestamp` in the traced step) are not ordered after "
+              "every op of the step: with the cnn, blocking `comm_s` even exceeds the wall; read these columns as "
+              "indicative.", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
