@@ -79,8 +79,11 @@ def render(records: List[Dict[str, Any]], source: str) -> str:
         lines += ["", "## Without tf-keras's return path from `fit`", "",
                   "The same runs, wall = fit start → training ended (`on_train_end`), plus with overlap the wait for "
                   "the mean still in flight then (`drain_wait_s`). It leaves out what `fit` does after training "
-                  "(tearing down its data handler), which took 0–10 s at random in blocking and overlapped runs "
-                  "alike; the table above includes it, as the issue's wall time does.", "",
+                  "(tearing down its data handler), which took "
+                  f"{min(x['wall_s'] - x['train_end_s'] for r in timed for v in r['runs'].values() for x in v):.2f}–"
+                  f"{max(x['wall_s'] - x['train_end_s'] for r in timed for v in r['runs'].values() for x in v):.1f} s "
+                  "at random in every variant (a faulthandler dump of one such stall: `fit`'s frame teardown); the "
+                  "table above includes it, as the issue's wall time does.", "",
                   "| model | shards | blocking s | overlap s | compute-only s | comm-only s | bound s | overlap / blocking | "
                   "overlap / bound |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in timed:
