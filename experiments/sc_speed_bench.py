@@ -41,6 +41,8 @@ _T0 = time.perf_counter()
 
 from absl import flags  # noqa: E402
 
+from experiments._bench import cluster_results as _cluster  # noqa: E402
+from experiments._bench import runner_result as _runner  # noqa: E402
 from experiments._cli import fail, run  # noqa: E402
 
 PARTS = ("step", "sync", "auto", "table")
@@ -133,28 +135,6 @@ def worker() -> None:
 
 
 # ------------------------------------------------------------------------------------------------ driver
-def _cluster(argv: List[str], workers: int, mbit: Optional[float] = None, topology: str = "switch",
-             timeout: float = 900) -> List[Dict[str, Any]]:
-    from tf_commopt.cluster import run_cluster
-
-    r = run_cluster(argv, workers=workers, bandwidth_mbit=mbit, topology=topology, timeout=timeout, cwd=ROOT,
-                    env={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}, echo=False)
-    if r.returncode != 0:
-        tail = "\n".join(f"[{t}] {x}" for t in r.outputs for x in r.last_lines(t, 8))
-        raise RuntimeError(f"{r.message}\n{tail}")
-    out = []
-    for t in sorted(r.outputs):
-        for line in r.outputs[t]:
-            if line.startswith("RESULT "):
-                out.append(dict(json.loads(line[7:]), task=t))
-            elif line.startswith("{") and line.rstrip().endswith("}"):
-                try:
-                    out.append(dict(json.loads(line), task=t))
-                except json.JSONDecodeError:
-                    pass
-    return out
-
-
 def _me(*extra: str) -> List[str]:
     return [sys.executable, "-m", "experiments.sc_speed_bench", "--worker", *extra]
 
@@ -210,14 +190,6 @@ def part_sync() -> None:
         _record({"part": "sync", "model": model, "workers": workers, "topology": topology, "mbit": mbit,
                  "interval": h, "param_bytes": b, "syncs": res[0]["syncs"], "sync_s": round(per_sync, 4),
                  "bound_s": round(bound, 4), "ratio_to_bound": round(per_sync / bound, 3)})
-
-
-def _runner(extra: List[str], workers: int, mbit: float, topology: str) -> Dict[str, Any]:
-    res = _cluster([sys.executable, "-m", "experiments.train", *extra], workers, mbit, topology, timeout=1800)
-    chief = [r for r in res if r["task"] == "worker:0" and "wall_s" in r]
-    if not chief:
-        raise RuntimeError("the runner printed no result")
-    return chief[-1]
 
 
 def part_auto() -> None:

@@ -14,7 +14,9 @@ after a crash, resumes after the last epoch every task completed (docs/reliabili
 
 Strategies: ``single`` (one device), ``ssgd`` (MirroredStrategy / MultiWorkerMirroredStrategy),
 ``skip_correct`` and ``local_sgd`` (tf_commopt.distribute.SkipCorrectStrategy; local_sgd = no
-correction). ``--batch_size`` is the global batch, split evenly over the replicas.
+correction; ``--overlap`` hides each sync's all-reduce behind the next local steps). ``--batch_size`` is the
+global batch, split evenly over the replicas. ``--non_iid_classes=k`` gives every worker a label-skewed
+shard (k labels mostly; it shards per worker, so it changes nothing without TF_CONFIG).
 
 Example:
     python -m experiments.train --strategy=single --model=mlp --steps=50
@@ -75,6 +77,10 @@ flags.DEFINE_float("bench_allreduce_mb", 0.0, "after training, time an all-reduc
 flags.DEFINE_integer("steps_per_execution", 1, "training steps per call of the traced train function (tf-keras "
                      "compile(steps_per_execution=...)); skip_correct keeps its exact H rhythm inside a call")
 flags.DEFINE_integer("bench_repeats", 3, "timed repetitions of the all-reduce benchmark")
+flags.DEFINE_bool("overlap", False, "skip_correct/local_sgd: run each sync's all-reduce in the background while the "
+                  "replicas keep stepping; the stale average is applied at the next sync (docs/skip_correct.md)")
+flags.DEFINE_integer("non_iid_classes", 0, "0: iid shards; k > 0: label-skewed shards, each worker's mostly holding "
+                     "k labels (tf_commopt.datasets.split_non_iid)")
 flags.DEFINE_string("backup_dir", "", "resume: every task checkpoints here at each epoch end and a restarted run "
                     "continues from the last epoch every task completed (per-epoch seeded data order)")
 
@@ -106,6 +112,8 @@ class Config:
     bench_repeats: int = 3
     backup_dir: str = ""
     steps_per_execution: int = 1
+    overlap: bool = False
+    non_iid_classes: int = 0
 
 
 @dataclass
@@ -126,7 +134,7 @@ def validate(cfg: Config) -> Config:
         raise InputError(f"unknown dataset {cfg.dataset!r}; choose one of {', '.join(DATASETS)}", where="--dataset")
     for name, low in (("batch_size", 1), ("epochs", 1), ("steps", 0), ("replicas", 1), ("warmup_steps", 0),
                       ("bench_repeats", 1), ("max_interval", 1), ("auto_probe_interval", 1),
-                      ("steps_per_execution", 1)):
+                      ("steps_per_execution", 1), ("non_iid_classes", 0)):
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise InputError(f"must be an integer >= {low}, got {v!r}", where=f"--{name}")
@@ -144,6 +152,14 @@ def validate(cfg: Config) -> Config:
         d = getattr(cfg, name)
         if d and os.path.exists(d) and not os.path.isdir(d):
             raise InputError(f"{d!r} exists and is not a directory", where=f"--{name}")
+    if not isinstance(cfg.overlap, bool):
+        raise InputError(f"must be true or false, got {cfg.overlap!r}", where="--overlap")
+    if cfg.overlap and cfg.strategy not in ("skip_correct", "local_sgd"):
+        raise InputError(f"overlaps the syncs of skip_correct/local_sgd; --strategy={cfg.strategy} has none",
+                         where="--overlap")
+    if cfg.non_iid_classes and cfg.backup_dir:
+        raise InputError("label-skewed shards are not resumable with --backup_dir yet (its per-epoch data order is "
+                         "iid)", where="--non_iid_classes")
     if cfg.correction not in CORRECTIONS:
         raise InputError(f"unknown correction {cfg.correction!r}; choose one of {', '.join(CORRECTIONS)}",
                          where="--correction")
@@ -203,18 +219,19 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
     kwargs = dict(interval=cfg.interval, correction="none" if cfg.strategy == "local_sgd" else cfg.correction,
                   warmup_steps=cfg.warmup_steps, correction_lr=cfg.correction_lr,
                   target_ratio=float(cfg.target_ratio), max_interval=cfg.max_interval,
-                  auto_probe_interval=cfg.auto_probe_interval)
+                  auto_probe_interval=cfg.auto_probe_interval, overlap=cfg.overlap)
     if multi:
         return SkipCorrectStrategy(cluster_resolver=tf.distribute.cluster_resolver.TFConfigClusterResolver(), **kwargs)
     return SkipCorrectStrategy(devices=configure_local_cpus(cfg.replicas), **kwargs)
 
 
 # ------------------------------------------------------------------------------------------------ data
-def _train_dataset_fn(x, y, global_batch: int, seed: int):
-    """Each worker reads its own shard (see :func:`experiments.data.train_dataset_fn`)."""
+def _train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int = 0):
+    """Each worker reads its own shard (see :func:`experiments.data.train_dataset_fn`), label-skewed with
+    ``non_iid_classes`` > 0."""
     from experiments.data import train_dataset_fn
 
-    return train_dataset_fn(x, y, global_batch, seed)
+    return train_dataset_fn(x, y, global_batch, seed, non_iid_classes)
 
 
 def _epoch_dataset_fn(x, y, global_batch: int, seed: int, steps_per_epoch: int, first_epoch: int, epochs: int):
@@ -385,15 +402,30 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
             data.x_train, data.y_train, cfg.batch_size, cfg.seed, steps_per_epoch, first_epoch, epochs))
     else:
         train = strategy.distribute_datasets_from_function(
-            _train_dataset_fn(data.x_train, data.y_train, cfg.batch_size, cfg.seed))
+            _train_dataset_fn(data.x_train, data.y_train, cfg.batch_size, cfg.seed, cfg.non_iid_classes))
     where = (f"{tfc.task_type}:{tfc.task_index} of {replicas} workers" if multi
              else f"{replicas} local replica(s)")
     if chief:
         print(f"{cfg.strategy}: {cfg.model} on {cfg.dataset} ({len(data.x_train)} train / {len(data.x_test)} test), "
               f"{where}, global batch {cfg.batch_size}, {epochs} x {steps_per_epoch} steps", file=out, flush=True)
+    first_step: List[float] = []
+    last_step: List[float] = [0.0]
+    train_end: List[float] = []
+
+    class _FirstStep(tf_keras.callbacks.Callback):  # first_step_s (tracing, set-up) and last_step_end_s
+        _supports_tf_logs = True
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            last_step[0] = time.perf_counter() - t0
+            if not first_step:
+                first_step.append(last_step[0])
+
+        def on_train_end(self, logs: Any = None) -> None:
+            train_end.append(time.perf_counter() - t0)
+
     t0 = time.perf_counter()
     history = model.fit(train, epochs=epochs, initial_epoch=first_epoch, steps_per_epoch=steps_per_epoch,
-                        callbacks=callbacks, verbose=1 if chief else 0)
+                        callbacks=callbacks + [_FirstStep()], verbose=1 if chief else 0)
     wall = time.perf_counter() - t0
     if hasattr(strategy, "sync"):
         strategy.sync()  # average the local models before evaluating / saving
@@ -417,12 +449,21 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
     if cfg.strategy in ("skip_correct", "local_sgd"):
         stats = strategy.stats()
         record["interval"] = getattr(strategy, "interval", stats.get("interval"))
-        for k in ("syncs", "comm_s", "first_sync_s", "compute_s", "bytes_communicated", "interval_t_comm_s",
+        record["overlap"] = cfg.overlap
+        for k in ("syncs", "comm_s", "first_sync_s", "compute_s", "bytes_communicated", "background_comm_s", "drain_wait_s",
+                  "interval_t_comm_s",
                   "interval_t_comp_s",
                   "interval_t_comm_samples_s", "interval_t_comp_samples_s",
                   "interval_overhead_s", "interval_selection_comm_s"):
             if k in stats:
                 record[k] = stats[k]
+    if first_step:  # fit start to the end of the first step (tracing, set-up): what no overlap can hide
+        record["first_step_s"] = round(first_step[0], 3)
+        record["last_step_end_s"] = round(last_step[0], 3)
+    if train_end:  # wall_s − this: fit's return path (tf-keras tears down its data handler; see overlap.md)
+        record["train_end_s"] = round(train_end[0], 3)
+    if cfg.non_iid_classes:
+        record["non_iid_classes"] = cfg.non_iid_classes
     if cfg.backup_dir:
         record["resumed_after_epoch"] = first_epoch
     record.update({k: round(v, 4) for k, v in bench.items()})

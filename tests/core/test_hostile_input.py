@@ -567,6 +567,9 @@ def test_fuzz_sim_cli_flag(files, capsys, flag, value):
     ("experiments.train", ["--backup_dir=/etc/hostname"], "--backup_dir"),
     ("experiments.train", ["--optimizer=lamb"], "--optimizer"),
     ("experiments.train", ["--unknown_flag=1"], "unknown_flag"),
+    ("experiments.train", ["--overlap", "--strategy=ssgd"], "--overlap"),
+    ("experiments.train", ["--non_iid_classes=-1"], "--non_iid_classes"),
+    ("experiments.overlap_bench", ["--settings=mlp:skewed"], "--settings"),
 ])
 def test_cli_processes_exit_2_with_one_line(module, argv, match):
     """The real processes: exit code 2, one line on stderr, no traceback (and no TensorFlow start-up)."""

@@ -4,12 +4,13 @@ import os
 
 import pytest
 
-from experiments import correction_report, sc_speed_report
+from experiments import correction_report, overlap_report, sc_speed_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "docs", "results")
 
-PAGES = [("sc_speed.jsonl", "sc_speed.md", sc_speed_report), ("correction.jsonl", "correction.md", correction_report)]
+PAGES = [("sc_speed.jsonl", "sc_speed.md", sc_speed_report), ("correction.jsonl", "correction.md", correction_report),
+         ("overlap.jsonl", "overlap.md", overlap_report)]
 
 
 @pytest.mark.parametrize("jsonl,page,module", PAGES, ids=[p[1] for p in PAGES])
@@ -447,3 +448,24 @@ def test_comm_page_generated_part_is_what_comm_jsonl_gives(tmp_path):
     assert page.read_text(encoding="utf-8") == committed, (
         "rerun python -m experiments.comm_bench --report_only --out=docs/results/comm.md")
     assert {p.name for p in tmp_path.glob("*.png")} == {"comm.png", "comm_scaling.png"}
+
+
+# ---- overlap.md (issue 18): the headline ratios recomputed from every run in overlap.jsonl
+def test_overlap_headlines_are_what_overlap_jsonl_gives():
+    page = _page("overlap.md")
+    latest = {}
+    for r in _jsonl("overlap.jsonl"):
+        latest[r["setting"]] = r
+    assert latest
+    for r in latest.values():
+        wall = {v: statistics.median(x["wall_s"] for x in r["runs"][v]) for v in ("blocking", "overlap", "compute_only")}
+        acc = {v: statistics.median(x["test_accuracy"] for x in r["runs"][v]) for v in ("blocking", "overlap")}
+        assert len(r["runs"]["overlap"]) == r["repeats"]
+        bound = max(wall["compute_only"], wall["blocking"] - wall["compute_only"])
+        vs_blocking, vs_bound = wall["overlap"] / wall["blocking"], wall["overlap"] / bound
+        points = 100 * (acc["overlap"] - acc["blocking"])
+        ok = lambda good: "met" if good else "**missed**"  # noqa: E731
+        _has(page, f"| {wall['blocking']:.2f} | {wall['overlap']:.2f} | {wall['compute_only']:.2f} | "
+                   f"{wall['blocking'] - wall['compute_only']:.2f} | {bound:.2f} | "
+                   f"{vs_blocking:.3f} ({ok(vs_blocking <= 1.0)}) | {vs_bound:.3f} ({ok(vs_bound <= 1.15)}) | "
+                   f"{100 * acc['blocking']:.1f}% → {100 * acc['overlap']:.1f}% ({points:+.1f}, {ok(abs(points) <= 1.5)}) |")

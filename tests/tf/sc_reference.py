@@ -182,3 +182,61 @@ def run_gradient_rule(w0: np.ndarray, b0: np.ndarray, batches, interval: int, ma
             k = 0
         history.append(([w.copy() for w in ws], [b.copy() for b in bs], [d.copy() for d in dws]))
     return history
+
+
+def run_overlap_rule(w0: np.ndarray, b0: np.ndarray, batches, interval: int, correction: str, lr: float,
+                     make_opt=None, clr: float = None, sync_after: Sequence[int] = (),
+                     drain_after: Sequence[int] = ()):
+    """The overlapped rule (docs/skip_correct.md, "Overlap"), float64. Local steps as in the blocking
+    rule (optimizer ``make_opt()``, default plain SGD(lr); u = g_i − Δ_i; G_i += g_i). At a sync (k = H):
+    if a mean is in flight (snapshots y_i, S_i, k_y): x_i += ȳ − y_i; vrl: Δ_i += (ȳ − y_i)/(k_y·clr);
+    gradient: Δ_i = (S_i − S̄)/k_y; then y_i ← x_i, S_i ← G_i, G_i ← 0, k_y ← k; k ← 0.
+    ``sync_after``: steps after which ``strategy.sync()`` runs (apply the in-flight mean, k unchanged,
+    then x_i ← mean x_i with no Δ update); ``drain_after``: steps after which only the in-flight mean is
+    applied (the end of ``fit``). Returns per-step (w_i, b_i, dw_i, db_i)."""
+    make_opt = make_opt or (lambda: _NumpyOpt("sgd", lr))
+    clr = lr if clr is None else clr
+    r = len(batches[0])
+    xs = [[w0.astype(np.float64).copy(), b0.astype(np.float64).copy()] for _ in range(r)]
+    ds = [[np.zeros_like(p) for p in xs[0]] for _ in range(r)]
+    gs = [[np.zeros_like(p) for p in xs[0]] for _ in range(r)]
+    opts = [make_opt() for _ in range(r)]
+    k, pending, history = 0, None, []
+
+    def apply(pend):
+        ys, ss, ky = pend
+        for p in range(2):
+            ybar = sum(ys[i][p] for i in range(r)) / r
+            sbar = sum(ss[i][p] for i in range(r)) / r
+            for i in range(r):
+                xs[i][p] = xs[i][p] + (ybar - ys[i][p])
+                if correction == "vrl":
+                    ds[i][p] = ds[i][p] + (ybar - ys[i][p]) / (ky * clr)
+                elif correction == "gradient":
+                    ds[i][p] = (ss[i][p] - sbar) / ky
+
+    for t, step in enumerate(batches, start=1):
+        for i in range(r):
+            g = softmax_grads(xs[i][0], xs[i][1], *step[i])
+            for p, name in enumerate("wb"):
+                gs[i][p] = gs[i][p] + g[p]
+                xs[i][p] = opts[i].step(name, xs[i][p], g[p] - ds[i][p])
+            opts[i].done_step()
+        k += 1
+        if k == interval:
+            if pending is not None:
+                apply(pending)
+            pending = ([[p.copy() for p in x] for x in xs], [[p.copy() for p in g] for g in gs], k)
+            gs = [[np.zeros_like(p) for p in g] for g in gs]
+            k = 0
+        if (t in sync_after or t in drain_after) and pending is not None:
+            apply(pending)
+            pending = None
+        if t in sync_after:
+            for p in range(2):
+                mean = sum(x[p] for x in xs) / r
+                for x in xs:
+                    x[p] = mean.copy()
+        history.append(([x[0].copy() for x in xs], [x[1].copy() for x in xs],
+                        [d[0].copy() for d in ds], [d[1].copy() for d in ds]))
+    return history

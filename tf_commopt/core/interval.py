@@ -47,6 +47,7 @@ __all__ = [
     "validate_target_ratio",
     "validate_max_interval",
     "first_iteration_interval",
+    "overlap_interval",
     "agree_on_timings",
     "FirstIterationPolicy",
     "AdaCommPolicy",
@@ -120,6 +121,28 @@ def first_iteration_interval(t_comm_s: float, t_comp_s: float, target_ratio: flo
     if t_comp == 0:
         return max_interval if t_comm > 0 else 1
     h = int(math.floor(t_comm / (target_ratio * t_comp) + 0.5))  # round half up, platform-independent
+    return max(1, min(max_interval, h))
+
+
+def overlap_interval(t_comm_s: float, t_comp_s: float, target_ratio: float = 1.0,
+                     max_interval: int = 256) -> int:
+    """Thesis 001's rule for overlapped syncs (``SkipCorrectStrategy(overlap=True)``): the background
+    all-reduce must fit behind the next H local steps, t_comm ≤ target_ratio·H·t_comp, so
+    ``clip(ceil(t_comm / (target_ratio * t_comp)), 1, max_interval)`` — the smallest H that hides it
+    (the blocking rule rounds to equality instead).
+
+    >>> overlap_interval(1.0, 0.1), overlap_interval(1.01, 0.1), overlap_interval(0.01, 0.1)
+    (10, 11, 1)
+    >>> overlap_interval(10.0, 0.001, max_interval=64)
+    64
+    """
+    t_comm = _positive_time(t_comm_s, "t_comm_s")
+    t_comp = _positive_time(t_comp_s, "t_comp_s")
+    target_ratio = validate_target_ratio(target_ratio)
+    max_interval = validate_max_interval(max_interval)
+    if t_comp == 0:
+        return max_interval if t_comm > 0 else 1
+    h = int(math.ceil(t_comm / (target_ratio * t_comp) - 1e-9))  # 1e-9: 1.0/0.1 is 10.000000000000002
     return max(1, min(max_interval, h))
 
 

@@ -32,7 +32,9 @@ outside every SkipCorrectStrategy scope is stock tf-keras (``tests/tf/test_keras
    holds the global model, t, k, H and every replica's Δ_i (each worker restores its own rows);
    ``tf.keras.callbacks.TensorBoard`` needs the ``tensorboard`` package (a tf_commopt dependency;
    TensorFlow 2.21 no longer installs it): without it the callback crashed at the end of epoch 1; under
-   this strategy ``fit`` now fails first with a one-line InputError naming the package.
+   this strategy ``fit`` now fails first with a one-line InputError naming the package. With
+   ``overlap=True`` the end of ``fit`` (``on_train_end`` of a callback appended to its list) applies the
+   averaging still in flight (``extended.drain()``).
 5. Keras 3: :func:`refuse_keras3` (called when the strategy creates a variable) raises a one-line
    InputError when the caller is Keras 3 (``keras.src``), whose optimizers bypass this strategy.
 
@@ -259,12 +261,41 @@ def _adopt_model(model: Any, tk: Any) -> None:
                     _accept_backup_and_restore(cb)
                 elif isinstance(cb, tk.callbacks.TensorBoard) and not _tensorboard_installed():
                     raise InputError(TENSORBOARD_MESSAGE, where="TensorBoard")
+            strategy = self._distribution_strategy
+            if getattr(strategy, "overlap", False):
+                # overlap=True: the averaging still in flight is applied when training ends (local, no
+                # communication), before tf-keras tears down its data handler
+                try:
+                    bound = fit_signature.bind(self, *args, **kwargs)
+                except TypeError:  # let tf-keras report a bad call
+                    return original_fit(self, *args, **kwargs)
+                drain = _drain_callback(tk, strategy)
+                given = bound.arguments.get("callbacks")
+                if isinstance(given, tk.callbacks.CallbackList):
+                    given.append(drain)
+                else:
+                    bound.arguments["callbacks"] = list(given or []) + [drain]
+                history = original_fit(*bound.args, **bound.kwargs)
+                strategy.extended.drain()  # nothing left unless training ended without on_train_end
+                return history
         return original_fit(self, *args, **kwargs)
 
     _bind(model, "fit", fit)
     optimizer = getattr(model, "optimizer", None)  # compile under the scope: the model's optimizer too
     if isinstance(optimizer, (tk.optimizer.Optimizer, tk.optimizer_v2.OptimizerV2)):
         _adopt_optimizer(optimizer, tk)
+
+
+def _drain_callback(tk: Any, strategy: Any) -> Any:
+    """A callback whose ``on_train_end`` applies the overlapped averaging still in flight."""
+
+    class _DrainOverlap(tk.callbacks.Callback):
+        _supports_tf_logs = True
+
+        def on_train_end(self, logs: Any = None) -> None:
+            strategy.extended.drain()
+
+    return _DrainOverlap()
 
 
 def _accept_backup_and_restore(callback: Any) -> None:

@@ -18,7 +18,10 @@ through three phases, counted in steps t = 1, 2, ... of this strategy:
 3. **chosen**: at the last probe sync every worker takes the medians of its own samples, the workers
    average the two medians (one MEAN all-reduce of two floats, the agreement), and every worker sets
    H = clip(round(t̃_comm / (target_ratio · t̃_comp)), 1, max_interval)
-   (:func:`tf_commopt.core.interval.first_iteration_interval`) and keeps it.
+   (:func:`tf_commopt.core.interval.first_iteration_interval`) and keeps it. With ``overlap=True`` a
+   t_comm sample is the wall time of a background all-reduce (taken at the sync that applies it) and
+   H = clip(ceil(t̃_comm / (target_ratio · t̃_comp)), 1, max_interval)
+   (:func:`tf_commopt.core.interval.overlap_interval`): communication hidden behind H steps.
 
 ``stats()`` reports the agreed medians, this worker's samples (the spread) and the seconds the
 selection cost (``interval_overhead_s``: agreement + policy; ``interval_selection_comm_s``: all sync
@@ -35,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_commopt._compat import host_variable
-from tf_commopt.core.interval import first_iteration_interval
+from tf_commopt.core.interval import first_iteration_interval, overlap_interval
 
 __all__ = ["IntervalState", "median"]
 
@@ -55,8 +58,10 @@ class IntervalState:
     """H, and for ``interval="auto"`` the probe samples, the agreed medians and the selection cost."""
 
     def __init__(self, interval: Union[int, str], target_ratio: float = 1.0, max_interval: int = 256,
-                 warmup_steps: int = 2, probe_interval: int = 16, measure_syncs: int = 3) -> None:
+                 warmup_steps: int = 2, probe_interval: int = 16, measure_syncs: int = 3,
+                 overlap: bool = False) -> None:
         self.auto = interval == "auto"
+        self.overlap = bool(overlap)
         self.target_ratio = float(target_ratio)
         self.max_interval = int(max_interval)
         self.warmup_steps = int(warmup_steps)
@@ -128,9 +133,10 @@ class IntervalState:
             comm = median(self.comm_samples.read_value())
         agreed = agree(tf.stack([comm, comp]))
         ratio, cap = self.target_ratio, self.max_interval
+        rule = overlap_interval if self.overlap else first_iteration_interval
 
         def policy(c: np.ndarray, p: np.ndarray) -> np.ndarray:
-            return np.int64(first_iteration_interval(float(c), float(p), ratio, cap))
+            return np.int64(rule(float(c), float(p), ratio, cap))
 
         with tf.device("/CPU:0"):
             h = tf.reshape(tf.numpy_function(policy, [agreed[0], agreed[1]], tf.int64, stateful=True), [])

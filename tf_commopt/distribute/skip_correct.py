@@ -48,6 +48,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -62,6 +63,7 @@ from tf_commopt.core.interval import validate_interval, validate_max_interval, v
 from tf_commopt.distribute import _keras_hooks
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_state import IntervalState
+from tf_commopt.distribute.overlap import OverlapAverager, validate_overlap
 from tf_commopt.distribute.state import SkipCorrectState
 from tf_commopt.distribute.telemetry import Telemetry
 from tf_commopt.errors import InputError
@@ -115,15 +117,17 @@ class _SkipCorrectMixin:
     def _sc_init(self, interval: Union[int, str], correction: str, warmup_steps: int,
                  average_optimizer_state: bool, correction_lr: str = "effective", target_ratio: float = 1.0,
                  max_interval: int = 256, auto_warmup_steps: int = 2, auto_probe_interval: int = 16,
-                 auto_measure_syncs: int = 3) -> None:
+                 auto_measure_syncs: int = 3, overlap: bool = False) -> None:
+        self._sc_overlap = bool(overlap)
+        self._sc_overlappers: Dict[int, OverlapAverager] = {}
         self._sc_correction_lr = correction_lr
         self._sc_correction = correction
         self._sc_warmup = int(warmup_steps)
         self._sc_avg_slots = bool(average_optimizer_state)
         self.interval_state = IntervalState(interval, target_ratio=target_ratio, max_interval=max_interval,
                                             warmup_steps=auto_warmup_steps, probe_interval=auto_probe_interval,
-                                            measure_syncs=auto_measure_syncs)
-        self.telemetry = Telemetry()
+                                            measure_syncs=auto_measure_syncs, overlap=self._sc_overlap)
+        self.telemetry = Telemetry(overlap=self._sc_overlap)
         self._sc_train_graphs: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._sc_states: Dict[int, SkipCorrectState] = {}
         self._sc_vars: List[weakref.ref] = []
@@ -298,27 +302,65 @@ class _SkipCorrectMixin:
         var_list = state.variables  # every variable of the state, also those without a gradient this step
         extras = self._sc_extra_vars(var_list, optimizer)
 
-        def sync() -> Tuple[tf.Tensor, tf.Tensor]:
+        def sync() -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             lr = None
             if state.rule == "vrl":  # only vrl's update needs the lr: read it in the sync branch, not every step
                 lr = optimizer_lr(optimizer)
                 if self._sc_correction_lr == "effective":
                     lr = lr / (1.0 - optimizer_momentum(optimizer))
+            if self._sc_overlap:  # apply the in-flight mean, snapshot and launch the next one (overlap.py)
+                scale = tf.cast(k, tf.float64) * (tf.cast(lr, tf.float64) if lr is not None else 1.0)
+                dt, bg = self._sc_overlapper(state, list(var_list) + extras, len(var_list)).sync(scale)
+                self.telemetry.add_sync(dt, background=bg)
+                return tf.constant(0, tf.int64), dt, bg
             dt = self._sc_average(list(var_list) + extras, state=state, n_trainable=len(var_list),
                                   local_steps=k, lr=lr)
-            return tf.constant(0, tf.int64), dt
+            return tf.constant(0, tf.int64), dt, dt
 
-        def skip() -> Tuple[tf.Tensor, tf.Tensor]:
-            return k, tf.constant(0.0, tf.float64)
+        def skip() -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            return k, tf.constant(0.0, tf.float64), tf.constant(0.0, tf.float64)
 
-        new_k, sync_dt = tf.cond(do_sync, sync, skip)
+        new_k, sync_dt, comm_sample = tf.cond(do_sync, sync, skip)
         state.local_steps.assign(new_k)
         deps = [new_k]
         if ivs.auto:
+            # a t_comm sample: the sync's all-reduce (with overlap: the background one applied at this sync)
+            sampled = tf.logical_and(do_sync, comm_sample > 0) if self._sc_overlap else do_sync
             with tf.control_dependencies([new_k]):
-                deps.append(ivs.record(steps, step_dt, do_sync, sync_dt, tel.comm_s.read_value(), self._sc_agree))
+                deps.append(ivs.record(steps, step_dt, sampled, comm_sample, tel.comm_s.read_value(), self._sc_agree))
         with tf.control_dependencies(deps):
             tel.last_end.assign(tf.timestamp())
+
+    @_no_autograph
+    def _sc_overlapper(self, state: SkipCorrectState, variables: List[Any], n_trainable: int) -> OverlapAverager:
+        """The overlapped averaging of ``state`` (built at the first trace of its sync)."""
+        avg = self._sc_overlappers.get(id(state))
+        if avg is None:
+            avg = OverlapAverager(self, self._container_strategy(), variables, n_trainable, state.rule,
+                                  state.delta_components(),
+                                  state.grad_sum_components())
+            self._sc_overlappers[id(state)] = avg
+        elif not avg.same_layout(variables):
+            err = InputError("the averaged variables changed between two traces of the training step "
+                             "(e.g. optimizer slots created later); overlap=True needs a fixed set",
+                             where="SkipCorrectStrategy(overlap=True)")
+            err.ag_pass_through = True  # type: ignore[attr-defined]
+            raise err
+        return avg
+
+    def drain(self) -> int:
+        """Apply every in-flight overlapped averaging now (eager; no new communication: it waits for the
+        background all-reduce, and the wait counts in ``comm_s``). Returns how many were applied."""
+        if not self._sc_overlappers:
+            return 0
+        t0 = time.perf_counter()
+        applied = [bg for bg in (a.drain() for a in list(self._sc_overlappers.values())) if bg is not None]
+        if applied:
+            dt = time.perf_counter() - t0
+            self.telemetry.comm_s.assign_add(dt)
+            self.telemetry.drain_s.assign_add(dt)
+            self.telemetry.background_comm_s.assign_add(sum(applied))
+        return len(applied)
 
     @_no_autograph
     def _sc_agree(self, vec: tf.Tensor) -> tf.Tensor:
@@ -431,7 +473,9 @@ class _SkipCorrectMixin:
 
     # ---- out-of-rhythm sync -----------------------------------------------------------------------
     def sync_now(self) -> None:
-        """Average every replica's model now (no Δ update, the H rhythm is kept)."""
+        """Average every replica's model now (no Δ update, the H rhythm is kept). With overlap, the
+        in-flight averaging is applied first (its Δ update included)."""
+        self.drain()
         states = list(self._sc_states.values())
         if states:
             trainable: List[Any] = []
@@ -550,6 +594,12 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         auto_warmup_steps: ``"auto"`` only: steps (≥ 1) at H = 1 before measuring.
         auto_probe_interval: ``"auto"`` only: H while measuring (≥ 1).
         auto_measure_syncs: ``"auto"`` only: timed syncs (≥ 1) before H is chosen.
+        overlap: run each sync's all-reduce in the background while the replicas keep stepping, and apply
+            the (one interval stale) average at the next sync as x_i ← x_i + (ȳ − y_i) (y_i: replica i's
+            snapshot; Overlap-Local-SGD, :mod:`tf_commopt.distribute.overlap`). With ``interval="auto"``
+            H is chosen so that communication is hidden: H = clip(ceil(t̃_comm / (target_ratio·t̃_comp)),
+            1, max_interval). ``sync()``, Keras evaluate/save and the end of ``fit`` apply an in-flight
+            average first.
     """
 
     _collective_key_base = 0
@@ -558,7 +608,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
                  average_optimizer_state: bool = False, devices: Optional[Sequence[str]] = None,
                  cluster_resolver: Any = None, correction_lr: str = "effective", target_ratio: float = 1.0,
                  max_interval: int = 256, auto_warmup_steps: int = 2, auto_probe_interval: int = 16,
-                 auto_measure_syncs: int = 3):
+                 auto_measure_syncs: int = 3, overlap: bool = False):
         interval = validate_interval(interval, where="SkipCorrectStrategy(interval=...)")
         correction = _corr.validate_correction(correction, where="SkipCorrectStrategy(correction=...)")
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
@@ -571,8 +621,9 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
                         ("auto_probe_interval", auto_probe_interval), ("auto_measure_syncs", auto_measure_syncs)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(f"must be an integer >= 1, got {v!r}", where=f"SkipCorrectStrategy({name}=...)")
+        overlap = validate_overlap(overlap, where="SkipCorrectStrategy(overlap=...)")
         _check_keras()
-        sc = dict(interval=interval, correction=correction, warmup_steps=warmup_steps,
+        sc = dict(overlap=overlap, interval=interval, correction=correction, warmup_steps=warmup_steps,
                   average_optimizer_state=average_optimizer_state, correction_lr=correction_lr,
                   target_ratio=float(target_ratio), max_interval=max_interval, auto_warmup_steps=auto_warmup_steps,
                   auto_probe_interval=auto_probe_interval, auto_measure_syncs=auto_measure_syncs)
@@ -598,6 +649,11 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         return int(self.extended.interval_state.interval.numpy())
 
     @property
+    def overlap(self) -> bool:
+        """True when syncs are overlapped with local steps (``overlap=True``)."""
+        return self.extended._sc_overlap
+
+    @property
     def correction(self) -> str:
         return self.extended._sc_correction
 
@@ -618,7 +674,9 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         self.extended.interval_state.set(int(interval))
 
     def sync(self) -> None:
-        """Average the replicas now (cross-replica context; outside the H rhythm, no Δ update)."""
+        """Average the replicas now (cross-replica context; outside the H rhythm, no Δ update). With
+        ``overlap=True`` an in-flight averaging is applied first (with its Δ update): call it before a
+        custom-loop checkpoint so the file holds the global model and nothing is left in flight."""
         with self.scope():
             self.extended.sync_now()
 

@@ -14,6 +14,10 @@ bookkeeping to the start of this one's (forward, backward, local update, input a
 the first step after :meth:`reset_clock` adds nothing); ``comm_s`` adds the wall time of every
 averaging (read, fused all-reduce, assign); ``first_sync_s`` is the first averaging's (it also sets
 up the collective group), so a steady per-sync time is ``(comm_s − first_sync_s) / (syncs − 1)``.
+With ``overlap=True`` ``comm_s`` is what the steps waited for at syncs (wait for the in-flight mean, apply,
+snapshot, launch) and ``background_comm_s`` (only then in ``as_dict``) adds the background all-reduces'
+own wall time: the communication that was (mostly) hidden; ``drain_wait_s`` the seconds spent outside the
+steps waiting for and applying an in-flight mean (the end of ``fit``, ``strategy.sync()``; also in ``comm_s``).
 """
 from __future__ import annotations
 
@@ -29,7 +33,12 @@ __all__ = ["Telemetry"]
 class Telemetry:
     """Counters and clocks of one process's skip-and-correct steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, overlap: bool = False) -> None:
+        self.overlap = bool(overlap)
+        # overlap=True: seconds of the background all-reduces whose means were applied (hidden or not)
+        self.background_comm_s = host_variable(0.0, tf.float64, "skip_correct/background_comm_s")
+        # overlap=True: seconds spent outside the steps applying an in-flight mean (end of fit, sync())
+        self.drain_s = host_variable(0.0, tf.float64, "skip_correct/drain_s")
         self.steps = host_variable(0, tf.int64, "skip_correct/steps")
         self.syncs = host_variable(0, tf.int64, "skip_correct/syncs")
         self.bytes = host_variable(0, tf.int64, "skip_correct/bytes")
@@ -49,8 +58,11 @@ class Telemetry:
         self.compute_s.assign_add(dt)
         return dt
 
-    def add_sync(self, seconds: tf.Tensor) -> None:
-        """In a traced step: one averaging took ``seconds``."""
+    def add_sync(self, seconds: tf.Tensor, background: Any = None) -> None:
+        """In a traced step: one averaging took ``seconds`` (with overlap: the part the step waited for;
+        ``background``: the seconds of the background all-reduce applied at this sync)."""
+        if background is not None:
+            self.background_comm_s.assign_add(background)
         first = self.syncs.read_value() == 0
         self.first_sync_s.assign(tf.where(first, seconds, self.first_sync_s.read_value()))
         self.comm_s.assign_add(seconds)
@@ -69,4 +81,5 @@ class Telemetry:
             "compute_s": float(self.compute_s.numpy()),
             "bytes_communicated": int(self.bytes.numpy()),
             "first_sync_s": float(self.first_sync_s.numpy()),
-        }
+        } | ({"background_comm_s": float(self.background_comm_s.numpy()),
+              "drain_wait_s": float(self.drain_s.numpy())} if self.overlap else {})

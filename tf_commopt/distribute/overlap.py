@@ -1,0 +1,260 @@
+"""Overlapped averaging for SkipCorrectStrategy (``overlap=True``): the sync's all-reduce runs in the
+background while the replicas keep taking local steps (Overlap-Local-SGD, Wang, Tantia, Ballas & Rabbat,
+ICASSP 2020, in its one-interval-stale form).
+
+Example:
+    >>> strategy = SkipCorrectStrategy(interval=16, overlap=True)     # doctest: +SKIP
+    >>> with strategy.scope():                                        # doctest: +SKIP
+    ...     model = make_model(); model.compile("sgd", "mse")
+    >>> model.fit(x, y)            # each sync's averaging is hidden behind the next H local steps  # doctest: +SKIP
+    >>> strategy.sync()            # drain the in-flight averaging, then average (evaluate/save do it)  # doctest: +SKIP
+
+The exact rule (docs/skip_correct.md, "Overlap"). Local steps are those of the blocking rule. At a
+scheduled sync (k = H) replica i, instead of x_i ← x̄:
+
+1. if an averaging is in flight (launched at the previous sync from snapshots y_j, with local-step
+   count k_y and lr_y): wait for ȳ = mean_j y_j, then
+   x_i ← x_i + (ȳ − y_i)  (for every averaged variable: trainable, BatchNorm statistics, averaged slots);
+   ``vrl``: Δ_i ← Δ_i + (ȳ − y_i)/(k_y·lr_y);  ``gradient``: Δ_i ← (S_i − S̄)/k_y  (S_i = G_i at the snapshot);
+2. snapshot y_i ← x_i (after step 1), S_i ← G_i, G_i ← 0, remember k_y = k, lr_y = lr; launch the fused
+   all-reduce of the y_i (and S_i) in the background;
+3. k ← 0.
+
+So the average lands one interval late, the local progress made meanwhile (x_i − y_i) is kept, mean_i x_i is
+unchanged by step 1, and Δ sees the same deviations as in the blocking rule, one period later
+(y_i − ȳ is exactly replica i's deviation over the period that ended at the snapshot), so Σ_i Δ_i stays 0.
+The averaging is always applied at the next sync (never earlier), so runs are deterministic.
+``strategy.sync()`` (and Keras evaluate/predict/save/save_weights, which call it) first *drains*: step 1 now,
+with k unchanged; the end of ``fit`` drains too (no communication: the in-flight result is applied locally).
+
+Mechanism: the snapshot goes into a TensorFlow FIFO queue (by value, one flat buffer per dtype and replica),
+a host callback wakes this averager's background thread, which runs a traced function (dequeue, the
+strategy's fused all-reduce ``_sc_fused_reduce``, enqueue the mean into a second queue); the next sync
+dequeues it in the graph (an asynchronous kernel: no thread is blocked while waiting). The background
+function is traced once, in the thread that traces the training step, so every worker allocates the same
+collective keys in the same order.
+"""
+from __future__ import annotations
+
+import logging
+import queue as _pyqueue
+import threading
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from tf_commopt._compat import host_variable
+from tf_commopt.errors import InputError
+
+__all__ = ["OverlapAverager"]
+
+_log = logging.getLogger("tf_commopt.distribute")
+_no_autograph = tf.autograph.experimental.do_not_convert
+
+
+def _background_loop(jobs: "_pyqueue.Queue[Optional[int]]", fn_ref: List[Any], result_queue: Any,
+                     errors: List[BaseException]) -> None:
+    """The averager's thread: one traced background averaging per job; None ends it."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        try:
+            fn_ref[0]()
+        except BaseException as e:  # noqa: BLE001 — reported by the next sync instead of a hang
+            errors.append(e)
+            _log.error("SkipCorrectStrategy overlap: the background averaging failed: %s", e)
+            try:
+                result_queue.close(cancel_pending_enqueues=True)  # the waiting sync fails instead of hanging
+            except Exception:  # noqa: BLE001
+                pass
+            return
+
+
+class OverlapAverager:
+    """One optimizer's overlapped averaging: the snapshot layout, the two queues, the background thread.
+
+    Built by the strategy at the first trace of a sync (``variables`` = the trainable variables of the
+    correction state, then the averaged extras; ``grad_sums`` = the G_i rows for ``correction="gradient"``).
+    """
+
+    def __init__(self, ext: Any, strategy: Any, variables: Sequence[Any], n_trainable: int, rule: str,
+                 deltas: Optional[List[List[Any]]], grad_sums: Optional[List[List[Any]]]) -> None:
+        self._ext = weakref.proxy(ext)
+        self._strategy = weakref.proxy(strategy)
+        self.variables = list(variables)
+        self.n_trainable = int(n_trainable)
+        self.rule = rule
+        self._deltas = deltas
+        self._grad_sums = grad_sums if rule == "gradient" else None
+        self.n_local = len(self.variables[0].values)
+        self._devices = [c.device for c in self.variables[0].values]
+        # entries: the averaged variables, then (gradient) the G_i rows of the trainable ones
+        self._entries: List[Tuple[str, int]] = [("var", e) for e in range(len(self.variables))]
+        if self._grad_sums is not None:
+            self._entries += [("sum", j) for j in range(self.n_trainable)]
+        groups: Dict[tf.DType, List[int]] = {}
+        for n, entry in enumerate(self._entries):
+            groups.setdefault(self._entry_dtype(entry), []).append(n)
+        self._groups = [(dtype, idx, [int(self._entry_shape(self._entries[n]).num_elements()) for n in idx])
+                        for dtype, idx in groups.items()]
+        self.payload_bytes = sum(sum(sizes) * dtype.size for dtype, _, sizes in self._groups)
+        n_groups = len(self._groups)
+        with tf.init_scope(), tf.device("/CPU:0"):
+            self.pending = host_variable(0, tf.int64, "skip_correct/overlap_pending")
+            dts = [d for d, _, _ in self._groups]
+            lens = [[sum(sizes)] for _, _, sizes in self._groups]
+            snap_types = [d for d in dts for _ in range(self.n_local)] + [tf.float64]
+            snap_shapes = [n for n in lens for _ in range(self.n_local)] + [[]]
+            # (snapshot bufs, scale) -> (means, snapshot bufs, scale, background seconds)
+            self._snapshots = tf.queue.FIFOQueue(2, snap_types, shapes=snap_shapes,
+                                                 name="skip_correct_overlap_snapshots")
+            self._results = tf.queue.FIFOQueue(2, dts + snap_types + [tf.float64], shapes=lens + snap_shapes + [[]],
+                                               name="skip_correct_overlap_results")
+        self._n_groups = n_groups
+        self._errors: List[BaseException] = []
+        self._jobs: "_pyqueue.Queue[Optional[int]]" = _pyqueue.Queue()
+        self._fn_ref: List[Any] = [None]
+        with tf.init_scope():
+            self._fn_ref[0] = tf.function(self._background, autograph=False).get_concrete_function()
+        self._thread = threading.Thread(target=_background_loop, name="skip_correct_overlap", daemon=True,
+                                        args=(self._jobs, self._fn_ref, self._results, self._errors))
+        self._thread.start()
+        weakref.finalize(self, self._jobs.put, None)
+
+    # ---- layout ------------------------------------------------------------------------------------
+    def _entry_dtype(self, entry: Tuple[str, int]) -> tf.DType:
+        kind, j = entry
+        return (self.variables[j] if kind == "var" else self._grad_sums[j][0]).dtype.base_dtype
+
+    def _entry_shape(self, entry: Tuple[str, int]) -> tf.TensorShape:
+        kind, j = entry
+        return (self.variables[j] if kind == "var" else self._grad_sums[j][0]).shape
+
+    def _entry_component(self, entry: Tuple[str, int], i: int) -> Any:
+        kind, j = entry
+        return self.variables[j].values[i] if kind == "var" else self._grad_sums[j][i]
+
+    def same_layout(self, variables: Sequence[Any]) -> bool:
+        return len(variables) == len(self.variables) and all(a is b for a, b in zip(variables, self.variables))
+
+    # ---- background ----------------------------------------------------------------------------------
+    def _background(self) -> None:
+        """Traced once: dequeue a snapshot, the fused all-reduce (MEAN), enqueue the means."""
+        ext = self._ext
+        with self._strategy.scope():
+            vals = self._snapshots.dequeue()
+            with tf.control_dependencies(vals):
+                t0 = tf.timestamp()
+            per_group = []
+            for g in range(self._n_groups):
+                row = []
+                for i in range(self.n_local):
+                    with tf.device(ext.worker_devices[i]):
+                        with tf.control_dependencies([t0]):
+                            row.append(tf.identity(vals[g * self.n_local + i]))
+                per_group.append(row)
+            means = ext._sc_fused_reduce(tf.distribute.ReduceOp.MEAN, per_group)
+            firsts = [means[g][0] for g in range(self._n_groups)]
+            with tf.control_dependencies(firsts):
+                t1 = tf.timestamp()
+            with tf.device("/CPU:0"):
+                self._results.enqueue(firsts + list(vals) + [t1 - t0])
+
+    def _launch(self) -> np.int64:
+        if self._errors:
+            raise RuntimeError(f"the background averaging failed: {self._errors[0]}")
+        self._jobs.put(1)
+        return np.int64(1)
+
+    # ---- at a sync (graph or eager) -----------------------------------------------------------------
+    @_no_autograph
+    def apply_pending(self) -> tf.Tensor:
+        """Wait for the in-flight mean ȳ and apply step 1 of the rule; returns the background seconds."""
+        with tf.device("/CPU:0"):
+            vals = self._results.dequeue()
+        g_n, n = self._n_groups, self.n_local
+        means = vals[:g_n]
+        snaps = vals[g_n:g_n + g_n * n]
+        scale = vals[g_n + g_n * n]
+        bg_s = vals[g_n + g_n * n + 1]
+        ops = []
+        for g, (dtype, idx, sizes) in enumerate(self._groups):
+            for i in range(n):
+                with tf.device(self._devices[i]):
+                    diff = means[g] - snaps[g * n + i]  # ȳ − y_i, one flat buffer
+                    pieces = tf.split(diff, sizes) if len(sizes) > 1 else [diff]
+                    for m, piece in zip(idx, pieces):
+                        kind, j = self._entries[m]
+                        if kind == "var":
+                            c = self.variables[j].values[i]
+                            ops.append(c.assign_add(tf.reshape(piece, c.shape)))
+                            if self.rule == "vrl" and j < self.n_trainable:
+                                d = self._deltas[j][i]  # Δ_i += (ȳ − y_i)/(k_y·lr_y)
+                                ops.append(d.assign_add(tf.reshape(piece / tf.cast(scale, dtype), d.shape)))
+                        else:  # piece = S̄ − S_i: Δ_i = (S_i − S̄)/k_y
+                            d = self._deltas[j][i]
+                            ops.append(d.assign(tf.reshape(-piece / tf.cast(scale, dtype), d.shape)))
+        with tf.control_dependencies(ops):
+            done = self.pending.assign(0)
+        with tf.control_dependencies([done]):
+            return tf.identity(bg_s)
+
+    @_no_autograph
+    def sync(self, scale: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """In the traced step, at a scheduled sync: steps 1 and 2 of the rule. ``scale`` = k·lr (vrl) or
+        k (gradient). Returns (exposed seconds, background seconds of the applied mean or 0)."""
+        t0 = tf.timestamp()
+        with tf.control_dependencies([t0]):
+            bg_s = tf.cond(self.pending.read_value() > 0, self.apply_pending,
+                           lambda: tf.constant(0.0, tf.float64))
+        with tf.control_dependencies([bg_s]):
+            bufs = self._pack()
+        with tf.device("/CPU:0"):
+            enq = self._snapshots.enqueue(bufs + [tf.cast(scale, tf.float64)])
+        resets = []
+        with tf.control_dependencies([enq]):
+            if self._grad_sums is not None:  # S_i travelled with the snapshot: G_i starts the next period at 0
+                for row in self._grad_sums:
+                    for c in row:
+                        with tf.device(c.device):
+                            resets.append(c.assign(tf.zeros_like(c)))
+            with tf.device("/CPU:0"):
+                launched = tf.numpy_function(self._launch, [], tf.int64, stateful=True)
+        with tf.control_dependencies([launched] + resets):
+            flag = self.pending.assign(1)
+        with tf.control_dependencies([flag]):
+            t1 = tf.timestamp()
+        return t1 - t0, bg_s
+
+    def _pack(self) -> List[tf.Tensor]:
+        out = []
+        for dtype, idx, _ in self._groups:
+            for i in range(self.n_local):
+                with tf.device(self._devices[i]):
+                    parts = [tf.reshape(self._entry_component(self._entries[m], i).read_value(), [-1])
+                             for m in idx]
+                    out.append(tf.concat(parts, 0) if len(parts) > 1 else tf.identity(parts[0]))
+        return out
+
+    def drain(self) -> Optional[float]:
+        """Eager: apply the in-flight mean now (step 1 of the rule, k unchanged). Returns the background
+        all-reduce's seconds, or None if nothing was in flight."""
+        if int(self.pending.numpy()) == 0:
+            return None
+        if self._errors:
+            raise InputError(f"the background averaging failed: {self._errors[0]}", where="SkipCorrectStrategy(overlap=True)")
+        return float(self.apply_pending().numpy())
+
+
+def validate_overlap(overlap: object, where: str = "overlap") -> bool:
+    """``overlap`` must be True or False (one-line InputError otherwise).
+
+    >>> validate_overlap(True)
+    True
+    """
+    if not isinstance(overlap, bool):
+        raise InputError(f"must be True or False, got {overlap!r}", where=where)
+    return overlap
