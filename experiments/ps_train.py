@@ -123,6 +123,9 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
                          where="--learning_rate")
     if cfg.warmup_steps:
         raise InputError("warm-up steps are not supported on a parameter-server cluster", where="--warmup_steps")
+    if getattr(cfg, "overlap", False):
+        raise InputError("overlaps an all-reduce with local steps; a parameter-server round has no all-reduce "
+                         "(the closures' pushes and the averaging on the ps)", where="--overlap")
 
     import tf_keras
 

@@ -61,6 +61,7 @@ def test_array_batch_fn_checks_and_rows():
     ({"strategy": "skip_correct", "warmup_steps": 3}, "--warmup_steps"),
     ({"strategy": "ssgd", "learning_rate": 0.0}, "--learning_rate"),
     ({"strategy": "ssgd", "batch_size": 63}, "--batch_size"),
+    ({"strategy": "skip_correct", "overlap": True}, "--overlap"),
 ])
 def test_runner_refuses_unsupported_flags_on_ps_cluster(monkeypatch, flags, where):
     from experiments.models import build_model
