@@ -114,14 +114,8 @@ def first_iteration_interval(t_comm_s: float, t_comp_s: float, target_ratio: flo
     >>> first_iteration_interval(10.0, 0.001, max_interval=64)
     64
     """
-    t_comm = _positive_time(t_comm_s, "t_comm_s")
-    t_comp = _positive_time(t_comp_s, "t_comp_s")
-    target_ratio = validate_target_ratio(target_ratio)
-    max_interval = validate_max_interval(max_interval)
-    if t_comp == 0:
-        return max_interval if t_comm > 0 else 1
-    h = int(math.floor(t_comm / (target_ratio * t_comp) + 0.5))  # round half up, platform-independent
-    return max(1, min(max_interval, h))
+    return _ratio_interval(t_comm_s, t_comp_s, target_ratio, max_interval,
+                           lambda q: math.floor(q + 0.5))  # round half up, platform-independent
 
 
 def overlap_interval(t_comm_s: float, t_comp_s: float, target_ratio: float = 1.0,
@@ -136,14 +130,21 @@ def overlap_interval(t_comm_s: float, t_comp_s: float, target_ratio: float = 1.0
     >>> overlap_interval(10.0, 0.001, max_interval=64)
     64
     """
+    return _ratio_interval(t_comm_s, t_comp_s, target_ratio, max_interval,
+                           lambda q: math.ceil(q - 1e-9))  # 1e-9: 1.0/0.1 is 10.000000000000002
+
+
+def _ratio_interval(t_comm_s: float, t_comp_s: float, target_ratio: float, max_interval: int,
+                    to_int: Callable[[float], float]) -> int:
+    """clip(to_int(t_comm / (target_ratio * t_comp)), 1, max_interval) with the arguments validated; the cap
+    when t_comp is 0 and t_comm is not, 1 when both are."""
     t_comm = _positive_time(t_comm_s, "t_comm_s")
     t_comp = _positive_time(t_comp_s, "t_comp_s")
     target_ratio = validate_target_ratio(target_ratio)
     max_interval = validate_max_interval(max_interval)
     if t_comp == 0:
         return max_interval if t_comm > 0 else 1
-    h = int(math.ceil(t_comm / (target_ratio * t_comp) - 1e-9))  # 1e-9: 1.0/0.1 is 10.000000000000002
-    return max(1, min(max_interval, h))
+    return max(1, min(max_interval, int(to_int(t_comm / (target_ratio * t_comp)))))
 
 
 def agree_on_timings(per_worker: Sequence[Tuple[float, float]]) -> Tuple[float, float]:
