@@ -15,6 +15,7 @@ def train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int = 
     i mod N."""
     import tensorflow as tf
 
+    from tf_commopt._compat import no_autotune
     from tf_commopt.datasets import split_non_iid
 
     def fn(ctx: tf.distribute.InputContext):
@@ -24,6 +25,7 @@ def train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int = 
         else:
             ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
         ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True).repeat()
-        return ds.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True).prefetch(2)
+        ds = ds.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True).prefetch(2)
+        return no_autotune(ds)  # nothing to tune; its autotune thread can stall the iterator's deletion
 
     return fn

@@ -14,8 +14,8 @@ with the variants interleaved:
 Wall = ``model.fit`` only (the runner's ``wall_s``; with overlap it includes applying the last
 in-flight average). A second view, ``train_wall_s``, ends when training ends (tf-keras ``on_train_end``,
 plus with overlap the wait for the last mean): it leaves out tf-keras's return path from ``fit``, which
-tears down its data handler and took from nothing to tens of seconds at random in every variant (faulthandler stack:
-``fit``'s frame teardown). communication-only = blocking − compute-only; the perfect-overlap bound is
+tears down its data handler; that took from nothing to tens of seconds at random (tf.data's autotune thread missing
+its cancellation, a TensorFlow 2.21 race) until the runner built its input pipelines without autotuning. communication-only = blocking − compute-only; the perfect-overlap bound is
 max(compute-only, communication-only). One record per setting (medians over the repeats, and every
 run) is appended to ``--out``; ``--page`` renders the results page from it
 (``experiments/overlap_report.py``).
@@ -65,8 +65,8 @@ def _variant_args(variant: str) -> List[str]:
 
 def train_wall(run: Dict[str, Any]) -> float:
     """fit start → training ended (``on_train_end``) plus, with overlap, the wait for the mean still in flight
-    then: ``wall_s`` without tf-keras's return path from ``fit`` (its data handler's teardown, at random from nothing to
-    tens of seconds in every variant)."""
+    then: ``wall_s`` without tf-keras's return path from ``fit`` (its data handler's teardown, which took from nothing
+    to tens of seconds at random before the runner turned tf.data autotuning off)."""
     return run["train_end_s"] + run.get("drain_wait_s", 0.0)
 
 

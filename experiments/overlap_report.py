@@ -82,8 +82,16 @@ def render(records: List[Dict[str, Any]], source: str) -> str:
                   "(tearing down its data handler), which took "
                   f"{min(x['wall_s'] - x['train_end_s'] for r in timed for v in r['runs'].values() for x in v):.2f}–"
                   f"{max(x['wall_s'] - x['train_end_s'] for r in timed for v in r['runs'].values() for x in v):.1f} s "
-                  "at random in every variant (a faulthandler dump of one such stall: `fit`'s frame teardown); the "
-                  "table above includes it, as the issue's wall time does.", "",
+                  "at random in every variant; the table above includes it, as the issue's wall time does. Cause (a "
+                  "TensorFlow 2.21 race, not communication): deleting `fit`'s tf.data input iterator cancels its "
+                  "autotune thread, which can miss that wake-up and sleep on until its next scheduled optimization, "
+                  "10 ms × (2^(k+1) − 1) after the iterator's first element (the period doubles up to 60 s); each of "
+                  "the 16 stalls over 0.3 s in these records ended there (fit start + first step + such a multiple, "
+                  "within 0.25 s). The runner now builds its input pipelines without autotuning "
+                  "(`tf_commopt._compat.no_autotune`, `device_iterators_without_autotune`; "
+                  "[docs/skip_correct.md](../skip_correct.md#limits)), after which `fit` returned within 0.02 s "
+                  "of training's end (0.1 s with overlap, which applies the last mean there) in 21 of 21 runs, against 7 "
+                  "stalls of 0.55–9.9 s in 21 interleaved runs without it; these records predate that.", "",
                   "| model | shards | blocking s | overlap s | compute-only s | comm-only s | bound s | overlap / blocking | "
                   "overlap / bound |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in timed:

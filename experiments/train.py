@@ -251,7 +251,9 @@ def _epoch_dataset_fn(x, y, global_batch: int, seed: int, steps_per_epoch: int, 
             ds = tf.data.Dataset.from_tensor_slices(order).repeat().batch(per_replica, drop_remainder=True)
             return ds.take(batches).map(lambda i: (tf.gather(xs, i), tf.gather(ys, i)))
 
-        return tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch).prefetch(2)
+        from tf_commopt._compat import no_autotune
+
+        return no_autotune(tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch).prefetch(2))
 
     return fn
 
@@ -363,7 +365,10 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
     import tf_keras
 
     from experiments.models import build_model, param_bytes
+    from tf_commopt._compat import device_iterators_without_autotune
     from tf_commopt.datasets import load_dataset
+
+    device_iterators_without_autotune()  # else deleting fit's input iterator can block for up to 60 s (skip_correct.md)
 
     multi = tfc is not None and cfg.strategy != "single"
     chief = tfc is None or tfc.is_chief or not multi

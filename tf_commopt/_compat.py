@@ -28,7 +28,7 @@ __all__ = ["SUPPORTED_TF", "INTERNALS", "check_internals", "host_variable", "val
            "optimizer_momentum", "optimizer_slots", "next_collective_key_base", "fresh_mirrored_strategy",
            "framework_ops", "cluster_coordinator", "op_statistic", "keras_layer_graph", "keras_nodes_by_depth",
            "keras_nested_outputs", "keras_history", "keras_inbound_nodes", "keras_all_layers", "graph_function",
-           "op_control_outputs", "unblock_coordinator_exit"]
+           "op_control_outputs", "unblock_coordinator_exit", "no_autotune", "device_iterators_without_autotune"]
 
 SUPPORTED_TF: Tuple[str, ...] = ("2.21",)
 """TensorFlow major.minor versions this release was tested with (tf-keras must match)."""
@@ -56,6 +56,7 @@ from tensorflow.python.distribute import values  # noqa: E402
 from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver  # noqa: E402
 from tensorflow.python.distribute.cluster_resolver import tfconfig_cluster_resolver  # noqa: E402
 from tensorflow.python.distribute.coordinator import cluster_coordinator  # noqa: E402
+from tensorflow.python.data.ops import multi_device_iterator_ops  # noqa: E402
 from tensorflow.python.framework import ops as framework_ops  # noqa: E402
 from tensorflow.python.ops import resource_variable_ops  # noqa: E402
 from tensorflow.python.saved_model import save_context  # noqa: E402
@@ -110,6 +111,8 @@ INTERNALS: List[Tuple[Any, str]] = [
     (_SetBy(cluster_coordinator.WorkerPreemptionHandler.__init__), "_cluster_update_lock"),
     (_SetBy(cluster_coordinator.WorkerPreemptionHandler.__init__), "_cluster_due_for_update_or_finish"),
     (_SetBy(cluster_coordinator.WorkerPreemptionHandler.__init__), "_should_preemption_thread_run"),
+    # device_iterators_without_autotune: the per-device datasets of tf.distribute's input iterators
+    (multi_device_iterator_ops, "_create_device_dataset"),
 ]
 
 
@@ -375,3 +378,42 @@ def unblock_coordinator_exit(coordinator: Any) -> None:
 
     handler.stop = stop
     handler._tf_commopt_patched = True
+
+
+# ---- tf.data iterator deletion (the teardown stall at the end of model.fit) -------------------------------
+def no_autotune(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """``dataset`` with tf.data autotuning off (no autotune model thread in its iterators).
+
+    Why: in TF 2.21 deleting an iterator whose autotune thread (``tf_data_model``, ``Model::OptimizeLoop``)
+    is between two optimizations can miss its wake-up: the cancellation callback notifies the thread
+    *before* the CancellationManager marks itself cancelled, the thread re-checks ``IsCancelled()`` (still
+    false) and sleeps again until its next scheduled optimization. Those are 10 ms x (2^(k+1) - 1) after
+    the iterator's first element (the period doubles from 10 ms up to 60 s), so the deletion blocks for up
+    to a minute; tf-keras deletes its iterator when ``fit`` returns (docs/results/overlap.md).
+    """
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
+def device_iterators_without_autotune() -> None:
+    """Build the per-device datasets of tf.distribute's input iterators without autotuning (idempotent).
+
+    Every ``MultiDeviceIterator`` (what ``distribute_datasets_from_function`` / ``experimental_distribute_dataset``
+    of Mirrored, MultiWorkerMirrored and SkipCorrectStrategy iterate with) feeds each device from a small
+    per-device dataset (a generator reading the host buffer, then a fixed ``prefetch``) that has nothing to
+    tune, yet gets default options, so its iterator runs an autotune thread whose deletion can block for up
+    to 60 s (:func:`no_autotune`). The user's (host) dataset keeps its own options: give it
+    :func:`no_autotune` too to avoid the stall there. Process-wide (TensorFlow's module function is
+    replaced by a wrapper that calls it and turns autotuning off on the result).
+    """
+    original = multi_device_iterator_ops._create_device_dataset
+    if getattr(original, "_tf_commopt_no_autotune", False):
+        return
+
+    def create_device_dataset(*args: Any, **kwargs: Any) -> tf.data.Dataset:
+        return no_autotune(original(*args, **kwargs))
+
+    create_device_dataset._tf_commopt_no_autotune = True  # type: ignore[attr-defined]
+    create_device_dataset.__wrapped__ = original  # type: ignore[attr-defined]
+    multi_device_iterator_ops._create_device_dataset = create_device_dataset
