@@ -27,6 +27,8 @@ import sys
 import time
 from typing import Any, Dict, List
 
+from experiments.data import train_dataset_fn  # noqa: E402  (TensorFlow only when called)
+
 
 from absl import flags  # noqa: E402
 
@@ -82,11 +84,6 @@ def _strategy(variant: str):
                                max_interval=64)
 
 
-def _train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int = 0):
-    """See :func:`experiments.data.train_dataset_fn`."""
-    from experiments.data import train_dataset_fn
-
-    return train_dataset_fn(x, y, global_batch, seed, non_iid_classes)
 
 
 def worker() -> None:
@@ -113,7 +110,7 @@ def worker() -> None:
         model.compile(optimizer=tf_keras.optimizers.SGD(FLAGS.learning_rate, momentum=FLAGS.momentum), loss=loss_fn)
     plain = build_model(FLAGS.model, data.input_shape, data.num_classes)
     plain.compile(loss=loss_fn, metrics=["accuracy"])
-    train = strategy.distribute_datasets_from_function(_train_dataset_fn(
+    train = strategy.distribute_datasets_from_function(train_dataset_fn(
         data.x_train, data.y_train, FLAGS.batch_size, FLAGS.seed,
         FLAGS.non_iid_classes if FLAGS.split == "non_iid" else 0))
     sc = hasattr(strategy, "sync")

@@ -21,6 +21,8 @@ import sys
 import time
 from typing import Any, Dict, List
 
+from experiments.data import train_dataset_fn  # noqa: E402  (TensorFlow only when called)
+
 
 from absl import flags  # noqa: E402
 
@@ -56,11 +58,6 @@ def _strategy(variant: str):
                                correction_lr="effective" if variant == "vrl_effective" else "optimizer")
 
 
-def _train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int = 0):
-    """See :func:`experiments.data.train_dataset_fn`."""
-    from experiments.data import train_dataset_fn
-
-    return train_dataset_fn(x, y, global_batch, seed, non_iid_classes)
 
 
 def worker() -> None:
@@ -78,7 +75,7 @@ def worker() -> None:
         model.compile(optimizer=tf_keras.optimizers.SGD(FLAGS.learning_rate, momentum=FLAGS.momentum),
                       loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     train = strategy.distribute_datasets_from_function(
-        _train_dataset_fn(data.x_train, data.y_train, FLAGS.batch_size, FLAGS.seed, FLAGS.non_iid_classes))
+        train_dataset_fn(data.x_train, data.y_train, FLAGS.batch_size, FLAGS.seed, FLAGS.non_iid_classes))
     marks: Dict[str, Any] = {}
 
     class _Timer(tf_keras.callbacks.Callback):

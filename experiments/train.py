@@ -42,6 +42,7 @@ from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env  # noqa: E402
 from tf_commopt.datasets import DATASETS  # noqa: E402
 from tf_commopt.errors import InputError, TfCommoptError  # noqa: E402
 
+from experiments.data import train_dataset_fn  # noqa: E402  (TensorFlow only when called)
 from experiments.models import MODELS  # noqa: E402
 from experiments.record import build_record, save_result  # noqa: E402
 
@@ -226,12 +227,7 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
 
 
 # ------------------------------------------------------------------------------------------------ data
-def _train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int = 0):
-    """Each worker reads its own shard (see :func:`experiments.data.train_dataset_fn`), label-skewed with
-    ``non_iid_classes`` > 0."""
-    from experiments.data import train_dataset_fn
-
-    return train_dataset_fn(x, y, global_batch, seed, non_iid_classes)
+_train_dataset_fn = train_dataset_fn  # each worker reads its own shard (experiments.data), label-skewed with non_iid_classes > 0
 
 
 def _epoch_dataset_fn(x, y, global_batch: int, seed: int, steps_per_epoch: int, first_epoch: int, epochs: int):

@@ -64,7 +64,7 @@ from tf_commopt.distribute import _keras_hooks
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_state import IntervalState
 from tf_commopt.distribute.overlap import OverlapAverager, validate_overlap
-from tf_commopt.distribute.state import SkipCorrectState
+from tf_commopt.distribute.state import SkipCorrectState, _pass_through
 from tf_commopt.distribute.telemetry import Telemetry
 from tf_commopt.errors import InputError
 
@@ -203,11 +203,9 @@ class _SkipCorrectMixin:
         else:
             known = {id(v) for v in state.variables}
             if any(id(v) not in known for v in var_list):
-                err = InputError("apply_gradients got a variable that was not in its first call; "
-                                 "SkipCorrectStrategy keeps one correction per variable of the first list",
-                                 where="SkipCorrectStrategy")
-                err.ag_pass_through = True  # type: ignore[attr-defined]
-                raise err
+                raise _pass_through(InputError("apply_gradients got a variable that was not in its first call; "
+                                               "SkipCorrectStrategy keeps one correction per variable of the "
+                                               "first list", where="SkipCorrectStrategy"))
         return state
 
     def correction_state(self, optimizer: Any) -> Optional[SkipCorrectState]:
@@ -341,11 +339,9 @@ class _SkipCorrectMixin:
                                   state.grad_sum_components())
             self._sc_overlappers[id(state)] = avg
         elif not avg.same_layout(variables):
-            err = InputError("the averaged variables changed between two traces of the training step "
-                             "(e.g. optimizer slots created later); overlap=True needs a fixed set",
-                             where="SkipCorrectStrategy(overlap=True)")
-            err.ag_pass_through = True  # type: ignore[attr-defined]
-            raise err
+            raise _pass_through(InputError("the averaged variables changed between two traces of the training "
+                                           "step (e.g. optimizer slots created later); overlap=True needs a "
+                                           "fixed set", where="SkipCorrectStrategy(overlap=True)"))
         return avg
 
     def drain(self) -> int:
