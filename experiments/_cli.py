@@ -14,6 +14,7 @@ Example:
     if __name__ == "__main__":
         run(main)
 """
+
 from __future__ import annotations
 
 import os
@@ -59,8 +60,9 @@ def run(main: Callable[[List[str]], Optional[int]]) -> None:
         except flags.Error as e:
             fail(str(e))
         except SystemExit as e:  # absl's --help exits 1; asking for help is not a failure
-            if e.code == 1 and any(a.split("=")[0] in ("--help", "-h", "-?", "--helpshort", "--helpfull")
-                                   for a in argv[1:]):
+            if e.code == 1 and any(
+                a.split("=")[0] in ("--help", "-h", "-?", "--helpshort", "--helpfull") for a in argv[1:]
+            ):
                 sys.exit(0)
             raise
         quiet_tensorflow(flags.FLAGS.tf_log_level)

@@ -8,6 +8,7 @@ Example:
     >>> from experiments._report import load_jsonl            # doctest: +SKIP
     >>> records = load_jsonl("docs/results/sc_speed.jsonl")    # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import json

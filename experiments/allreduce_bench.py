@@ -26,6 +26,7 @@ Example:
     python -m experiments.allreduce_bench --workers=2 --topology=switch --bandwidth_mbit=10 \\
         --megabytes=0.40708 --repeats=9 --out=docs/results/allreduce.md
 """
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,6 @@ import statistics
 import sys
 import time
 from typing import Any, Dict, List, Sequence
-
 
 from absl import flags  # noqa: E402
 
@@ -56,14 +56,26 @@ flags.DEFINE_float("megabytes", 40.0, "all-reduce payload per worker in MB (1e6 
 flags.DEFINE_list("settings", DEFAULT_SETTINGS, "impl:bytes_per_pack:chunks entries, e.g. auto:4M:8")
 flags.DEFINE_integer("repeats", 5, "timed all-reduces per setting")
 flags.DEFINE_float("idle_s", 0.2, "idle seconds between the barrier and each timed all-reduce")
-flags.DEFINE_bool("barrier", True, "meet in a one-float all-reduce and idle --idle_s before each timed all-reduce "
-                  "(--nobarrier: back to back, like experiments.train's time_allreduce; ranks may start skewed)")
+flags.DEFINE_bool(
+    "barrier",
+    True,
+    "meet in a one-float all-reduce and idle --idle_s before each timed all-reduce "
+    "(--nobarrier: back to back, like experiments.train's time_allreduce; ranks may start skewed)",
+)
 flags.DEFINE_integer("seed", 0, "seed of the per-repeat order of the settings")
 flags.DEFINE_float("timeout", 1200.0, "kill the cluster after this many seconds")
-flags.DEFINE_integer("tbf_burst", 0, "comparison only: tbf burst in bytes instead of the launcher's (0 = its own)")
-flags.DEFINE_integer("tbf_limit", 0, "comparison only: tbf limit in bytes instead of the launcher's (0 = its own)")
-flags.DEFINE_bool("slow_start_after_idle", True, "TCP restarts slow start after idle (the kernel's and the launcher's "
-                  "default); --noslow_start_after_idle sets net.ipv4.tcp_slow_start_after_idle=0 in every namespace")
+flags.DEFINE_integer(
+    "tbf_burst", 0, "comparison only: tbf burst in bytes instead of the launcher's (0 = its own)"
+)
+flags.DEFINE_integer(
+    "tbf_limit", 0, "comparison only: tbf limit in bytes instead of the launcher's (0 = its own)"
+)
+flags.DEFINE_bool(
+    "slow_start_after_idle",
+    True,
+    "TCP restarts slow start after idle (the kernel's and the launcher's "
+    "default); --noslow_start_after_idle sets net.ipv4.tcp_slow_start_after_idle=0 in every namespace",
+)
 flags.DEFINE_string("out", "", "append the result to OUT's .jsonl and rewrite the OUT page (markdown)")
 
 
@@ -94,11 +106,16 @@ def parse_setting(text: str) -> Dict[str, Any]:
     """
     parts = text.strip().split(":")
     if len(parts) != 3:
-        raise InputError(f"expected impl:bytes_per_pack:chunks (e.g. auto:4M:8), got {text!r}", where="--settings")
+        raise InputError(
+            f"expected impl:bytes_per_pack:chunks (e.g. auto:4M:8), got {text!r}", where="--settings"
+        )
     impl, pack, chunks = parts
     if impl.lower() not in IMPLEMENTATIONS:
-        raise InputError(f"unknown implementation {impl!r} in {text!r}; choose {' or '.join(IMPLEMENTATIONS)}"
-                         " (NCCL needs GPUs)", where="--settings")
+        raise InputError(
+            f"unknown implementation {impl!r} in {text!r}; choose {' or '.join(IMPLEMENTATIONS)}"
+            " (NCCL needs GPUs)",
+            where="--settings",
+        )
     try:
         nbytes = parse_size(pack)
     except InputError as e:
@@ -146,8 +163,9 @@ def validate_flags() -> List[Dict[str, Any]]:
         if getattr(FLAGS, name) < 0:
             raise InputError(f"must be bytes >= 0, got {getattr(FLAGS, name)}", where=f"--{name}")
     if FLAGS.out and os.path.isdir(FLAGS.out):
-        raise InputError(f"{FLAGS.out!r} is a directory; give a page path like docs/results/allreduce.md",
-                         where="--out")
+        raise InputError(
+            f"{FLAGS.out!r} is a directory; give a page path like docs/results/allreduce.md", where="--out"
+        )
     return settings
 
 
@@ -161,16 +179,19 @@ def worker(settings: Sequence[Dict[str, Any]]) -> None:
     ranks = strategy.num_replicas_in_sync
     rank = strategy.cluster_resolver.task_id
     n = int(FLAGS.megabytes * 1e6 / 4)
-    expect = ranks * (ranks + 1) / 2           # each rank contributes rank + 1
-    impls = {"auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
-             "ring": tf.distribute.experimental.CommunicationImplementation.RING}
+    expect = ranks * (ranks + 1) / 2  # each rank contributes rank + 1
+    impls = {
+        "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+        "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+    }
     with tf.device("/cpu:0"):
         full = tf.fill([n], tf.constant(rank + 1, tf.float32))
         one = tf.ones([1])
 
     def make(s: Dict[str, Any]):
-        opts = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=s["bytes_per_pack"],
-                                                               implementation=impls[s["impl"]])
+        opts = tf.distribute.experimental.CommunicationOptions(
+            bytes_per_pack=s["bytes_per_pack"], implementation=impls[s["impl"]]
+        )
         with tf.device("/cpu:0"):
             sizes = [len(a) for a in np.array_split(np.arange(n), s["chunks"])]
             parts = tf.split(full, sizes) if s["chunks"] > 1 else [full]
@@ -188,7 +209,9 @@ def worker(settings: Sequence[Dict[str, Any]]) -> None:
 
     @tf.function
     def barrier():
-        return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, one))
+        return strategy.run(
+            lambda: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, one)
+        )
 
     steps = {s["name"]: make(s) for s in settings}
 
@@ -205,22 +228,35 @@ def worker(settings: Sequence[Dict[str, Any]]) -> None:
         after = tcp_counters()
         if record:
             tcp[name].append({k: after[k] - before.get(k, 0) for k in after})
-        if not np.all(got == expect):   # the reduce really happened, over every rank
+        if not np.all(got == expect):  # the reduce really happened, over every rank
             raise RuntimeError(f"{name}: all-reduce returned {got.tolist()}, expected {expect}")
         return dt
 
-    warm = {name: timed(name, record=False) for name in steps}     # trace, set up the collective groups
+    warm = {name: timed(name, record=False) for name in steps}  # trace, set up the collective groups
     rng = random.Random(FLAGS.seed)
     times: Dict[str, List[float]] = {name: [] for name in steps}
     order_log = []
     for _ in range(FLAGS.repeats):
         order = list(steps)
-        rng.shuffle(order)                            # same seed on every worker: same collective order
+        rng.shuffle(order)  # same seed on every worker: same collective order
         order_log.append(order)
         for name in order:
             times[name].append(timed(name))
-    print(json.dumps({"rank": rank, "ranks": ranks, "nbytes": n * 4, "times": times, "warmup": warm,
-                      "order": order_log, "qdisc": qdisc_stats(), "tcp": tcp}), flush=True)
+    print(
+        json.dumps(
+            {
+                "rank": rank,
+                "ranks": ranks,
+                "nbytes": n * 4,
+                "times": times,
+                "warmup": warm,
+                "order": order_log,
+                "qdisc": qdisc_stats(),
+                "tcp": tcp,
+            }
+        ),
+        flush=True,
+    )
 
 
 TCP_COUNTERS = {"Tcp": ("RetransSegs",), "TcpExt": ("TCPTimeouts", "TCPLossProbes")}
@@ -253,20 +289,36 @@ def qdisc_stats() -> Dict[str, int]:
 
     for dev in ("eth0", "lo"):
         try:
-            p = subprocess.run(["tc", "-s", "qdisc", "show", "dev", dev], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True, timeout=10)
+            p = subprocess.run(
+                ["tc", "-s", "qdisc", "show", "dev", dev],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                timeout=10,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return {}
-        m = re.search(r"qdisc tbf.*?Sent (\d+) bytes (\d+) pkt \(dropped (\d+), overlimits (\d+)", p.stdout, re.S)
+        m = re.search(
+            r"qdisc tbf.*?Sent (\d+) bytes (\d+) pkt \(dropped (\d+), overlimits (\d+)", p.stdout, re.S
+        )
         if m:
-            return {"dev_" + dev: 1, "sent_bytes": int(m.group(1)), "packets": int(m.group(2)),
-                    "dropped": int(m.group(3)), "overlimits": int(m.group(4))}
+            return {
+                "dev_" + dev: 1,
+                "sent_bytes": int(m.group(1)),
+                "packets": int(m.group(2)),
+                "dropped": int(m.group(3)),
+                "overlimits": int(m.group(4)),
+            }
     return {}
 
 
 # ----------------------------------------------------------------------------------------------- parent
-def summarize(per_rank: Sequence[Dict[str, Any]], settings: Sequence[Dict[str, Any]], bound_s: float,
-              shared_ns: bool = False) -> List[Dict[str, Any]]:
+def summarize(
+    per_rank: Sequence[Dict[str, Any]],
+    settings: Sequence[Dict[str, Any]],
+    bound_s: float,
+    shared_ns: bool = False,
+) -> List[Dict[str, Any]]:
     """Per setting: the slowest rank's time per repeat -> median, min, max, ratio to the bound.
 
     >>> rows = summarize([{"times": {"a": [1.0, 3.0, 2.0]}}, {"times": {"a": [1.5, 2.0, 2.0]}}],
@@ -276,13 +328,21 @@ def summarize(per_rank: Sequence[Dict[str, Any]], settings: Sequence[Dict[str, A
     """
     rows = []
     for s in settings:
-        reps = [max(r["times"][s["name"]][k] for r in per_rank) for k in range(len(per_rank[0]["times"][s["name"]]))]
+        reps = [
+            max(r["times"][s["name"]][k] for r in per_rank)
+            for k in range(len(per_rank[0]["times"][s["name"]]))
+        ]
         med = statistics.median(reps)
-        row = {"setting": s["name"], "median_s": round(med, 4), "min_s": round(min(reps), 4),
-               "max_s": round(max(reps), 4), "ratio": round(med / bound_s, 3) if bound_s else None,
-               "times_s": [round(x, 4) for x in reps]}
+        row = {
+            "setting": s["name"],
+            "median_s": round(med, 4),
+            "min_s": round(min(reps), 4),
+            "max_s": round(max(reps), 4),
+            "ratio": round(med / bound_s, 3) if bound_s else None,
+            "times_s": [round(x, 4) for x in reps],
+        }
         ranks_tcp = [r["tcp"][s["name"]] for r in per_rank if r.get("tcp", {}).get(s["name"])]
-        if ranks_tcp:   # per repeat, summed over the ranks' namespaces (shared topology: one namespace)
+        if ranks_tcp:  # per repeat, summed over the ranks' namespaces (shared topology: one namespace)
             src = ranks_tcp[:1] if shared_ns else ranks_tcp
             row["retrans_segs"] = [sum(t[k].get("RetransSegs", 0) for t in src) for k in range(len(reps))]
             row["rto_timeouts"] = [sum(t[k].get("TCPTimeouts", 0) for t in src) for k in range(len(reps))]
@@ -295,20 +355,38 @@ def parent(settings: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     import tf_commopt.cluster as cluster
     from tf_commopt.cluster import run_cluster, tbf_params
 
-    if FLAGS.tbf_burst:      # the launcher sizes its token bucket from these (comparison runs only)
+    if FLAGS.tbf_burst:  # the launcher sizes its token bucket from these (comparison runs only)
         cluster.TBF_BURST_S, cluster.TBF_MIN_BURST = 0.0, FLAGS.tbf_burst
     if FLAGS.tbf_limit:
         cluster.TBF_LIMIT_S, cluster.TBF_MIN_LIMIT = 0.0, FLAGS.tbf_limit
     if not FLAGS.slow_start_after_idle:
         cluster.SYSCTLS = tuple(cluster.SYSCTLS) + ("net.ipv4.tcp_slow_start_after_idle=0",)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    cmd = [sys.executable, "-m", "experiments.allreduce_bench", "--worker", f"--megabytes={FLAGS.megabytes!r}",
-           f"--settings={','.join(s['name'] for s in settings)}", f"--repeats={FLAGS.repeats}",
-           f"--idle_s={FLAGS.idle_s!r}", f"--seed={FLAGS.seed}", f"--{'' if FLAGS.barrier else 'no'}barrier"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.allreduce_bench",
+        "--worker",
+        f"--megabytes={FLAGS.megabytes!r}",
+        f"--settings={','.join(s['name'] for s in settings)}",
+        f"--repeats={FLAGS.repeats}",
+        f"--idle_s={FLAGS.idle_s!r}",
+        f"--seed={FLAGS.seed}",
+        f"--{'' if FLAGS.barrier else 'no'}barrier",
+    ]
     load = os.getloadavg()[0]
-    r = run_cluster(cmd, workers=FLAGS.workers, bandwidth_mbit=FLAGS.bandwidth_mbit, topology=FLAGS.topology,
-                    timeout=FLAGS.timeout, cwd=root, echo=False)  # tasks inherit --tf_log_level
-    per_rank = [json.loads(line) for lines in r.outputs.values() for line in lines if line.startswith('{"rank"')]
+    r = run_cluster(
+        cmd,
+        workers=FLAGS.workers,
+        bandwidth_mbit=FLAGS.bandwidth_mbit,
+        topology=FLAGS.topology,
+        timeout=FLAGS.timeout,
+        cwd=root,
+        echo=False,
+    )  # tasks inherit --tf_log_level
+    per_rank = [
+        json.loads(line) for lines in r.outputs.values() for line in lines if line.startswith('{"rank"')
+    ]
     if r.returncode != 0 or len(per_rank) != FLAGS.workers:
         show = r.failed_task or "worker:0"
         tail = "\n".join(f"[{show}] {x}" for x in r.last_lines(show, 8))
@@ -316,24 +394,46 @@ def parent(settings: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     nbytes = per_rank[0]["nbytes"]
     bound = ring_bound_s(nbytes, FLAGS.workers, FLAGS.bandwidth_mbit, FLAGS.topology)
     rows = summarize(per_rank, settings, bound, shared_ns=FLAGS.topology == "shared")
-    if FLAGS.topology == "shared":     # one qdisc: every rank reads the same counters
+    if FLAGS.topology == "shared":  # one qdisc: every rank reads the same counters
         drops = per_rank[0].get("qdisc", {}).get("dropped")
     else:
-        drops = sum(r.get("qdisc", {}).get("dropped", 0) for r in per_rank) if per_rank[0].get("qdisc") else None
+        drops = (
+            sum(r.get("qdisc", {}).get("dropped", 0) for r in per_rank) if per_rank[0].get("qdisc") else None
+        )
     _, burst, limit = tbf_params(FLAGS.bandwidth_mbit)
-    rec = {"command": "python -m experiments.allreduce_bench " + " ".join(sys.argv[1:]),
-           "workers": FLAGS.workers, "topology": FLAGS.topology, "bandwidth_mbit": FLAGS.bandwidth_mbit,
-           "nbytes": nbytes, "bound_s": round(bound, 4), "repeats": FLAGS.repeats, "idle_s": FLAGS.idle_s, "barrier": FLAGS.barrier,
-           "tbf_burst": burst, "tbf_limit": limit, "sysctls": list(cluster.SYSCTLS), "tbf_dropped_packets": drops, "loadavg_1m_before": round(load, 2),
-           "loadavg_1m_after": round(os.getloadavg()[0], 2), "wall_s": round(r.wall_s, 1),
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
-    print(f"{FLAGS.workers} workers, {FLAGS.topology}, {FLAGS.bandwidth_mbit:g} Mbit/s, all-reduce of "
-          f"{nbytes / 1e6:g} MB: ring bound {bound:.3f} s (tbf burst {burst} B, limit {limit} B; "
-          f"packets the shaper dropped in the whole run: {drops})")
-    print(f"{'setting':<14} {'median s':>9} {'min s':>8} {'max s':>8} {'/bound':>7} {'retrans':>8} {'RTOs':>5}")
+    rec = {
+        "command": "python -m experiments.allreduce_bench " + " ".join(sys.argv[1:]),
+        "workers": FLAGS.workers,
+        "topology": FLAGS.topology,
+        "bandwidth_mbit": FLAGS.bandwidth_mbit,
+        "nbytes": nbytes,
+        "bound_s": round(bound, 4),
+        "repeats": FLAGS.repeats,
+        "idle_s": FLAGS.idle_s,
+        "barrier": FLAGS.barrier,
+        "tbf_burst": burst,
+        "tbf_limit": limit,
+        "sysctls": list(cluster.SYSCTLS),
+        "tbf_dropped_packets": drops,
+        "loadavg_1m_before": round(load, 2),
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
+        "wall_s": round(r.wall_s, 1),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "rows": rows,
+    }
+    print(
+        f"{FLAGS.workers} workers, {FLAGS.topology}, {FLAGS.bandwidth_mbit:g} Mbit/s, all-reduce of "
+        f"{nbytes / 1e6:g} MB: ring bound {bound:.3f} s (tbf burst {burst} B, limit {limit} B; "
+        f"packets the shaper dropped in the whole run: {drops})"
+    )
+    print(
+        f"{'setting':<14} {'median s':>9} {'min s':>8} {'max s':>8} {'/bound':>7} {'retrans':>8} {'RTOs':>5}"
+    )
     for row in rows:
-        print(f"{row['setting']:<14} {row['median_s']:>9.3f} {row['min_s']:>8.3f} {row['max_s']:>8.3f} "
-              f"{row['ratio']:>7.3f} {sum(row.get('retrans_segs', [])):>8} {sum(row.get('rto_timeouts', [])):>5}")
+        print(
+            f"{row['setting']:<14} {row['median_s']:>9.3f} {row['min_s']:>8.3f} {row['max_s']:>8.3f} "
+            f"{row['ratio']:>7.3f} {sum(row.get('retrans_segs', [])):>8} {sum(row.get('rto_timeouts', [])):>5}"
+        )
     if FLAGS.out:
         jsonl = os.path.splitext(FLAGS.out)[0] + ".jsonl"
         with open(jsonl, "a", encoding="utf-8") as f:
@@ -354,42 +454,57 @@ def write_page(path: str, jsonl: str) -> None:
         k = text.find(FINDINGS)
         keep = text[k:] if k >= 0 else ""
     recs = [json.loads(x) for x in open(jsonl, encoding="utf-8") if x.strip()]
-    out = ["# All-reduce efficiency vs the ring bound (MultiWorkerMirroredStrategy, CPU, gRPC)", "",
-           "Written by `experiments/allreduce_bench.py` (one section per run, newest last; the Findings at the end",
-           "are written by hand). A setting `impl:bytes_per_pack:chunks` all-reduces B bytes of float32 per worker,",
-           "passed as `chunks` equal tensors to `ReplicaContext.all_reduce(SUM, ..., options=CommunicationOptions(",
-           "implementation=impl, bytes_per_pack=...))`; TF concatenates the tensors of a pack and runs one",
-           "collective per pack, in order. The settings run interleaved in a shuffled order per repeat, each after",
-           "a barrier and an idle gap. Times are the slowest rank's per repeat, median over the repeats.",
-           "`/bound` = median / ring bound on payload bytes, R = the cap in bytes/s:",
-           "",
-           "* shared segment (one shaped loopback carries every rank's traffic): 2(N-1) x B / R;",
-           "* switch (each rank's own link shaped, each direction): 2(N-1)/N x B / R per link.",
-           "",
-           "The wire carries more than the payload: 1514 bytes per 1448-byte TCP segment (Ethernet, IP and TCP",
-           "headers with timestamps; tbf counts from the Ethernet header) plus the reverse flow's ACKs (66 bytes",
-           "per two segments), so ~1.068 x the bound is the floor for any TCP transport. TCP retransmitted",
-           "segments: summed over the timed repeats and the ranks' namespaces (one namespace when shared).", "",
-           "Runs before 02:58 UTC on 2026-12-01 were made while the launcher set net.ipv4.tcp_slow_start_after_idle=0",
-           "by default (and `--slow_start_after_idle` meant keeping 1); their commands are given in today's flags",
-           "(`--noslow_start_after_idle` where 0 was set); each run's `sysctls set` says what was set.", ""]
+    out = [
+        "# All-reduce efficiency vs the ring bound (MultiWorkerMirroredStrategy, CPU, gRPC)",
+        "",
+        "Written by `experiments/allreduce_bench.py` (one section per run, newest last; the Findings at the end",
+        "are written by hand). A setting `impl:bytes_per_pack:chunks` all-reduces B bytes of float32 per worker,",
+        "passed as `chunks` equal tensors to `ReplicaContext.all_reduce(SUM, ..., options=CommunicationOptions(",
+        "implementation=impl, bytes_per_pack=...))`; TF concatenates the tensors of a pack and runs one",
+        "collective per pack, in order. The settings run interleaved in a shuffled order per repeat, each after",
+        "a barrier and an idle gap. Times are the slowest rank's per repeat, median over the repeats.",
+        "`/bound` = median / ring bound on payload bytes, R = the cap in bytes/s:",
+        "",
+        "* shared segment (one shaped loopback carries every rank's traffic): 2(N-1) x B / R;",
+        "* switch (each rank's own link shaped, each direction): 2(N-1)/N x B / R per link.",
+        "",
+        "The wire carries more than the payload: 1514 bytes per 1448-byte TCP segment (Ethernet, IP and TCP",
+        "headers with timestamps; tbf counts from the Ethernet header) plus the reverse flow's ACKs (66 bytes",
+        "per two segments), so ~1.068 x the bound is the floor for any TCP transport. TCP retransmitted",
+        "segments: summed over the timed repeats and the ranks' namespaces (one namespace when shared).",
+        "",
+        "Runs before 02:58 UTC on 2026-12-01 were made while the launcher set net.ipv4.tcp_slow_start_after_idle=0",
+        "by default (and `--slow_start_after_idle` meant keeping 1); their commands are given in today's flags",
+        "(`--noslow_start_after_idle` where 0 was set); each run's `sysctls set` says what was set.",
+        "",
+    ]
     for rec in recs:
-        how = (f"barrier and idle {rec['idle_s']:g} s before each" if rec.get("barrier", True)
-               else "back to back (no barrier: ranks may start skewed)")
-        out += [f"## {rec['workers']} workers, {rec['topology']}, {rec['bandwidth_mbit']:g} Mbit/s, "
-                f"{rec['nbytes'] / 1e6:g} MB ({rec['date']})", "",
-                f"`{rec['command']}`", "",
-                f"Ring bound {rec['bound_s']:.3f} s; tbf burst {rec['tbf_burst']} B, limit {rec['tbf_limit']} B, "
-                f"sysctls set: {', '.join(rec.get('sysctls', [])) or 'none'}; packets dropped by the shaper"
-                f"{' (task egress)' if rec['topology'] == 'switch' else ''} over the run: "
-                f"{rec.get('tbf_dropped_packets', 'not recorded')}; {rec['repeats']} repeats, {how}; load "
-                f"average {rec['loadavg_1m_before']} before, {rec['loadavg_1m_after']} after (2 cores, shared).", "",
-                "| setting (impl:bytes_per_pack:chunks) | median s | min s | max s | /bound | TCP retransmitted segments |",
-                "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        how = (
+            f"barrier and idle {rec['idle_s']:g} s before each"
+            if rec.get("barrier", True)
+            else "back to back (no barrier: ranks may start skewed)"
+        )
+        out += [
+            f"## {rec['workers']} workers, {rec['topology']}, {rec['bandwidth_mbit']:g} Mbit/s, "
+            f"{rec['nbytes'] / 1e6:g} MB ({rec['date']})",
+            "",
+            f"`{rec['command']}`",
+            "",
+            f"Ring bound {rec['bound_s']:.3f} s; tbf burst {rec['tbf_burst']} B, limit {rec['tbf_limit']} B, "
+            f"sysctls set: {', '.join(rec.get('sysctls', [])) or 'none'}; packets dropped by the shaper"
+            f"{' (task egress)' if rec['topology'] == 'switch' else ''} over the run: "
+            f"{rec.get('tbf_dropped_packets', 'not recorded')}; {rec['repeats']} repeats, {how}; load "
+            f"average {rec['loadavg_1m_before']} before, {rec['loadavg_1m_after']} after (2 cores, shared).",
+            "",
+            "| setting (impl:bytes_per_pack:chunks) | median s | min s | max s | /bound | TCP retransmitted segments |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
         for row in rec["rows"]:
             rt = sum(row["retrans_segs"]) if "retrans_segs" in row else "not recorded"
-            out.append(f"| {row['setting']} | {row['median_s']:.3f} | {row['min_s']:.3f} | {row['max_s']:.3f} | "
-                       f"{row['ratio']:.3f} | {rt} |")
+            out.append(
+                f"| {row['setting']} | {row['median_s']:.3f} | {row['min_s']:.3f} | {row['max_s']:.3f} | "
+                f"{row['ratio']:.3f} | {rt} |"
+            )
         out.append("")
     if keep:
         out.append(keep.rstrip("\n"))

@@ -13,13 +13,13 @@ Example:
     python -m experiments.correction_bench --out=docs/results/correction.jsonl
     python -m experiments.correction_report docs/results/correction.jsonl docs/results/correction.md
 """
+
 from __future__ import annotations
 
 import json
 import sys
 import time
 from typing import Any, Dict, List
-
 
 from absl import flags  # noqa: E402
 
@@ -38,8 +38,11 @@ flags.DEFINE_integer("steps", 400, "training steps")
 flags.DEFINE_integer("per_replica_batch", 32, "examples per replica per step")
 flags.DEFINE_list("seeds", ["0", "1"], "seeds (weights, shard split, order)")
 flags.DEFINE_string("model", "mlp", "experiments.models name")
-flags.DEFINE_bool("average_optimizer_state", False, "skip-and-correct variants: also average the optimizer slots "
-                  "at each sync")
+flags.DEFINE_bool(
+    "average_optimizer_state",
+    False,
+    "skip-and-correct variants: also average the optimizer slots at each sync",
+)
 flags.DEFINE_string("out", "", "append one JSON record per run to this .jsonl")
 
 
@@ -67,13 +70,17 @@ def main(argv: List[str]) -> None:
     from tf_commopt.datasets import load_dataset, split_non_iid
     from tf_commopt.distribute import SkipCorrectStrategy
 
-    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:FLAGS.replicas]
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][: FLAGS.replicas]
 
     def strategy_for(variant: str, h: int):
         if variant == "ssgd":
             return fresh_mirrored_strategy(devices)
-        return SkipCorrectStrategy(interval=h, correction=variant, devices=devices,
-                                   average_optimizer_state=FLAGS.average_optimizer_state)
+        return SkipCorrectStrategy(
+            interval=h,
+            correction=variant,
+            devices=devices,
+            average_optimizer_state=FLAGS.average_optimizer_state,
+        )
 
     def optimizer(name: str):
         lr = OPTIMIZERS[name]
@@ -87,21 +94,31 @@ def main(argv: List[str]) -> None:
         b = FLAGS.per_replica_batch
 
         def dataset():
-            parts = [tf.data.Dataset.from_tensor_slices((data.x_train[idx], data.y_train[idx]))
-                     .shuffle(len(idx), seed=seed + i).repeat().batch(b, drop_remainder=True)
-                     for i, idx in enumerate(shards)]
-            return tf.data.Dataset.zip(tuple(parts)).map(
-                lambda *xy: (tf.concat([p[0] for p in xy], 0), tf.concat([p[1] for p in xy], 0))).prefetch(2)
+            parts = [
+                tf.data.Dataset.from_tensor_slices((data.x_train[idx], data.y_train[idx]))
+                .shuffle(len(idx), seed=seed + i)
+                .repeat()
+                .batch(b, drop_remainder=True)
+                for i, idx in enumerate(shards)
+            ]
+            return (
+                tf.data.Dataset.zip(tuple(parts))
+                .map(lambda *xy: (tf.concat([p[0] for p in xy], 0), tf.concat([p[1] for p in xy], 0)))
+                .prefetch(2)
+            )
 
         for opt_name in FLAGS.optimizers:
             for variant in FLAGS.variants:
-                for h in ([1] if variant == "ssgd" else intervals):
+                for h in [1] if variant == "ssgd" else intervals:
                     strategy = strategy_for(variant, h)
                     k.utils.set_random_seed(seed)
                     with strategy.scope():
                         model = build_model(FLAGS.model, data.input_shape, data.num_classes)
-                        model.compile(optimizer(opt_name), k.losses.SparseCategoricalCrossentropy(from_logits=True),
-                                      metrics=["accuracy"])
+                        model.compile(
+                            optimizer(opt_name),
+                            k.losses.SparseCategoricalCrossentropy(from_logits=True),
+                            metrics=["accuracy"],
+                        )
                     t0 = time.perf_counter()
                     model.fit(dataset(), epochs=1, steps_per_epoch=FLAGS.steps, verbose=0)
                     wall = time.perf_counter() - t0
@@ -109,20 +126,33 @@ def main(argv: List[str]) -> None:
                         strategy.sync()
                     plain = build_model(FLAGS.model, data.input_shape, data.num_classes)
                     plain.set_weights(model.get_weights())
-                    plain.compile(loss=k.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+                    plain.compile(
+                        loss=k.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
+                    )
                     _, acc = plain.evaluate(data.x_test, data.y_test, batch_size=500, verbose=0)
                     rec: Dict[str, Any] = {
-                        "optimizer": opt_name, "learning_rate": OPTIMIZERS[opt_name], "variant": variant,
-                        "interval": h, "seed": seed, "test_accuracy": round(float(acc), 4), "wall_s": round(wall, 2),
-                        "replicas": FLAGS.replicas, "classes_per_shard": FLAGS.classes_per_shard,
-                        "steps": FLAGS.steps, "per_replica_batch": b, "model": FLAGS.model,
+                        "optimizer": opt_name,
+                        "learning_rate": OPTIMIZERS[opt_name],
+                        "variant": variant,
+                        "interval": h,
+                        "seed": seed,
+                        "test_accuracy": round(float(acc), 4),
+                        "wall_s": round(wall, 2),
+                        "replicas": FLAGS.replicas,
+                        "classes_per_shard": FLAGS.classes_per_shard,
+                        "steps": FLAGS.steps,
+                        "per_replica_batch": b,
+                        "model": FLAGS.model,
                         "average_optimizer_state": FLAGS.average_optimizer_state,
                         "command": "python -m experiments.correction_bench " + " ".join(sys.argv[1:]),
                     }
                     if hasattr(strategy, "stats"):
                         st = strategy.stats()
-                        rec.update(syncs=st["syncs"], bytes_communicated=st["bytes_communicated"],
-                                   rule=strategy.extended.correction_state(model.optimizer).rule)
+                        rec.update(
+                            syncs=st["syncs"],
+                            bytes_communicated=st["bytes_communicated"],
+                            rule=strategy.extended.correction_state(model.optimizer).rule,
+                        )
                     print(json.dumps(rec), flush=True)
                     if FLAGS.out:
                         with open(FLAGS.out, "a", encoding="utf-8") as f:

@@ -5,6 +5,7 @@ Example:
     >>> ds = strategy.distribute_datasets_from_function(
     ...     train_dataset_fn(x, y, global_batch=128, seed=0))   # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 
@@ -23,7 +24,9 @@ def train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int = 
             idx = split_non_iid(y, ctx.num_input_pipelines, non_iid_classes, seed=seed)[ctx.input_pipeline_id]
             ds = tf.data.Dataset.from_tensor_slices((x[idx], y[idx]))
         else:
-            ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(
+                ctx.num_input_pipelines, ctx.input_pipeline_id
+            )
         ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True).repeat()
         ds = ds.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True).prefetch(2)
         return no_autotune(ds)  # nothing to tune; its autotune thread can stall the iterator's deletion

@@ -6,6 +6,7 @@ Example:
     'resnet50'
     >>> g = load_graph("keras/ResNet50")              # doctest: +SKIP  (imports TensorFlow)
 """
+
 from __future__ import annotations
 
 import os

@@ -16,6 +16,7 @@ Example:
     python -m experiments.hybrid_bench --json --profiles=h200/resnet50 --clusters="1,1,0.5,0.5" --microbatches=4
     python -m experiments.hybrid_bench --keras_apps=MobileNetV2 --real
 """
+
 from __future__ import annotations
 
 import json
@@ -31,33 +32,72 @@ from experiments.graphs import load_graph as _load_graph
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster, parse_capacities
 from tf_commopt.core.simulate.hybrid import (
-    REPLICA_SHAPES, ideal_iteration_ms, search_grouped_hybrid, simulate_dp, simulate_grouped_hybrid,
+    REPLICA_SHAPES,
+    ideal_iteration_ms,
+    search_grouped_hybrid,
+    simulate_dp,
+    simulate_grouped_hybrid,
 )
 from tf_commopt.errors import InputError, TfCommoptError
 
-PROFILES = ["pipedream/vgg16", "pipedream/resnet50", "pipedream/inception_v3", "pipedream/alexnet",
-            "pipedream/gnmt", "h200/vgg16", "h200/resnet50", "h200/resnet101", "h200/inception_v3",
-            "h200/densenet121", "h200/mobilenet_v2"]
-CLUSTERS = ["1,1,1,1,0.5,0.5,0.25,0.25", "1,1,0.7,0.7,0.4,0.4,0.4,0.2", "1,1,0.5,0.5", "1,1,1,1,1,1,0.5,0.5", "1,0.5,0.5,0.25",
-            "bf16,bf16,tf32,tf32,fp32,fp32,fp32,fp32", "bf16,bf16,bf16,bf16,0.5:fp32,0.5:fp32,0.5:fp32,0.5:fp32"]
+PROFILES = [
+    "pipedream/vgg16",
+    "pipedream/resnet50",
+    "pipedream/inception_v3",
+    "pipedream/alexnet",
+    "pipedream/gnmt",
+    "h200/vgg16",
+    "h200/resnet50",
+    "h200/resnet101",
+    "h200/inception_v3",
+    "h200/densenet121",
+    "h200/mobilenet_v2",
+]
+CLUSTERS = [
+    "1,1,1,1,0.5,0.5,0.25,0.25",
+    "1,1,0.7,0.7,0.4,0.4,0.4,0.2",
+    "1,1,0.5,0.5",
+    "1,1,1,1,1,1,0.5,0.5",
+    "1,0.5,0.5,0.25",
+    "bf16,bf16,tf32,tf32,fp32,fp32,fp32,fp32",
+    "bf16,bf16,bf16,bf16,0.5:fp32,0.5:fp32,0.5:fp32,0.5:fp32",
+]
 THESIS_PCT = 21.0  # ~21% lower iteration time than synchronous data parallel on mixed clusters
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("profiles", PROFILES, "bundled profile names or files (h200/<model> loads the fp32/tf32/bf16 kinds)")
-flags.DEFINE_list("keras_apps", [], "tf-keras applications to import with from_keras_model (roofline costs, batch 32)")
-flags.DEFINE_multi_string("clusters", CLUSTERS, "a cluster: comma-separated devices, each CAP, KIND or CAP:KIND "
-                          "(KIND = per-layer costs of the profile; clusters with kinds run on profiles that have them)")
+flags.DEFINE_list(
+    "profiles", PROFILES, "bundled profile names or files (h200/<model> loads the fp32/tf32/bf16 kinds)"
+)
+flags.DEFINE_list(
+    "keras_apps", [], "tf-keras applications to import with from_keras_model (roofline costs, batch 32)"
+)
+flags.DEFINE_multi_string(
+    "clusters",
+    CLUSTERS,
+    "a cluster: comma-separated devices, each CAP, KIND or CAP:KIND "
+    "(KIND = per-layer costs of the profile; clusters with kinds run on profiles that have them)",
+)
 flags.DEFINE_list("bandwidths_gbps", ["10", "100", "400"], "link bandwidths (Gbit/s), every pair of devices")
 flags.DEFINE_float("latency_ms", 0.0, "per-message link latency (ms)")
 flags.DEFINE_list("group_counts", [], "group counts G to try (default 1..N)")
 flags.DEFINE_list("microbatches", ["4", "8"], "GPipe micro-batch counts tried per group per mini-batch")
-flags.DEFINE_list("replicated", list(REPLICA_SHAPES), "replica shapes of one-group pipelines with replicated "
-                  "stages to try (empty: groups of unreplicated pipelines only)")
-flags.DEFINE_bool("overlap", True, "bucketed gradient all-reduce overlapping the backward (hybrid and the "
-                  "proportional-DP baseline alike)")
+flags.DEFINE_list(
+    "replicated",
+    list(REPLICA_SHAPES),
+    "replica shapes of one-group pipelines with replicated "
+    "stages to try (empty: groups of unreplicated pipelines only)",
+)
+flags.DEFINE_bool(
+    "overlap",
+    True,
+    "bucketed gradient all-reduce overlapping the backward (hybrid and the proportional-DP baseline alike)",
+)
 flags.DEFINE_float("bucket_mb", 25.0, "gradient bucket cap (MB), as PyTorch DDP's bucket_cap_mb")
-flags.DEFINE_list("methods", ["balanced", "pipedream", "local"],
-                  "partition methods; each group keeps the plan whose pipeline simulates fastest")
+flags.DEFINE_list(
+    "methods",
+    ["balanced", "pipedream", "local"],
+    "partition methods; each group keeps the plan whose pipeline simulates fastest",
+)
 flags.DEFINE_integer("seed", 0, "partitioner seed")
 flags.DEFINE_bool("json", False, "print one JSON object per configuration (profile, cluster, bandwidth, G)")
 flags.DEFINE_string("out_md", "", "write the markdown summary here")
@@ -65,22 +105,42 @@ flags.DEFINE_string("from_json", "", "re-make the summary from a previous --json
 flags.DEFINE_bool("real", False, "also run a small model for real on emulated devices (TensorFlow)")
 flags.DEFINE_bool("real_only", False, "only the real run")
 flags.DEFINE_list("real_capacities", ["1", "0.25"], "capacities of the emulated devices (logical CPUs)")
-flags.DEFINE_float("real_base_slowdown", 1.0, "slow-down factor of a capacity-1 device (a device of capacity c "
-                   "runs base/c times slower than the CPU)")
+flags.DEFINE_float(
+    "real_base_slowdown",
+    1.0,
+    "slow-down factor of a capacity-1 device (a device of capacity c runs base/c times slower than the CPU)",
+)
 flags.DEFINE_integer("real_width", 1024, "width of the MLP's Dense layers")
 flags.DEFINE_integer("real_depth", 6, "Dense layers")
 flags.DEFINE_integer("real_batch", 512, "global batch")
 flags.DEFINE_integer("real_microbatches", 4, "micro-batches of the real pipelines")
 flags.DEFINE_integer("real_groups", 1, "groups of the real grouped hybrid (snake rule)")
-flags.DEFINE_bool("real_exclusive", True, "GroupedHybridTrainer(exclusive_devices=...): one instruction at a time "
-                  "per device, as on a GPU (off: a logical CPU overlaps micro-batches and their slow-down sleeps)")
-flags.DEFINE_enum("real_sim_costs", "roofline", ["roofline", "measured"], "per-layer costs of the simulation: "
-                  "from_keras_model (FLOP roofline, exact proportions for an MLP) or profile_keras_model on /CPU:0")
+flags.DEFINE_bool(
+    "real_exclusive",
+    True,
+    "GroupedHybridTrainer(exclusive_devices=...): one instruction at a time "
+    "per device, as on a GPU (off: a logical CPU overlaps micro-batches and their slow-down sleeps)",
+)
+flags.DEFINE_enum(
+    "real_sim_costs",
+    "roofline",
+    ["roofline", "measured"],
+    "per-layer costs of the simulation: "
+    "from_keras_model (FLOP roofline, exact proportions for an MLP) or profile_keras_model on /CPU:0",
+)
 flags.DEFINE_integer("real_repeats", 15, "timed steps per configuration (interleaved; medians)")
-flags.DEFINE_integer("real_intra_op_threads", 1, "TensorFlow intra-op threads: 1 makes a logical CPU one core "
-                     "whether or not the others compute (with N devices <= cores they do not contend)")
-flags.DEFINE_integer("real_inter_op_threads", 16, "TensorFlow inter-op threads (the emulated slow-down sleeps "
-                     "block one each; with the default 2 on this machine sleeping devices serialise)")
+flags.DEFINE_integer(
+    "real_intra_op_threads",
+    1,
+    "TensorFlow intra-op threads: 1 makes a logical CPU one core "
+    "whether or not the others compute (with N devices <= cores they do not contend)",
+)
+flags.DEFINE_integer(
+    "real_inter_op_threads",
+    16,
+    "TensorFlow inter-op threads (the emulated slow-down sleeps "
+    "block one each; with the default 2 on this machine sleeping devices serialise)",
+)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -99,8 +159,9 @@ def parse_cluster(spec: str, bandwidth_gbps: float, latency_ms: float) -> Cluste
                 kind = parts[1]
         except ValueError:
             if len(parts) == 2:
-                raise InputError(f"item {i} {item!r}: capacity {parts[0]!r} is not a number",
-                                 where=f"--clusters {spec!r}") from None
+                raise InputError(
+                    f"item {i} {item!r}: capacity {parts[0]!r} is not a number", where=f"--clusters {spec!r}"
+                ) from None
             kind = parts[0]
         if not cap > 0:
             raise InputError(f"item {i} {item!r}: capacity must be positive", where=f"--clusters {spec!r}")
@@ -115,8 +176,9 @@ def load_graph(name: str) -> CostGraph:
 
 
 # ----------------------------------------------------------------------------- simulated
-def run_config(graph: CostGraph, profile: str, spec: str, bw: float, counts: Sequence[int],
-               cache: Dict) -> List[dict]:
+def run_config(
+    graph: CostGraph, profile: str, spec: str, bw: float, counts: Sequence[int], cache: Dict
+) -> List[dict]:
     """One row for ``graph`` on cluster ``spec`` at ``bw`` Gbit/s: the best hybrid of the joint search
     (:func:`search_grouped_hybrid`: every G, grouping, micro-batch count, plan; replicated one-group
     pipelines), the best G < N unreplicated groups, the best replicated pipeline, and the baselines."""
@@ -130,31 +192,53 @@ def run_config(graph: CostGraph, profile: str, spec: str, bw: float, counts: Seq
     dpp = simulate_dp(graph, cl, "proportional")
     dppo = simulate_dp(graph, cl, "proportional", overlap=FLAGS.overlap, bucket_bytes=bucket)
     ideal = ideal_iteration_ms(graph, cl)
-    best = search_grouped_hybrid(graph, cl, counts or None, microbatches=ms, method=FLAGS.methods, seed=FLAGS.seed,
-                                 cache=cache, overlap=FLAGS.overlap, bucket_bytes=bucket,
-                                 replicated=FLAGS.replicated)
+    best = search_grouped_hybrid(
+        graph,
+        cl,
+        counts or None,
+        microbatches=ms,
+        method=FLAGS.methods,
+        seed=FLAGS.seed,
+        cache=cache,
+        overlap=FLAGS.overlap,
+        bucket_bytes=bucket,
+        replicated=FLAGS.replicated,
+    )
     cands = best.extra["candidates"]
     n = len(cl)
     groups_only = [c for c in cands if c["num_groups"] < n and not c["grouping"].startswith("replicated")]
     repl = [c for c in cands if c["grouping"].startswith("replicated")]
-    return [{
-        "profile": profile, "cluster": spec, "capacities": cl.capacities,
-        "kinds": [d.kind for d in cl.devices], "bandwidth_gbps": bw, "overlap": FLAGS.overlap,
-        "bucket_mb": FLAGS.bucket_mb, "microbatches_tried": ms, "replica_shapes": list(FLAGS.replicated),
-        "grouping": best.extra["grouping"], "groups": best.extra["groups"],
-        "stage_devices": best.extra.get("stage_devices"), "num_groups": len(best.extra["groups"]),
-        "microbatches": best.extra["microbatches"], "stage_layers": best.extra["stage_layers"],
-        "batch_fractions": [round(f, 4) for f in best.extra["batch_fractions"]],
-        "hybrid_iteration_ms": best.iteration_ms, "hybrid_bubble_fraction": best.bubble_fraction,
-        "hybrid_bytes_injected": best.bytes_injected,
-        "groups_only_iteration_ms": min((c["iteration_ms"] for c in groups_only), default=None),
-        "replicated_iteration_ms": min((c["iteration_ms"] for c in repl), default=None),
-        "data_parallel_iteration_ms": dp.iteration_ms,
-        "data_parallel_proportional_iteration_ms": dpp.iteration_ms,
-        "data_parallel_proportional_overlap_iteration_ms": dppo.iteration_ms,
-        "data_parallel_bytes_injected": dp.bytes_injected, "ideal_iteration_ms": ideal,
-        "candidates": len(cands),
-    }]
+    return [
+        {
+            "profile": profile,
+            "cluster": spec,
+            "capacities": cl.capacities,
+            "kinds": [d.kind for d in cl.devices],
+            "bandwidth_gbps": bw,
+            "overlap": FLAGS.overlap,
+            "bucket_mb": FLAGS.bucket_mb,
+            "microbatches_tried": ms,
+            "replica_shapes": list(FLAGS.replicated),
+            "grouping": best.extra["grouping"],
+            "groups": best.extra["groups"],
+            "stage_devices": best.extra.get("stage_devices"),
+            "num_groups": len(best.extra["groups"]),
+            "microbatches": best.extra["microbatches"],
+            "stage_layers": best.extra["stage_layers"],
+            "batch_fractions": [round(f, 4) for f in best.extra["batch_fractions"]],
+            "hybrid_iteration_ms": best.iteration_ms,
+            "hybrid_bubble_fraction": best.bubble_fraction,
+            "hybrid_bytes_injected": best.bytes_injected,
+            "groups_only_iteration_ms": min((c["iteration_ms"] for c in groups_only), default=None),
+            "replicated_iteration_ms": min((c["iteration_ms"] for c in repl), default=None),
+            "data_parallel_iteration_ms": dp.iteration_ms,
+            "data_parallel_proportional_iteration_ms": dpp.iteration_ms,
+            "data_parallel_proportional_overlap_iteration_ms": dppo.iteration_ms,
+            "data_parallel_bytes_injected": dp.bytes_injected,
+            "ideal_iteration_ms": ideal,
+            "candidates": len(cands),
+        }
+    ]
 
 
 def pct(a: float, b: float) -> float:
@@ -163,22 +247,34 @@ def pct(a: float, b: float) -> float:
 
 def summary(rows: List[dict]) -> str:
     """Markdown: every configuration, then means per bandwidth (all figures from the rows)."""
-    out = ["| profile | cluster | Gbit/s | best (M) | hybrid ms | DP prop.+overlap ms | DP prop. ms | DP equal ms "
-           "| ideal ms | hybrid vs DP prop.+overlap | hybrid / ideal |", "|" + "---|" * 11]
+    out = [
+        "| profile | cluster | Gbit/s | best (M) | hybrid ms | DP prop.+overlap ms | DP prop. ms | DP equal ms "
+        "| ideal ms | hybrid vs DP prop.+overlap | hybrid / ideal |",
+        "|" + "---|" * 11,
+    ]
     for r in rows:
-        what = r["grouping"] if r["grouping"].startswith("replicated") else f"G={r['num_groups']} {r['grouping']}"
+        what = (
+            r["grouping"]
+            if r["grouping"].startswith("replicated")
+            else f"G={r['num_groups']} {r['grouping']}"
+        )
         if r["stage_devices"]:
             what += " " + "|".join(",".join(map(str, d)) for d in r["stage_devices"][0])
-        out.append(f"| {r['profile']} | {r['cluster']} | {r['bandwidth_gbps']:g} | {what} ({r['microbatches']}) "
-                   f"| {r['hybrid_iteration_ms']:.1f} | {r['data_parallel_proportional_overlap_iteration_ms']:.1f} "
-                   f"| {r['data_parallel_proportional_iteration_ms']:.1f} | {r['data_parallel_iteration_ms']:.1f} "
-                   f"| {r['ideal_iteration_ms']:.1f} "
-                   f"| {pct(r['hybrid_iteration_ms'], r['data_parallel_proportional_overlap_iteration_ms']):+.1f}% "
-                   f"| {r['hybrid_iteration_ms'] / r['ideal_iteration_ms']:.2f} |")
-    out += ["", "| bandwidth | configs | mean hybrid vs DP prop.+overlap | configs >1% faster | best gain "
-            "| mean hybrid / ideal | within 1.6x ideal | DP prop.+overlap within 1.6x | mean hybrid vs DP equal "
-            "| mean groups-only vs DP prop.+overlap | mean replicated vs DP prop.+overlap |",
-            "|" + "---|" * 11]
+        out.append(
+            f"| {r['profile']} | {r['cluster']} | {r['bandwidth_gbps']:g} | {what} ({r['microbatches']}) "
+            f"| {r['hybrid_iteration_ms']:.1f} | {r['data_parallel_proportional_overlap_iteration_ms']:.1f} "
+            f"| {r['data_parallel_proportional_iteration_ms']:.1f} | {r['data_parallel_iteration_ms']:.1f} "
+            f"| {r['ideal_iteration_ms']:.1f} "
+            f"| {pct(r['hybrid_iteration_ms'], r['data_parallel_proportional_overlap_iteration_ms']):+.1f}% "
+            f"| {r['hybrid_iteration_ms'] / r['ideal_iteration_ms']:.2f} |"
+        )
+    out += [
+        "",
+        "| bandwidth | configs | mean hybrid vs DP prop.+overlap | configs >1% faster | best gain "
+        "| mean hybrid / ideal | within 1.6x ideal | DP prop.+overlap within 1.6x | mean hybrid vs DP equal "
+        "| mean groups-only vs DP prop.+overlap | mean replicated vs DP prop.+overlap |",
+        "|" + "---|" * 11,
+    ]
     for bw in sorted({r["bandwidth_gbps"] for r in rows}) + [None]:
         sel = [r for r in rows if bw is None or r["bandwidth_gbps"] == bw]
         if not sel:
@@ -188,14 +284,16 @@ def summary(rows: List[dict]) -> str:
         gains = [pct(r["hybrid_iteration_ms"], r[base]) for r in sel]
         go = [pct(r["groups_only_iteration_ms"], r[base]) for r in sel if r["groups_only_iteration_ms"]]
         rp = [pct(r["replicated_iteration_ms"], r[base]) for r in sel if r["replicated_iteration_ms"]]
-        out.append(f"| {'all' if bw is None else f'{bw:g} Gbit/s'} | {len(sel)} | {statistics.mean(gains):+.1f}% "
-                   f"| {sum(x < -1 for x in gains)} | {min(gains):+.1f}% "
-                   f"| {m(lambda r: r['hybrid_iteration_ms'] / r['ideal_iteration_ms']):.2f} "
-                   f"| {sum(r['hybrid_iteration_ms'] <= 1.6 * r['ideal_iteration_ms'] for r in sel)} "
-                   f"| {sum(r[base] <= 1.6 * r['ideal_iteration_ms'] for r in sel)} "
-                   f"| {m(lambda r: pct(r['hybrid_iteration_ms'], r['data_parallel_iteration_ms'])):+.1f}% "
-                   f"| {statistics.mean(go) if go else float('nan'):+.1f}% "
-                   f"| {statistics.mean(rp) if rp else float('nan'):+.1f}% |")
+        out.append(
+            f"| {'all' if bw is None else f'{bw:g} Gbit/s'} | {len(sel)} | {statistics.mean(gains):+.1f}% "
+            f"| {sum(x < -1 for x in gains)} | {min(gains):+.1f}% "
+            f"| {m(lambda r: r['hybrid_iteration_ms'] / r['ideal_iteration_ms']):.2f} "
+            f"| {sum(r['hybrid_iteration_ms'] <= 1.6 * r['ideal_iteration_ms'] for r in sel)} "
+            f"| {sum(r[base] <= 1.6 * r['ideal_iteration_ms'] for r in sel)} "
+            f"| {m(lambda r: pct(r['hybrid_iteration_ms'], r['data_parallel_iteration_ms'])):+.1f}% "
+            f"| {statistics.mean(go) if go else float('nan'):+.1f}% "
+            f"| {statistics.mean(rp) if rp else float('nan'):+.1f}% |"
+        )
     return "\n".join(out)
 
 
@@ -210,17 +308,29 @@ def init_tf(num_devices: int, inter_op_threads: int = 16, intra_op_threads: int 
             tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
         if intra_op_threads:
             tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
-        tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
-                                                   [tf.config.LogicalDeviceConfiguration()] * num_devices)
+        tf.config.set_logical_device_configuration(
+            tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * num_devices
+        )
     except RuntimeError:  # already initialised (e.g. under pytest's tf tier): use what exists
         pass
     return tf
 
 
-def real_vs_sim(capacities: Sequence[float], base_slowdown: float = 1.0, width: int = 1024, depth: int = 6,
-                batch: int = 512, microbatches: int = 4, repeats: int = 15, num_groups: int = 1,
-                profile_repeats: int = 5, inter_op_threads: int = 16, intra_op_threads: int = 1,
-                exclusive: bool = True, sim_costs: str = "roofline") -> dict:
+def real_vs_sim(
+    capacities: Sequence[float],
+    base_slowdown: float = 1.0,
+    width: int = 1024,
+    depth: int = 6,
+    batch: int = 512,
+    microbatches: int = 4,
+    repeats: int = 15,
+    num_groups: int = 1,
+    profile_repeats: int = 5,
+    inter_op_threads: int = 16,
+    intra_op_threads: int = 1,
+    exclusive: bool = True,
+    sim_costs: str = "roofline",
+) -> dict:
     """Measure grouped hybrid and data parallel (equal and proportional split) on emulated devices and
     simulate the same configurations.
 
@@ -238,6 +348,7 @@ def real_vs_sim(capacities: Sequence[float], base_slowdown: float = 1.0, width: 
     units times ``base_slowdown``).
     """
     import numpy as np
+
     tf = init_tf(len(capacities), inter_op_threads, intra_op_threads)
     import tf_keras as keras
 
@@ -269,8 +380,9 @@ def real_vs_sim(capacities: Sequence[float], base_slowdown: float = 1.0, width: 
     }
     strategies = {}
     for name, kw in configs.items():
-        s = GroupedHybridTrainer(devices=devices, capacities=list(capacities), slowdown=slow,
-                                  exclusive_devices=exclusive, **kw)
+        s = GroupedHybridTrainer(
+            devices=devices, capacities=list(capacities), slowdown=slow, exclusive_devices=exclusive, **kw
+        )
         with s.scope():
             model = build()
             s.compile(model, optimizer=keras.optimizers.SGD(0.01), loss=loss)
@@ -294,19 +406,37 @@ def real_vs_sim(capacities: Sequence[float], base_slowdown: float = 1.0, width: 
     sim = {}
     for name, s in strategies.items():
         fr = [b / batch for b in s.group_batch_sizes(batch)]
-        r = simulate_grouped_hybrid(graph, cl, s.groups, s.microbatches, plans=s.graph_plans, batch_fractions=fr,
-                                    overlap=s.overlap, bucket_bytes=s.bucket_bytes)
+        r = simulate_grouped_hybrid(
+            graph,
+            cl,
+            s.groups,
+            s.microbatches,
+            plans=s.graph_plans,
+            batch_fractions=fr,
+            overlap=s.overlap,
+            bucket_bytes=s.bucket_bytes,
+        )
         sim[name] = r.iteration_ms * base_slowdown
     out = {
-        "profile": f"mlp{depth}x{width}", "capacities": list(capacities), "base_slowdown": base_slowdown,
-        "batch": batch, "microbatches": microbatches, "repeats": repeats, "exclusive_devices": exclusive,
+        "profile": f"mlp{depth}x{width}",
+        "capacities": list(capacities),
+        "base_slowdown": base_slowdown,
+        "batch": batch,
+        "microbatches": microbatches,
+        "repeats": repeats,
+        "exclusive_devices": exclusive,
         "sim_costs": sim_costs,
-        "groups": hyb.groups, "stage_layers": hyb.stats()["stage_layers"],
+        "groups": hyb.groups,
+        "stage_layers": hyb.stats()["stage_layers"],
         "group_batch_sizes": {k: s.group_batch_sizes(batch) for k, s in strategies.items()},
-        "real_ms": real, "real_iqr_ms": {k: [float(np.percentile(v, 25)), float(np.percentile(v, 75))]
-                                         for k, v in times.items()},
-        "sim_ms": sim, "profile_total_ms": graph.total_ms(),
-        "hybrid_iteration_ms": real["hybrid"], "data_parallel_iteration_ms": real["data_parallel"],
+        "real_ms": real,
+        "real_iqr_ms": {
+            k: [float(np.percentile(v, 25)), float(np.percentile(v, 75))] for k, v in times.items()
+        },
+        "sim_ms": sim,
+        "profile_total_ms": graph.total_ms(),
+        "hybrid_iteration_ms": real["hybrid"],
+        "data_parallel_iteration_ms": real["data_parallel"],
         "ideal_iteration_ms": ideal_iteration_ms(graph, cl) * base_slowdown,
     }
     for k in ("hybrid", "data_parallel_proportional"):
@@ -331,8 +461,11 @@ def main(argv):
     try:
         for spec in FLAGS.clusters:
             parse_cluster(spec, 10.0, 0.0)  # bad specs fail before any work
-        names = [] if FLAGS.real_only or FLAGS.from_json else \
-            list(FLAGS.profiles) + [f"keras/{a}" for a in FLAGS.keras_apps]
+        names = (
+            []
+            if FLAGS.real_only or FLAGS.from_json
+            else list(FLAGS.profiles) + [f"keras/{a}" for a in FLAGS.keras_apps]
+        )
         if FLAGS.from_json:
             with open(FLAGS.from_json) as f:
                 rows = [json.loads(line) for line in f if line.startswith("{") and '"kind"' not in line]
@@ -342,8 +475,11 @@ def main(argv):
             wanted = {d.kind for d in parse_cluster(spec, 10.0, 0.0).devices if d.kind is not None}
             if graphs and wanted and not any(wanted <= set(g.kinds) for g in graphs.values()):
                 have = sorted({k for g in graphs.values() for k in g.kinds}) or ["none"]
-                raise InputError(f"kind(s) {', '.join(sorted(wanted))} in none of the profiles (their kinds: "
-                                 f"{', '.join(have)}); a device is CAP, KIND or CAP:KIND", where=f"--clusters {spec!r}")
+                raise InputError(
+                    f"kind(s) {', '.join(sorted(wanted))} in none of the profiles (their kinds: "
+                    f"{', '.join(have)}); a device is CAP, KIND or CAP:KIND",
+                    where=f"--clusters {spec!r}",
+                )
         for name in names:
             graph = graphs[name]
             for spec in FLAGS.clusters:
@@ -355,24 +491,40 @@ def main(argv):
                             print(json.dumps(r), flush=True)
                     if rs and not FLAGS.json:
                         r = rs[0]
-                        print(f"{name} [{spec}] {bw:g} Gbit/s: best {r['grouping']} G={r['num_groups']} hybrid "
-                              f"{r['hybrid_iteration_ms']:.1f} ms, DP prop.+overlap "
-                              f"{r['data_parallel_proportional_overlap_iteration_ms']:.1f}, DP equal "
-                              f"{r['data_parallel_iteration_ms']:.1f}, ideal {r['ideal_iteration_ms']:.1f}", flush=True)
+                        print(
+                            f"{name} [{spec}] {bw:g} Gbit/s: best {r['grouping']} G={r['num_groups']} hybrid "
+                            f"{r['hybrid_iteration_ms']:.1f} ms, DP prop.+overlap "
+                            f"{r['data_parallel_proportional_overlap_iteration_ms']:.1f}, DP equal "
+                            f"{r['data_parallel_iteration_ms']:.1f}, ideal {r['ideal_iteration_ms']:.1f}",
+                            flush=True,
+                        )
         real = None
         if FLAGS.real or FLAGS.real_only:
             caps = parse_capacities(",".join(FLAGS.real_capacities), where="--real_capacities")
-            real = real_vs_sim(caps, FLAGS.real_base_slowdown, FLAGS.real_width, FLAGS.real_depth, FLAGS.real_batch,
-                               FLAGS.real_microbatches, FLAGS.real_repeats, FLAGS.real_groups,
-                               inter_op_threads=FLAGS.real_inter_op_threads,
-                               intra_op_threads=FLAGS.real_intra_op_threads, exclusive=FLAGS.real_exclusive,
-                               sim_costs=FLAGS.real_sim_costs)
+            real = real_vs_sim(
+                caps,
+                FLAGS.real_base_slowdown,
+                FLAGS.real_width,
+                FLAGS.real_depth,
+                FLAGS.real_batch,
+                FLAGS.real_microbatches,
+                FLAGS.real_repeats,
+                FLAGS.real_groups,
+                inter_op_threads=FLAGS.real_inter_op_threads,
+                intra_op_threads=FLAGS.real_intra_op_threads,
+                exclusive=FLAGS.real_exclusive,
+                sim_costs=FLAGS.real_sim_costs,
+            )
             real["kind"] = "real"
-            print(json.dumps(real) if FLAGS.json else
-                  f"real (emulated {caps}): hybrid/DP measured {real['real_ratio_hybrid']:.3f} simulated "
-                  f"{real['sim_ratio_hybrid']:.3f}; DP prop./DP measured "
-                  f"{real['real_ratio_data_parallel_proportional']:.3f} simulated "
-                  f"{real['sim_ratio_data_parallel_proportional']:.3f}; medians {real['real_ms']}", flush=True)
+            print(
+                json.dumps(real)
+                if FLAGS.json
+                else f"real (emulated {caps}): hybrid/DP measured {real['real_ratio_hybrid']:.3f} simulated "
+                f"{real['sim_ratio_hybrid']:.3f}; DP prop./DP measured "
+                f"{real['real_ratio_data_parallel_proportional']:.3f} simulated "
+                f"{real['sim_ratio_data_parallel_proportional']:.3f}; medians {real['real_ms']}",
+                flush=True,
+            )
     except TfCommoptError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ Example:
     >>> m.count_params()                                                # doctest: +SKIP
     101770
 """
+
 from __future__ import annotations
 
 from typing import Callable, Dict, Tuple
@@ -30,25 +31,31 @@ def _keras():
 def mlp(input_shape: Tuple[int, ...], num_classes: int, hidden: int = 128):
     """Flatten -> Dense(hidden, relu) -> Dense(num_classes). 101,770 parameters on MNIST."""
     k = _keras()
-    return k.Sequential([
-        k.layers.Flatten(input_shape=input_shape),
-        k.layers.Dense(hidden, activation="relu"),
-        k.layers.Dense(num_classes),
-    ], name="mlp")
+    return k.Sequential(
+        [
+            k.layers.Flatten(input_shape=input_shape),
+            k.layers.Dense(hidden, activation="relu"),
+            k.layers.Dense(num_classes),
+        ],
+        name="mlp",
+    )
 
 
 def cnn(input_shape: Tuple[int, ...], num_classes: int):
     """Two 3x3 conv + max-pool blocks (16, 32 filters) -> Dense(64) -> logits. 56,714 parameters on MNIST."""
     k = _keras()
-    return k.Sequential([
-        k.layers.Conv2D(16, 3, activation="relu", input_shape=input_shape),
-        k.layers.MaxPooling2D(),
-        k.layers.Conv2D(32, 3, activation="relu"),
-        k.layers.MaxPooling2D(),
-        k.layers.Flatten(),
-        k.layers.Dense(64, activation="relu"),
-        k.layers.Dense(num_classes),
-    ], name="cnn")
+    return k.Sequential(
+        [
+            k.layers.Conv2D(16, 3, activation="relu", input_shape=input_shape),
+            k.layers.MaxPooling2D(),
+            k.layers.Conv2D(32, 3, activation="relu"),
+            k.layers.MaxPooling2D(),
+            k.layers.Flatten(),
+            k.layers.Dense(64, activation="relu"),
+            k.layers.Dense(num_classes),
+        ],
+        name="cnn",
+    )
 
 
 def big_mlp(input_shape: Tuple[int, ...], num_classes: int, width: int = 2048, depth: int = 3):

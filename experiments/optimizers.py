@@ -5,6 +5,7 @@ Example:
     'adam'
     >>> opt = build_optimizer("adam", learning_rate=1e-3)   # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -37,6 +38,9 @@ def build_optimizer(name: str, learning_rate: float, momentum: float = 0.0) -> A
     validate_optimizer(name)
     if name == "sgd":
         return tf_keras.optimizers.SGD(learning_rate, momentum=momentum)
-    cls = {"adam": tf_keras.optimizers.Adam, "rmsprop": tf_keras.optimizers.RMSprop,
-           "adagrad": tf_keras.optimizers.Adagrad}[name]
+    cls = {
+        "adam": tf_keras.optimizers.Adam,
+        "rmsprop": tf_keras.optimizers.RMSprop,
+        "adagrad": tf_keras.optimizers.Adagrad,
+    }[name]
     return cls(learning_rate)

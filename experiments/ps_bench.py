@@ -14,6 +14,7 @@ closures of batch 32). ``kill`` runs SIGKILL worker 1 once the chief has finishe
 training (our runner: round steps/20 + 1 of steps/4 printed; TF: after ``EPOCH 1`` of 5) and go on with
 ``tolerate_worker_failures`` (no restart). One JSON line per run to ``--out``.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,11 +58,26 @@ class _Watch:
 
 
 def runs(steps: int) -> Dict[str, Dict[str, Any]]:
-    train = [sys.executable, "-m", "experiments.train", "--model=mlp", "--batch_size=64", "--momentum=0",
-             "--learning_rate=0.1", f"--steps={steps}"]
+    train = [
+        sys.executable,
+        "-m",
+        "experiments.train",
+        "--model=mlp",
+        "--batch_size=64",
+        "--momentum=0",
+        "--learning_rate=0.1",
+        f"--steps={steps}",
+    ]
     sc = ["--strategy=skip_correct", "--interval=4", "--correction=vrl"]
-    tfb = [sys.executable, "-m", "experiments.ps_tf_baseline", f"--steps={2 * steps}", "--epochs=5",
-           "--batch_size=32", "--learning_rate=0.1"]
+    tfb = [
+        sys.executable,
+        "-m",
+        "experiments.ps_tf_baseline",
+        f"--steps={2 * steps}",
+        "--epochs=5",
+        "--batch_size=32",
+        "--learning_rate=0.1",
+    ]
     ps = dict(ps=1, chief=True)
     return {
         "ssgd_collective": dict(cmd=train + ["--strategy=ssgd"], kw={}),
@@ -80,14 +96,39 @@ def run_one(name: str, spec: Dict[str, Any], bandwidth: float) -> Dict[str, Any]
     kw = dict(spec["kw"])
     if spec.get("trigger"):
         kw["tolerate_worker_failures"] = True
-    r = run_cluster(spec["cmd"], workers=2, bandwidth_mbit=bandwidth or None, timeout=900, echo=True, stream=watch,
-                    cwd=ROOT, env={"PS_BENCH_TOKEN": token}, **kw)
+    r = run_cluster(
+        spec["cmd"],
+        workers=2,
+        bandwidth_mbit=bandwidth or None,
+        timeout=900,
+        echo=True,
+        stream=watch,
+        cwd=ROOT,
+        env={"PS_BENCH_TOKEN": token},
+        **kw,
+    )
     lines = [ln for ln in r.outputs.get("chief:0", r.outputs.get("worker:0", [])) if ln.startswith("{")]
     rec = json.loads(lines[-1]) if lines else {}
-    out = {"run": name, "ok": r.ok, "cluster_wall_s": round(r.wall_s, 2), "bandwidth_mbit": bandwidth,
-           "killed_at_s": watch.killed_at, "worker_failures": r.worker_failures}
-    for k in ("strategy", "steps", "wall_s", "steps_per_s", "test_accuracy", "train_loss", "bytes_communicated",
-              "median_round_s", "lost_workers", "interval"):
+    out = {
+        "run": name,
+        "ok": r.ok,
+        "cluster_wall_s": round(r.wall_s, 2),
+        "bandwidth_mbit": bandwidth,
+        "killed_at_s": watch.killed_at,
+        "worker_failures": r.worker_failures,
+    }
+    for k in (
+        "strategy",
+        "steps",
+        "wall_s",
+        "steps_per_s",
+        "test_accuracy",
+        "train_loss",
+        "bytes_communicated",
+        "median_round_s",
+        "lost_workers",
+        "interval",
+    ):
         if k in rec:
             out[k] = rec[k]
     if not r.ok:
@@ -101,8 +142,16 @@ def main(argv: List[str]) -> None:
     names = FLAGS.only.split(",") if FLAGS.only else list(specs)
     for name in names:
         res = run_one(name, specs[name], FLAGS.bandwidth_mbit)
-        res["command"] = " ".join(["python", "-m", "experiments.ps_bench", f"--bandwidth_mbit={FLAGS.bandwidth_mbit:g}",
-                                   f"--steps={FLAGS.steps}", f"--only={name}"])
+        res["command"] = " ".join(
+            [
+                "python",
+                "-m",
+                "experiments.ps_bench",
+                f"--bandwidth_mbit={FLAGS.bandwidth_mbit:g}",
+                f"--steps={FLAGS.steps}",
+                f"--only={name}",
+            ]
+        )
         print(json.dumps(res), flush=True)
         if FLAGS.out:
             with open(FLAGS.out, "a", encoding="utf-8") as f:

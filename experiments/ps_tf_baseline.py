@@ -12,6 +12,7 @@ The chief prints ``EPOCH e`` after each of ``--epochs`` epochs (``steps / epochs
 benchmark kills a worker after ``EPOCH 1``. Same model (``mlp``) and data (bundled MNIST) as
 ``experiments.train``; the JSON line has ``wall_s, steps, test_accuracy, test_loss, train_loss``.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,6 @@ import os
 import sys
 import time
 from typing import List
-
 
 from absl import flags  # noqa: E402
 
@@ -55,8 +55,11 @@ def run(steps: int, epochs: int, batch_size: int, learning_rate: float, model_na
     strategy = tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
     with strategy.scope():
         model = build_model(model_name, data.input_shape, data.num_classes)
-        model.compile(optimizer=tf_keras.optimizers.SGD(learning_rate),
-                      loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+        model.compile(
+            optimizer=tf_keras.optimizers.SGD(learning_rate),
+            loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
     x, y = data.x_train, data.y_train
 
     def dataset_fn(ctx):
@@ -68,16 +71,29 @@ def run(steps: int, epochs: int, batch_size: int, learning_rate: float, model_na
             print(f"EPOCH {epoch + 1} loss {logs.get('loss', float('nan')):.4f}", flush=True)
 
     t0 = time.perf_counter()
-    hist = model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=epochs,
-                     steps_per_epoch=steps // epochs, callbacks=[Marks()], verbose=0)
+    hist = model.fit(
+        tf_keras.utils.experimental.DatasetCreator(dataset_fn),
+        epochs=epochs,
+        steps_per_epoch=steps // epochs,
+        callbacks=[Marks()],
+        verbose=0,
+    )
     wall = time.perf_counter() - t0
     plain = build_model(model_name, data.input_shape, data.num_classes)
     plain.set_weights(model.get_weights())
     plain.compile(loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     test_loss, test_acc = plain.evaluate(data.x_test, data.y_test, batch_size=500, verbose=0)
-    return {"strategy": "tf_ps_async", "model": model_name, "steps": steps, "batch_size": batch_size,
-            "wall_s": round(wall, 3), "train_loss": float(hist.history["loss"][-1]),
-            "test_loss": float(test_loss), "test_accuracy": float(test_acc), "learning_rate": learning_rate}
+    return {
+        "strategy": "tf_ps_async",
+        "model": model_name,
+        "steps": steps,
+        "batch_size": batch_size,
+        "wall_s": round(wall, 3),
+        "train_loss": float(hist.history["loss"][-1]),
+        "test_loss": float(test_loss),
+        "test_accuracy": float(test_acc),
+        "learning_rate": learning_rate,
+    }
 
 
 def main(argv: List[str]) -> None:

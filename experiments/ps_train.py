@@ -23,6 +23,7 @@ With ``--backup_dir`` the chief saves the ps state (global model, D_i, v_i, roun
 run and at the end; the same command run again (e.g. after a ps task died) resumes after the last
 saved round and, the batches being a function of (shard, step), reproduces the uninterrupted run.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,9 @@ from experiments.record import build_record, save_result
 from tf_commopt.core.tfconfig import tf_config_from_env
 from tf_commopt.errors import InputError
 
-if TYPE_CHECKING:  # not at run time: `python -m experiments.train` is __main__, a second import would redefine its flags
+if (
+    TYPE_CHECKING
+):  # not at run time: `python -m experiments.train` is __main__, a second import would redefine its flags
     from experiments.train import Config
 
 __all__ = ["run_training", "PS_STRATEGIES", "rounds_left"]
@@ -59,7 +62,13 @@ class _RoundLog:
     """The runner's log line every tenth of the rounds, and the ``--backup_dir`` saves (a Keras callback)."""
 
     def __init__(self, trainer: Any, backup_dir: str, steps: int, steps_per_epoch: int, out: TextIO) -> None:
-        self.trainer, self.backup_dir, self.steps, self.spe, self.out = trainer, backup_dir, steps, steps_per_epoch, out
+        self.trainer, self.backup_dir, self.steps, self.spe, self.out = (
+            trainer,
+            backup_dir,
+            steps,
+            steps_per_epoch,
+            out,
+        )
         self.total: Optional[int] = None
         self.every = 4
 
@@ -77,9 +86,12 @@ class _RoundLog:
         rec, r = t.history[-1], t.rounds - 1
         last = t.steps_done >= self.steps
         if r % self.every == 0 or last:
-            print(f"round {r + 1}/{self.total or '?'}: loss {rec['loss']:.4f}, compute {rec['compute_s'] * 1e3:.1f} ms, "
-                  f"comm {rec['comm_s'] * 1e3:.1f} ms, {rec['bytes'] / 1e6:.3f} MB, workers {rec['workers']}",
-                  file=self.out, flush=True)
+            print(
+                f"round {r + 1}/{self.total or '?'}: loss {rec['loss']:.4f}, compute {rec['compute_s'] * 1e3:.1f} ms, "
+                f"comm {rec['comm_s'] * 1e3:.1f} ms, {rec['bytes'] / 1e6:.3f} MB, workers {rec['workers']}",
+                file=self.out,
+                flush=True,
+            )
         if self.backup_dir and ((r + 1) % self.every == 0 or last):
             t.save(self.backup_dir)
 
@@ -95,7 +107,9 @@ class _RoundLog:
         return RoundLog()
 
 
-def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None) -> Tuple[Dict[str, Any], Any]:
+def run_training(
+    cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
+) -> Tuple[Dict[str, Any], Any]:
     """Train as ``cfg`` (an ``experiments.train.Config``) says on this parameter-server cluster.
 
     Example:
@@ -111,21 +125,30 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
     out = out or sys.stdout
     tfc = psc.serve_unless_chief(tf_config_from_env())
     if cfg.strategy not in PS_STRATEGIES:
-        raise InputError(f"--strategy={cfg.strategy} cannot run on a cluster with ps tasks; use one of "
-                         f"{', '.join(PS_STRATEGIES)}", where="--strategy")
+        raise InputError(
+            f"--strategy={cfg.strategy} cannot run on a cluster with ps tasks; use one of "
+            f"{', '.join(PS_STRATEGIES)}",
+            where="--strategy",
+        )
     if cfg.strategy == "ssgd":
         interval, correction = 1, "none"
     else:
         interval = cfg.interval
         correction = "none" if cfg.strategy == "local_sgd" else cfg.correction
     if not cfg.learning_rate > 0:
-        raise InputError(f"must be > 0 on a parameter-server cluster, got {cfg.learning_rate!r}",
-                         where="--learning_rate")
+        raise InputError(
+            f"must be > 0 on a parameter-server cluster, got {cfg.learning_rate!r}", where="--learning_rate"
+        )
     if cfg.warmup_steps:
-        raise InputError("warm-up steps are not supported on a parameter-server cluster", where="--warmup_steps")
+        raise InputError(
+            "warm-up steps are not supported on a parameter-server cluster", where="--warmup_steps"
+        )
     if getattr(cfg, "overlap", False):
-        raise InputError("overlaps an all-reduce with local steps; a parameter-server round has no all-reduce "
-                         "(the closures' pushes and the averaging on the ps)", where="--overlap")
+        raise InputError(
+            "overlaps an all-reduce with local steps; a parameter-server round has no all-reduce "
+            "(the closures' pushes and the averaging on the ps)",
+            where="--overlap",
+        )
 
     import tf_keras
 
@@ -139,9 +162,13 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
     steps = cfg.steps or cfg.epochs * steps_per_epoch
 
     tf_keras.utils.set_random_seed(cfg.seed)
-    trainer = psc.ParameterServerSkipCorrect(interval=interval, correction=correction,
-                                             correction_lr=getattr(cfg, "correction_lr", "effective"),
-                                             target_ratio=float(cfg.target_ratio), max_interval=cfg.max_interval)
+    trainer = psc.ParameterServerSkipCorrect(
+        interval=interval,
+        correction=correction,
+        correction_lr=getattr(cfg, "correction_lr", "effective"),
+        target_ratio=float(cfg.target_ratio),
+        max_interval=cfg.max_interval,
+    )
     loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     optimizer_name = getattr(cfg, "optimizer", "sgd")
     with trainer.scope():
@@ -158,21 +185,39 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
     first = trainer.restore_latest(cfg.backup_dir) if cfg.backup_dir else 0
     if first:
         print(f"resuming after round {first} from {cfg.backup_dir}", file=out, flush=True)
-    print(f"{cfg.strategy} (parameter server): {cfg.model} on {cfg.dataset} ({len(data.x_train)} train / "
-          f"{len(data.x_test)} test), {workers} workers + {tfc.num_ps} ps, global batch {cfg.batch_size}, "
-          f"optimizer {optimizer_name}, interval {interval}, correction {trainer.correction}, {steps} steps "
-          f"({epochs} x {steps_per_epoch})", file=out, flush=True)
+    print(
+        f"{cfg.strategy} (parameter server): {cfg.model} on {cfg.dataset} ({len(data.x_train)} train / "
+        f"{len(data.x_test)} test), {workers} workers + {tfc.num_ps} ps, global batch {cfg.batch_size}, "
+        f"optimizer {optimizer_name}, interval {interval}, correction {trainer.correction}, {steps} steps "
+        f"({epochs} x {steps_per_epoch})",
+        file=out,
+        flush=True,
+    )
     log = _RoundLog(trainer, cfg.backup_dir, steps, steps_per_epoch, out)
     t0 = time.perf_counter()
     done = trainer.steps_done
     epoch, into = divmod(done, steps_per_epoch)
     if into:  # resumed inside an epoch: finish it (its rounds are cut where the uninterrupted run's were)
-        model.fit(data.x_train, data.y_train, epochs=epoch + 1, initial_epoch=epoch, verbose=0,
-                  callbacks=[log.callback()], **{**data_args, "steps_per_epoch": steps_per_epoch - into})
+        model.fit(
+            data.x_train,
+            data.y_train,
+            epochs=epoch + 1,
+            initial_epoch=epoch,
+            verbose=0,
+            callbacks=[log.callback()],
+            **{**data_args, "steps_per_epoch": steps_per_epoch - into},
+        )
         epoch += 1
     if epoch < epochs:
-        model.fit(data.x_train, data.y_train, epochs=epochs, initial_epoch=epoch, verbose=0, callbacks=[log.callback()],
-                  **data_args)
+        model.fit(
+            data.x_train,
+            data.y_train,
+            epochs=epochs,
+            initial_epoch=epoch,
+            verbose=0,
+            callbacks=[log.callback()],
+            **data_args,
+        )
     wall = time.perf_counter() - t0
 
     plain = model_fn(cfg.model, data.input_shape, data.num_classes)
@@ -183,23 +228,49 @@ def run_training(cfg: "Config", model_fn: Callable, out: Optional[TextIO] = None
     stats = trainer.stats()
     pbytes = int(sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables))
     record: Dict[str, Any] = build_record(
-        strategy=cfg.strategy, model=cfg.model, dataset=cfg.dataset, replicas=workers, workers=workers + 1,
-        global_batch_size=cfg.batch_size, steps=stats["steps"], epochs=(cfg.epochs if not cfg.steps else 1),
-        wall_s=wall, train_loss=train_loss, train_accuracy=train_acc, test_loss=test_loss,
-        test_accuracy=test_acc, seed=cfg.seed, learning_rate=cfg.learning_rate, params=model.count_params(),
-        param_bytes=pbytes, extra={
-            "ps": tfc.num_ps, "interval": trainer.interval, "correction": trainer.correction, "syncs": stats["syncs"],
-            "comm_s": round(stats["comm_s"], 4), "compute_s": round(stats["compute_s"], 4),
-            "bytes_communicated": stats["bytes_communicated"], "first_round_s": stats["first_round_s"],
-            "median_round_s": stats["median_round_s"], "lost_workers": sorted(trainer.lost_workers),
+        strategy=cfg.strategy,
+        model=cfg.model,
+        dataset=cfg.dataset,
+        replicas=workers,
+        workers=workers + 1,
+        global_batch_size=cfg.batch_size,
+        steps=stats["steps"],
+        epochs=(cfg.epochs if not cfg.steps else 1),
+        wall_s=wall,
+        train_loss=train_loss,
+        train_accuracy=train_acc,
+        test_loss=test_loss,
+        test_accuracy=test_acc,
+        seed=cfg.seed,
+        learning_rate=cfg.learning_rate,
+        params=model.count_params(),
+        param_bytes=pbytes,
+        extra={
+            "ps": tfc.num_ps,
+            "interval": trainer.interval,
+            "correction": trainer.correction,
+            "syncs": stats["syncs"],
+            "comm_s": round(stats["comm_s"], 4),
+            "compute_s": round(stats["compute_s"], 4),
+            "bytes_communicated": stats["bytes_communicated"],
+            "first_round_s": stats["first_round_s"],
+            "median_round_s": stats["median_round_s"],
+            "lost_workers": sorted(trainer.lost_workers),
             "optimizer": optimizer_name,
-            "rejoined_workers": trainer.rejoined_workers})
-    record.update({k: stats[k] for k in ("interval_t_comm_s", "interval_t_comp_s", "interval_overhead_s") if k in stats})
+            "rejoined_workers": trainer.rejoined_workers,
+        },
+    )
+    record.update(
+        {k: stats[k] for k in ("interval_t_comm_s", "interval_t_comp_s", "interval_overhead_s") if k in stats}
+    )
     if cfg.backup_dir:
         record["resumed_after_round"] = first
     save_result(cfg.model_dir, record, plain)
-    print(f"\n{cfg.strategy} on {workers} workers + {tfc.num_ps} ps: {record['steps']} steps in {wall:.1f} s; "
-          f"final train loss {train_loss:.4f}, test accuracy {100 * test_acc:.1f}% on {len(data.x_test)} "
-          "held-out images", file=out)
+    print(
+        f"\n{cfg.strategy} on {workers} workers + {tfc.num_ps} ps: {record['steps']} steps in {wall:.1f} s; "
+        f"final train loss {train_loss:.4f}, test accuracy {100 * test_acc:.1f}% on {len(data.x_test)} "
+        "held-out images",
+        file=out,
+    )
     print(json.dumps(record), file=out, flush=True)
     return record, plain

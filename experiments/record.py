@@ -11,28 +11,57 @@ Example:
     >>> rec["steps_per_s"], list(rec)[:3]
     (5.0, ['strategy', 'model', 'dataset'])
 """
+
 from __future__ import annotations
 
 import json
-
 import os
 from typing import Any, Dict, Optional
 
 __all__ = ["build_record", "save_result"]
 
 
-def build_record(*, strategy: str, model: str, dataset: str, replicas: int, workers: int, global_batch_size: int,
-                 steps: int, epochs: int, wall_s: float, train_loss: float, train_accuracy: float,
-                 test_loss: float, test_accuracy: float, seed: int, learning_rate: float, params: int,
-                 param_bytes: int, extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def build_record(
+    *,
+    strategy: str,
+    model: str,
+    dataset: str,
+    replicas: int,
+    workers: int,
+    global_batch_size: int,
+    steps: int,
+    epochs: int,
+    wall_s: float,
+    train_loss: float,
+    train_accuracy: float,
+    test_loss: float,
+    test_accuracy: float,
+    seed: int,
+    learning_rate: float,
+    params: int,
+    param_bytes: int,
+    extra: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
     """The common keys (in this order), then ``extra`` (strategy-specific keys, in its order)."""
     record: Dict[str, Any] = {
-        "strategy": strategy, "model": model, "dataset": dataset, "replicas": replicas, "workers": workers,
-        "global_batch_size": global_batch_size, "steps": steps, "epochs": epochs, "wall_s": round(wall_s, 3),
+        "strategy": strategy,
+        "model": model,
+        "dataset": dataset,
+        "replicas": replicas,
+        "workers": workers,
+        "global_batch_size": global_batch_size,
+        "steps": steps,
+        "epochs": epochs,
+        "wall_s": round(wall_s, 3),
         "steps_per_s": round(steps / wall_s, 3) if wall_s > 0 else None,
-        "train_loss": float(train_loss), "train_accuracy": float(train_accuracy),
-        "test_loss": float(test_loss), "test_accuracy": float(test_accuracy), "seed": seed,
-        "learning_rate": learning_rate, "params": int(params), "param_bytes": int(param_bytes),
+        "train_loss": float(train_loss),
+        "train_accuracy": float(train_accuracy),
+        "test_loss": float(test_loss),
+        "test_accuracy": float(test_accuracy),
+        "seed": seed,
+        "learning_rate": learning_rate,
+        "params": int(params),
+        "param_bytes": int(param_bytes),
     }
     record.update(extra or {})
     return record
@@ -47,5 +76,3 @@ def save_result(model_dir: str, record: Dict[str, Any], plain_model: Any = None)
         plain_model.save_weights(os.path.join(model_dir, "model.weights.h5"))
     with open(os.path.join(model_dir, "result.json"), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
-
-

@@ -28,6 +28,7 @@ Example:
     python -m experiments.sc_speed_bench --parts=step --workers=2 --repeats=3
     python -m experiments.sc_speed_bench --parts=sync,auto,table --out=docs/results/sc_speed.jsonl
 """
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 _T0 = time.perf_counter()
 
@@ -56,18 +57,28 @@ flags.DEFINE_integer("repeats", 3, "step part: repetitions (variants interleaved
 flags.DEFINE_string("model", "mlp", "step part: experiments.models name")
 flags.DEFINE_integer("steps", 300, "step part: steps per run")
 flags.DEFINE_integer("per_replica_batch", 32, "step part: examples per replica per step")
-flags.DEFINE_integer("steps_per_execution", 1, "step and table parts: tf-keras steps_per_execution of every variant")
-flags.DEFINE_list("sync_settings", ["mlp:4:shared:100:4", "big_mlp:4:shared:1000:4", "mlp:2:switch:10:4"],
-                  "sync part: model:workers:topology:mbit:H entries")
+flags.DEFINE_integer(
+    "steps_per_execution", 1, "step and table parts: tf-keras steps_per_execution of every variant"
+)
+flags.DEFINE_list(
+    "sync_settings",
+    ["mlp:4:shared:100:4", "big_mlp:4:shared:1000:4", "mlp:2:switch:10:4"],
+    "sync part: model:workers:topology:mbit:H entries",
+)
 flags.DEFINE_integer("sync_syncs", 8, "sync part: syncs per run")
 flags.DEFINE_integer("auto_runs", 5, "auto part: identical runs")
 flags.DEFINE_string("auto_setting", "mlp:2:switch:10:300", "auto part: model:workers:topology:mbit:steps")
-flags.DEFINE_integer("auto_max_interval", 100000, "auto part: the runner's --max_interval (high: the cap must not "
-                     "hide the rule's spread)")
+flags.DEFINE_integer(
+    "auto_max_interval",
+    100000,
+    "auto part: the runner's --max_interval (high: the cap must not hide the rule's spread)",
+)
 flags.DEFINE_string("table_setting", "mlp:4:shared:100:300", "table part: model:workers:topology:mbit:steps")
 flags.DEFINE_integer("table_repeats", 3, "table part: repetitions (variants interleaved; medians reported)")
 flags.DEFINE_string("out", "", "append the records to this .jsonl")
-flags.DEFINE_string("page", "", "rewrite this markdown page from --out's records (no runs unless --parts given)")
+flags.DEFINE_string(
+    "page", "", "rewrite this markdown page from --out's records (no runs unless --parts given)"
+)
 flags.DEFINE_bool("worker", False, "internal: one process of the step/sync part")
 flags.DEFINE_string("variant", "sc_local", "internal: worker variant")
 flags.DEFINE_integer("interval", 16, "internal: worker H")
@@ -110,8 +121,12 @@ def worker() -> None:
         ds = strategy.distribute_datasets_from_function(train_dataset_fn(data.x_train, data.y_train, gb, 0))
     with strategy.scope():
         model = build_model(FLAGS.model, data.input_shape, data.num_classes)
-        model.compile(k.optimizers.SGD(0.05), k.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"], steps_per_execution=FLAGS.steps_per_execution)
+        model.compile(
+            k.optimizers.SGD(0.05),
+            k.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            steps_per_execution=FLAGS.steps_per_execution,
+        )
     ends: List[float] = []
 
     class Clock(k.callbacks.Callback):
@@ -123,14 +138,19 @@ def worker() -> None:
     per_step = np.diff(ends) / spe
     skip = min(max(1, 10 // spe), max(0, len(per_step) - 1))  # short runs: keep at least one sample
     rec: Dict[str, Any] = {
-        "variant": variant, "import_s": round(t_import, 3), "startup_s": round(ends[0] - t_strategy, 3),
+        "variant": variant,
+        "import_s": round(t_import, 3),
+        "startup_s": round(ends[0] - t_strategy, 3),
         "step_ms": round(1000 * float(np.median(per_step[skip:])), 3),
         "step_ms_p90": round(1000 * float(np.percentile(per_step[skip:], 90)), 3),
-        "param_bytes": param_bytes(model), "replicas": n,
+        "param_bytes": param_bytes(model),
+        "replicas": n,
     }
     if hasattr(strategy, "stats"):
         st = strategy.stats()
-        rec.update({key: st[key] for key in ("syncs", "comm_s", "first_sync_s", "bytes_communicated", "steps")})
+        rec.update(
+            {key: st[key] for key in ("syncs", "comm_s", "first_sync_s", "bytes_communicated", "steps")}
+        )
     print("RESULT " + json.dumps(rec), flush=True)
 
 
@@ -147,8 +167,13 @@ def _parse(setting: str, n: int, flag: str) -> List[str]:
 
 
 def _record(rec: Dict[str, Any]) -> None:
-    rec = dict(rec, when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), command="python -m experiments.sc_speed_bench " + " ".join(sys.argv[1:]),
-               load_average_1m=round(os.getloadavg()[0], 2), cores=os.cpu_count())
+    rec = dict(
+        rec,
+        when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        command="python -m experiments.sc_speed_bench " + " ".join(sys.argv[1:]),
+        load_average_1m=round(os.getloadavg()[0], 2),
+        cores=os.cpu_count(),
+    )
     print(json.dumps(rec), flush=True)
     if FLAGS.out:
         with open(FLAGS.out, "a", encoding="utf-8") as f:
@@ -159,21 +184,46 @@ def part_step() -> None:
     runs: Dict[str, List[Dict[str, Any]]] = {v: [] for v in STEP_VARIANTS}
     for rep in range(FLAGS.repeats):
         for v in STEP_VARIANTS:
-            h = 16 if v == "sc_h16" else 10 ** 9
-            res = _cluster(_me(f"--variant={v}", f"--interval={h}", f"--model={FLAGS.model}", f"--steps={FLAGS.steps}",
-                               f"--per_replica_batch={FLAGS.per_replica_batch}",
-                               f"--steps_per_execution={FLAGS.steps_per_execution}"), FLAGS.workers)
+            h = 16 if v == "sc_h16" else 10**9
+            res = _cluster(
+                _me(
+                    f"--variant={v}",
+                    f"--interval={h}",
+                    f"--model={FLAGS.model}",
+                    f"--steps={FLAGS.steps}",
+                    f"--per_replica_batch={FLAGS.per_replica_batch}",
+                    f"--steps_per_execution={FLAGS.steps_per_execution}",
+                ),
+                FLAGS.workers,
+            )
             step = statistics.median(r["step_ms"] for r in res)
             start = statistics.median(r["startup_s"] for r in res)
             runs[v].append({"step_ms": step, "startup_s": start})
-            print(f"  repeat {rep + 1}/{FLAGS.repeats} {v}: step {step:.3f} ms, start-up {start:.2f} s", flush=True)
-    med = {v: {key: statistics.median(r[key] for r in runs[v]) for key in ("step_ms", "startup_s")} for v in runs}
-    _record({"part": "step", "workers": FLAGS.workers, "model": FLAGS.model, "steps": FLAGS.steps,
-             "per_replica_batch": FLAGS.per_replica_batch, "steps_per_execution": FLAGS.steps_per_execution,
-             "repeats": FLAGS.repeats, "runs": runs, "median": med,
-             "step_ratio_sc_local_vs_floor": round(med["sc_local"]["step_ms"] / med["floor"]["step_ms"], 3),
-             "step_ratio_sc_local_vs_mirrored": round(med["sc_local"]["step_ms"] / med["mirrored"]["step_ms"], 3),
-             "startup_ratio_sc_vs_mwms": round(med["sc_local"]["startup_s"] / med["mwms"]["startup_s"], 3)})
+            print(
+                f"  repeat {rep + 1}/{FLAGS.repeats} {v}: step {step:.3f} ms, start-up {start:.2f} s",
+                flush=True,
+            )
+    med = {
+        v: {key: statistics.median(r[key] for r in runs[v]) for key in ("step_ms", "startup_s")} for v in runs
+    }
+    _record(
+        {
+            "part": "step",
+            "workers": FLAGS.workers,
+            "model": FLAGS.model,
+            "steps": FLAGS.steps,
+            "per_replica_batch": FLAGS.per_replica_batch,
+            "steps_per_execution": FLAGS.steps_per_execution,
+            "repeats": FLAGS.repeats,
+            "runs": runs,
+            "median": med,
+            "step_ratio_sc_local_vs_floor": round(med["sc_local"]["step_ms"] / med["floor"]["step_ms"], 3),
+            "step_ratio_sc_local_vs_mirrored": round(
+                med["sc_local"]["step_ms"] / med["mirrored"]["step_ms"], 3
+            ),
+            "startup_ratio_sc_vs_mwms": round(med["sc_local"]["startup_s"] / med["mwms"]["startup_s"], 3),
+        }
+    )
 
 
 def part_sync() -> None:
@@ -181,33 +231,88 @@ def part_sync() -> None:
         model, workers, topology, mbit, h = _parse(setting, 5, "sync_settings")
         workers, mbit, h = int(workers), float(mbit), int(h)
         steps = h * (FLAGS.sync_syncs + 1)
-        res = _cluster(_me("--variant=sc_h16", f"--interval={h}", f"--model={model}", f"--steps={steps}",
-                           "--per_replica_batch=32"), workers, mbit, topology)
+        res = _cluster(
+            _me(
+                "--variant=sc_h16",
+                f"--interval={h}",
+                f"--model={model}",
+                f"--steps={steps}",
+                "--per_replica_batch=32",
+            ),
+            workers,
+            mbit,
+            topology,
+        )
         b = res[0]["param_bytes"]
         per_sync = statistics.median((r["comm_s"] - r["first_sync_s"]) / (r["syncs"] - 1) for r in res)
         total = 2 * (workers - 1) * b * 8 / (mbit * 1e6)
         bound = total if topology == "shared" else total / workers
-        _record({"part": "sync", "model": model, "workers": workers, "topology": topology, "mbit": mbit,
-                 "interval": h, "param_bytes": b, "syncs": res[0]["syncs"], "sync_s": round(per_sync, 4),
-                 "bound_s": round(bound, 4), "ratio_to_bound": round(per_sync / bound, 3)})
+        _record(
+            {
+                "part": "sync",
+                "model": model,
+                "workers": workers,
+                "topology": topology,
+                "mbit": mbit,
+                "interval": h,
+                "param_bytes": b,
+                "syncs": res[0]["syncs"],
+                "sync_s": round(per_sync, 4),
+                "bound_s": round(bound, 4),
+                "ratio_to_bound": round(per_sync / bound, 3),
+            }
+        )
 
 
 def part_auto() -> None:
     model, workers, topology, mbit, steps = _parse(FLAGS.auto_setting, 5, "auto_setting")
     hs, walls, timings = [], [], []
     for i in range(FLAGS.auto_runs):
-        r = _runner([f"--model={model}", f"--steps={steps}", "--strategy=skip_correct", "--interval=auto",
-                     "--momentum=0", f"--max_interval={FLAGS.auto_max_interval}"], int(workers), float(mbit), topology)
+        r = _runner(
+            [
+                f"--model={model}",
+                f"--steps={steps}",
+                "--strategy=skip_correct",
+                "--interval=auto",
+                "--momentum=0",
+                f"--max_interval={FLAGS.auto_max_interval}",
+            ],
+            int(workers),
+            float(mbit),
+            topology,
+        )
         hs.append(r["interval"])
         walls.append(r["wall_s"])
-        timings.append({k[len("interval_"):]: r.get(k) for k in (
-            "interval_t_comm_s", "interval_t_comp_s", "interval_t_comm_samples_s", "interval_t_comp_samples_s")})
-        print(f"  run {i + 1}: H = {r['interval']} (t_comm {r.get('interval_t_comm_s')}, "
-              f"t_comp {r.get('interval_t_comp_s')}), {r['wall_s']} s", flush=True)
+        timings.append(
+            {
+                k[len("interval_") :]: r.get(k)
+                for k in (
+                    "interval_t_comm_s",
+                    "interval_t_comp_s",
+                    "interval_t_comm_samples_s",
+                    "interval_t_comp_samples_s",
+                )
+            }
+        )
+        print(
+            f"  run {i + 1}: H = {r['interval']} (t_comm {r.get('interval_t_comm_s')}, "
+            f"t_comp {r.get('interval_t_comp_s')}), {r['wall_s']} s",
+            flush=True,
+        )
     med = statistics.median(hs)
-    _record({"part": "auto", "setting": FLAGS.auto_setting, "intervals": hs, "walls_s": walls, "median_h": med,
-             "max_dev_from_median": round(max(abs(h - med) / med for h in hs), 3),
-             "max_interval": FLAGS.auto_max_interval, "probe_interval": _default_probe_interval(), "timings": timings})
+    _record(
+        {
+            "part": "auto",
+            "setting": FLAGS.auto_setting,
+            "intervals": hs,
+            "walls_s": walls,
+            "median_h": med,
+            "max_dev_from_median": round(max(abs(h - med) / med for h in hs), 3),
+            "max_interval": FLAGS.auto_max_interval,
+            "probe_interval": _default_probe_interval(),
+            "timings": timings,
+        }
+    )
 
 
 def _default_probe_interval() -> int:
@@ -221,30 +326,59 @@ def _default_probe_interval() -> int:
 
 def part_table() -> None:
     model, workers, topology, mbit, steps = _parse(FLAGS.table_setting, 5, "table_setting")
-    base = [f"--model={model}", f"--steps={steps}", "--batch_size=128", "--momentum=0",
-            f"--steps_per_execution={FLAGS.steps_per_execution}"]
-    variants = [("ssgd", ["--strategy=ssgd"]),
-                ("sc_h16_none", ["--strategy=skip_correct", "--interval=16", "--correction=none"]),
-                ("sc_auto", ["--strategy=skip_correct", "--interval=auto"]),
-                ("sc_h1000", ["--strategy=skip_correct", "--interval=1000"])]
+    base = [
+        f"--model={model}",
+        f"--steps={steps}",
+        "--batch_size=128",
+        "--momentum=0",
+        f"--steps_per_execution={FLAGS.steps_per_execution}",
+    ]
+    variants = [
+        ("ssgd", ["--strategy=ssgd"]),
+        ("sc_h16_none", ["--strategy=skip_correct", "--interval=16", "--correction=none"]),
+        ("sc_auto", ["--strategy=skip_correct", "--interval=auto"]),
+        ("sc_h1000", ["--strategy=skip_correct", "--interval=1000"]),
+    ]
     runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name, _ in variants}
     for rep in range(FLAGS.table_repeats):
         for name, extra in variants:
             r = _runner(base + extra, int(workers), float(mbit), topology)
-            runs[name].append({"wall_s": r["wall_s"], "test_accuracy": r["test_accuracy"],
-                               "interval": r.get("interval"), "syncs": r.get("syncs"), "comm_s": r.get("comm_s"),
-                               "first_sync_s": r.get("first_sync_s")})
-            print(f"  repeat {rep + 1}/{FLAGS.table_repeats} {name}: {r['wall_s']} s, accuracy "
-                  f"{r['test_accuracy']:.3f}, H {r.get('interval')}", flush=True)
-    rows = {name: {"wall_s": statistics.median(x["wall_s"] for x in rs),
-                   "test_accuracy": statistics.median(x["test_accuracy"] for x in rs),
-                   "interval": statistics.median(x["interval"] for x in rs) if rs[0]["interval"] else None,
-                   "syncs": statistics.median(x["syncs"] for x in rs) if rs[0]["syncs"] else None}
-            for name, rs in runs.items()}
+            runs[name].append(
+                {
+                    "wall_s": r["wall_s"],
+                    "test_accuracy": r["test_accuracy"],
+                    "interval": r.get("interval"),
+                    "syncs": r.get("syncs"),
+                    "comm_s": r.get("comm_s"),
+                    "first_sync_s": r.get("first_sync_s"),
+                }
+            )
+            print(
+                f"  repeat {rep + 1}/{FLAGS.table_repeats} {name}: {r['wall_s']} s, accuracy "
+                f"{r['test_accuracy']:.3f}, H {r.get('interval')}",
+                flush=True,
+            )
+    rows = {
+        name: {
+            "wall_s": statistics.median(x["wall_s"] for x in rs),
+            "test_accuracy": statistics.median(x["test_accuracy"] for x in rs),
+            "interval": statistics.median(x["interval"] for x in rs) if rs[0]["interval"] else None,
+            "syncs": statistics.median(x["syncs"] for x in rs) if rs[0]["syncs"] else None,
+        }
+        for name, rs in runs.items()
+    }
     ssgd = rows["ssgd"]["wall_s"]
-    _record({"part": "table", "setting": FLAGS.table_setting, "repeats": FLAGS.table_repeats, "runs": runs,
-             "steps_per_execution": FLAGS.steps_per_execution,
-             "rows": rows, "wall_ratio_vs_ssgd": {k: round(v["wall_s"] / ssgd, 3) for k, v in rows.items()}})
+    _record(
+        {
+            "part": "table",
+            "setting": FLAGS.table_setting,
+            "repeats": FLAGS.table_repeats,
+            "runs": runs,
+            "steps_per_execution": FLAGS.steps_per_execution,
+            "rows": rows,
+            "wall_ratio_vs_ssgd": {k: round(v["wall_s"] / ssgd, 3) for k, v in rows.items()},
+        }
+    )
 
 
 def main(argv: List[str]) -> None:
@@ -254,8 +388,16 @@ def main(argv: List[str]) -> None:
     bad = [p for p in FLAGS.parts if p not in PARTS]
     if bad:
         fail(f"--parts: unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)}")
-    for name in ("workers", "repeats", "steps", "per_replica_batch", "steps_per_execution", "sync_syncs", "auto_runs",
-                 "table_repeats"):
+    for name in (
+        "workers",
+        "repeats",
+        "steps",
+        "per_replica_batch",
+        "steps_per_execution",
+        "sync_syncs",
+        "auto_runs",
+        "table_repeats",
+    ):
         if getattr(FLAGS, name) < 1:
             fail(f"--{name}: must be >= 1, got {getattr(FLAGS, name)}")
     if FLAGS.page and not FLAGS["parts"].present:

@@ -16,6 +16,7 @@ It exits 0 when every check passes, 1 otherwise, 2 on bad flags. Example::
 
     python -m experiments.stress --workers=4 --epochs=12 --steps_per_epoch=25
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,6 @@ import sys
 import threading
 import time
 from typing import Any, Dict, List
-
 
 from absl import flags  # noqa: E402
 
@@ -37,12 +37,14 @@ for _name, _default in (("epochs", 12), ("batch_size", 64), ("model", "mlp"), ("
 flags.DEFINE_integer("workers", 4, "worker tasks (loopback)")
 flags.DEFINE_integer("warmup_epochs", 3, "epochs before the memory/thread baseline is taken")
 flags.DEFINE_integer("steps_per_epoch", 25, "global steps per epoch")
-flags.DEFINE_string("stress_strategy", "skip_correct", "skip_correct or ssgd (MultiWorkerMirroredStrategy, for comparison)")
+flags.DEFINE_string(
+    "stress_strategy", "skip_correct", "skip_correct or ssgd (MultiWorkerMirroredStrategy, for comparison)"
+)
 flags.DEFINE_float("max_growth_mb", 40.0, "allowed RSS growth per task after warm-up (MB)")
 flags.DEFINE_float("timeout_s", 300.0, "hard bound on the whole cluster run")
 
 PREFIX = "STRESS "
-THREAD_SLACK = 5   # TensorFlow/gRPC pools start and retire a thread or two; a leak grows without bound
+THREAD_SLACK = 5  # TensorFlow/gRPC pools start and retire a thread or two; a leak grows without bound
 
 
 def _proc_status() -> Dict[str, float]:
@@ -69,34 +71,62 @@ def worker() -> None:
     from tf_commopt.datasets import load_dataset
 
     tfc = tf_config_from_env()
-    cfg = Config(strategy=FLAGS.stress_strategy, model=FLAGS.model, batch_size=FLAGS.batch_size, momentum=0.0,
-                 interval=int(FLAGS.interval), correction="vrl")
+    cfg = Config(
+        strategy=FLAGS.stress_strategy,
+        model=FLAGS.model,
+        batch_size=FLAGS.batch_size,
+        momentum=0.0,
+        interval=int(FLAGS.interval),
+        correction="vrl",
+    )
     strategy = make_strategy(cfg, tfc)
     tf_keras.utils.set_random_seed(0)
     data = load_dataset("mnist", seed=0)
     with strategy.scope():
         model = build_model(cfg.model, data.input_shape, data.num_classes)
-        model.compile(optimizer=tf_keras.optimizers.SGD(cfg.learning_rate),
-                      loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    train = strategy.distribute_datasets_from_function(_train_dataset_fn(data.x_train, data.y_train,
-                                                                         cfg.batch_size, 0))
+        model.compile(
+            optimizer=tf_keras.optimizers.SGD(cfg.learning_rate),
+            loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    train = strategy.distribute_datasets_from_function(
+        _train_dataset_fn(data.x_train, data.y_train, cfg.batch_size, 0)
+    )
     t = {"start": time.perf_counter()}
 
     def report(epoch: int, logs: Any = None) -> None:
         now = time.perf_counter()
-        rec = dict(epoch=epoch + 1, epoch_s=round(now - t["start"], 3), loss=float((logs or {}).get("loss", 0.0)),
-                   **_proc_status())
+        rec = dict(
+            epoch=epoch + 1,
+            epoch_s=round(now - t["start"], 3),
+            loss=float((logs or {}).get("loss", 0.0)),
+            **_proc_status(),
+        )
         t["start"] = now
         print(PREFIX + json.dumps(rec), flush=True)
 
-    model.fit(train, epochs=FLAGS.epochs, steps_per_epoch=FLAGS.steps_per_epoch, verbose=0,
-              callbacks=[tf_keras.callbacks.LambdaCallback(on_epoch_end=report)])
+    model.fit(
+        train,
+        epochs=FLAGS.epochs,
+        steps_per_epoch=FLAGS.steps_per_epoch,
+        verbose=0,
+        callbacks=[tf_keras.callbacks.LambdaCallback(on_epoch_end=report)],
+    )
     stats = {}
     if hasattr(strategy, "sync"):
         strategy.sync()
         stats = strategy.stats()
-    print(PREFIX + json.dumps({"done": True, "steps": int(model.optimizer.iterations.numpy()),
-                               "syncs": stats.get("syncs"), "bytes": stats.get("bytes_communicated")}), flush=True)
+    print(
+        PREFIX
+        + json.dumps(
+            {
+                "done": True,
+                "steps": int(model.optimizer.iterations.numpy()),
+                "syncs": stats.get("syncs"),
+                "bytes": stats.get("bytes_communicated"),
+            }
+        ),
+        flush=True,
+    )
 
 
 # --------------------------------------------------------------------------------------------- driver
@@ -118,9 +148,19 @@ def _live_pids_with(marker: str) -> List[int]:
     return [pid for pid, _ in live_processes(marker)]
 
 
-def run_stress(workers: int = 4, epochs: int = 12, warmup_epochs: int = 3, steps_per_epoch: int = 25,
-               batch_size: int = 64, model: str = "mlp", interval: int = 3, max_growth_mb: float = 40.0,
-               timeout_s: float = 300.0, out=None, strategy: str = "skip_correct") -> Dict[str, Any]:
+def run_stress(
+    workers: int = 4,
+    epochs: int = 12,
+    warmup_epochs: int = 3,
+    steps_per_epoch: int = 25,
+    batch_size: int = 64,
+    model: str = "mlp",
+    interval: int = 3,
+    max_growth_mb: float = 40.0,
+    timeout_s: float = 300.0,
+    out=None,
+    strategy: str = "skip_correct",
+) -> Dict[str, Any]:
     """Run the stress job and return the measurements and the verdict of every check.
 
     Example:
@@ -133,31 +173,47 @@ def run_stress(workers: int = 4, epochs: int = 12, warmup_epochs: int = 3, steps
     if strategy not in ("skip_correct", "ssgd"):
         raise InputError(f"must be skip_correct or ssgd, got {strategy!r}", where="--stress_strategy")
     if not (1 <= warmup_epochs < epochs):
-        raise InputError(f"need 1 <= warmup_epochs < epochs, got {warmup_epochs} and {epochs}", where="--warmup_epochs")
+        raise InputError(
+            f"need 1 <= warmup_epochs < epochs, got {warmup_epochs} and {epochs}", where="--warmup_epochs"
+        )
     out = out or sys.stdout
     marker = f"--stress_tag={os.getpid()}_{time.time_ns()}"
-    cmd = [sys.executable, "-m", "experiments.stress", f"--epochs={epochs}", f"--steps_per_epoch={steps_per_epoch}",
-           f"--batch_size={batch_size}", f"--model={model}", f"--interval={interval}",
-           f"--stress_strategy={strategy}", marker]
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.stress",
+        f"--epochs={epochs}",
+        f"--steps_per_epoch={steps_per_epoch}",
+        f"--batch_size={batch_size}",
+        f"--model={model}",
+        f"--interval={interval}",
+        f"--stress_strategy={strategy}",
+        marker,
+    ]
     threads_before = threading.active_count()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = run_cluster(cmd, workers=workers, timeout=timeout_s, cwd=root,
-                    echo=False)
+    r = run_cluster(cmd, workers=workers, timeout=timeout_s, cwd=root, echo=False)
     time.sleep(0.5)
-    ports = [int(a.rpartition(":")[2]) for a in r.tf_configs["worker:0"]["cluster"]["worker"]] if r.tf_configs else []
+    ports = (
+        [int(a.rpartition(":")[2]) for a in r.tf_configs["worker:0"]["cluster"]["worker"]]
+        if r.tf_configs
+        else []
+    )
     rows: List[Dict[str, Any]] = []
     done: Dict[str, Dict[str, Any]] = {}
     for task, lines in r.outputs.items():
         for line in lines:
             if line.startswith(PREFIX):
-                rec = json.loads(line[len(PREFIX):])
+                rec = json.loads(line[len(PREFIX) :])
                 if rec.get("done"):
                     done[task] = rec
                 else:
                     rows.append(dict(task=task, **rec))
-    checks: Dict[str, bool] = {"cluster exited 0": r.returncode == 0,
-                               "every task finished": len(done) == workers
-                               and all(d["steps"] == epochs * steps_per_epoch for d in done.values())}
+    checks: Dict[str, bool] = {
+        "cluster exited 0": r.returncode == 0,
+        "every task finished": len(done) == workers
+        and all(d["steps"] == epochs * steps_per_epoch for d in done.values()),
+    }
     growth: Dict[str, Dict[str, float]] = {}
     for task in sorted({row["task"] for row in rows}):
         mine = sorted((row for row in rows if row["task"] == task), key=lambda row: row["epoch"])
@@ -171,29 +227,47 @@ def run_stress(workers: int = 4, epochs: int = 12, warmup_epochs: int = 3, steps
         xs = [row["epoch"] for row in judged]
         ys = [row["rss_mb"] for row in judged]
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / max(sum((x - mx) ** 2 for x in xs), 1e-9))
-        g = {"rss_mb": last["rss_mb"] - base["rss_mb"], "rss_base_mb": base["rss_mb"], "rss_last_mb": last["rss_mb"],
-             "rss_slope_mb_per_epoch": slope,
-             "threads": max(row["threads"] for row in judged) - max(row["threads"] for row in warm),
-             "fds": max(row["fds"] for row in judged) - max(row["fds"] for row in warm)}
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / max(sum((x - mx) ** 2 for x in xs), 1e-9)
+        g = {
+            "rss_mb": last["rss_mb"] - base["rss_mb"],
+            "rss_base_mb": base["rss_mb"],
+            "rss_last_mb": last["rss_mb"],
+            "rss_slope_mb_per_epoch": slope,
+            "threads": max(row["threads"] for row in judged) - max(row["threads"] for row in warm),
+            "fds": max(row["fds"] for row in judged) - max(row["fds"] for row in warm),
+        }
         growth[task] = g
-        checks[f"{task}: RSS {base['rss_mb']:.1f} -> {last['rss_mb']:.1f} MB after warm-up ({g['rss_mb']:+.1f} MB, "
-               f"slope {1024 * slope:+.0f} KB/epoch) within {max_growth_mb:g} MB"] = g["rss_mb"] <= max_growth_mb
-        checks[f"{task}: peak threads {g['threads']:+d}, peak fds {g['fds']:+d} vs warm-up (<= +{THREAD_SLACK})"] = (
-            g["threads"] <= THREAD_SLACK and g["fds"] <= THREAD_SLACK)
+        checks[
+            f"{task}: RSS {base['rss_mb']:.1f} -> {last['rss_mb']:.1f} MB after warm-up ({g['rss_mb']:+.1f} MB, "
+            f"slope {1024 * slope:+.0f} KB/epoch) within {max_growth_mb:g} MB"
+        ] = g["rss_mb"] <= max_growth_mb
+        checks[
+            f"{task}: peak threads {g['threads']:+d}, peak fds {g['fds']:+d} vs warm-up (<= +{THREAD_SLACK})"
+        ] = g["threads"] <= THREAD_SLACK and g["fds"] <= THREAD_SLACK
     checks["no process of the job left"] = _live_pids_with(marker) == []
     checks["every cluster port released"] = bool(ports) and all(_port_free(p) for p in ports)
     checks["no extra thread in the driver"] = threading.active_count() <= threads_before
-    result = {"ok": all(checks.values()), "checks": checks, "rows": rows, "growth": growth, "wall_s": r.wall_s,
-              "returncode": r.returncode, "message": r.message, "ports": ports,
-              "tail": {t: r.last_lines(t, 8) for t in r.outputs} if r.returncode else {}}
+    result = {
+        "ok": all(checks.values()),
+        "checks": checks,
+        "rows": rows,
+        "growth": growth,
+        "wall_s": r.wall_s,
+        "returncode": r.returncode,
+        "message": r.message,
+        "ports": ports,
+        "tail": {t: r.last_lines(t, 8) for t in r.outputs} if r.returncode else {},
+    }
     _print(result, workers, epochs, steps_per_epoch, out, strategy)
     return result
 
 
 def _print(res: Dict[str, Any], workers: int, epochs: int, steps: int, out, strategy: str) -> None:
-    print(f"stress ({strategy}): {workers} workers x {epochs} epochs x {steps} steps on loopback, {res['wall_s']:.1f} s wall "
-          f"({res['message']})", file=out)
+    print(
+        f"stress ({strategy}): {workers} workers x {epochs} epochs x {steps} steps on loopback, {res['wall_s']:.1f} s wall "
+        f"({res['message']})",
+        file=out,
+    )
     tasks = sorted({row["task"] for row in res["rows"]})
     print("epoch | " + " | ".join(f"{t} RSS MB (threads, fds)" for t in tasks), file=out)
     for e in sorted({row["epoch"] for row in res["rows"]}):
@@ -226,9 +300,21 @@ def main(argv: List[str]) -> None:
         try:
             interval = int(FLAGS.interval)
         except ValueError:
-            raise InputError(f"must be a positive integer, got {FLAGS.interval!r}", where="--interval") from None
-        res = run_stress(FLAGS.workers, FLAGS.epochs, FLAGS.warmup_epochs, FLAGS.steps_per_epoch, FLAGS.batch_size,
-                         FLAGS.model, interval, FLAGS.max_growth_mb, FLAGS.timeout_s, strategy=FLAGS.stress_strategy)
+            raise InputError(
+                f"must be a positive integer, got {FLAGS.interval!r}", where="--interval"
+            ) from None
+        res = run_stress(
+            FLAGS.workers,
+            FLAGS.epochs,
+            FLAGS.warmup_epochs,
+            FLAGS.steps_per_epoch,
+            FLAGS.batch_size,
+            FLAGS.model,
+            interval,
+            FLAGS.max_growth_mb,
+            FLAGS.timeout_s,
+            strategy=FLAGS.stress_strategy,
+        )
     except TfCommoptError as e:
         sys.stderr.write(f"experiments.stress: error: {e}\n")
         sys.exit(2)

@@ -23,6 +23,7 @@ Example:
     python -m tf_commopt.cluster --workers 2 --bandwidth-mbit 100 -- \\
         python -m experiments.train --strategy=ssgd --model=mlp --steps=20 --bench_allreduce_mb=4
 """
+
 from __future__ import annotations
 
 import json
@@ -34,21 +35,19 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, TextIO, Union
 
-
 from absl import flags, logging  # noqa: E402
 
+from experiments.data import train_dataset_fn  # noqa: E402  (TensorFlow only when called)
+from experiments.models import MODELS  # noqa: E402
+from experiments.record import build_record, save_result  # noqa: E402
 from tf_commopt.core.interval import validate_interval, validate_target_ratio  # noqa: E402
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env  # noqa: E402
 from tf_commopt.datasets import DATASETS  # noqa: E402
 from tf_commopt.errors import InputError, TfCommoptError  # noqa: E402
 
-from experiments.data import train_dataset_fn  # noqa: E402  (TensorFlow only when called)
-from experiments.models import MODELS  # noqa: E402
-from experiments.record import build_record, save_result  # noqa: E402
-
 STRATEGIES = ("single", "ssgd", "skip_correct", "local_sgd")
-from tf_commopt.distribute.correction import CORRECTIONS, validate_correction_lr  # noqa: E402  (pure: no TensorFlow import)
 from experiments.optimizers import build_optimizer, validate_optimizer  # noqa: E402  (TensorFlow only when building)
+from tf_commopt.distribute.correction import CORRECTIONS, validate_correction_lr  # noqa: E402  (pure: no TensorFlow import)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("strategy", "ssgd", f"one of {', '.join(STRATEGIES)}")
@@ -62,28 +61,59 @@ flags.DEFINE_integer("seed", 0, "random seed (weights, data order, train/test sp
 flags.DEFINE_string("model_dir", "", "write weights and result.json here (chief only); empty = nowhere")
 flags.DEFINE_float("learning_rate", 0.05, "SGD learning rate")
 flags.DEFINE_float("momentum", 0.9, "SGD momentum")
-flags.DEFINE_string("optimizer", "sgd", "sgd, adam, rmsprop or adagrad (tf-keras defaults, --learning_rate; "
-                    "--momentum is SGD's)")
+flags.DEFINE_string(
+    "optimizer",
+    "sgd",
+    "sgd, adam, rmsprop or adagrad (tf-keras defaults, --learning_rate; --momentum is SGD's)",
+)
 flags.DEFINE_string("interval", "4", "skip_correct/local_sgd: steps between averagings, or 'auto'")
-flags.DEFINE_string("correction", "auto", "skip_correct: auto (vrl for plain SGD, gradient otherwise), gradient, "
-                    "vrl or none (local_sgd forces none)")
+flags.DEFINE_string(
+    "correction",
+    "auto",
+    "skip_correct: auto (vrl for plain SGD, gradient otherwise), gradient, "
+    "vrl or none (local_sgd forces none)",
+)
 flags.DEFINE_integer("warmup_steps", 0, "skip_correct/local_sgd: synchronous steps before skipping")
 flags.DEFINE_float("target_ratio", 1.0, "--interval=auto: aimed communication/computation time ratio")
 flags.DEFINE_integer("max_interval", 256, "--interval=auto: cap on the chosen H")
-flags.DEFINE_integer("auto_probe_interval", 16, "--interval=auto: H while measuring (after 2 warm-up steps, 3 "
-                     "timed syncs: H is chosen after 2 + 3 x this many steps)")
-flags.DEFINE_string("correction_lr", "effective", "skip_correct: the lr in the vrl update: effective "
-                    "(lr/(1-momentum)) or optimizer (the optimizer's lr; see docs/skip_correct.md)")
+flags.DEFINE_integer(
+    "auto_probe_interval",
+    16,
+    "--interval=auto: H while measuring (after 2 warm-up steps, 3 "
+    "timed syncs: H is chosen after 2 + 3 x this many steps)",
+)
+flags.DEFINE_string(
+    "correction_lr",
+    "effective",
+    "skip_correct: the lr in the vrl update: effective "
+    "(lr/(1-momentum)) or optimizer (the optimizer's lr; see docs/skip_correct.md)",
+)
 flags.DEFINE_float("bench_allreduce_mb", 0.0, "after training, time an all-reduce of this many MB (0 = off)")
-flags.DEFINE_integer("steps_per_execution", 1, "training steps per call of the traced train function (tf-keras "
-                     "compile(steps_per_execution=...)); skip_correct keeps its exact H rhythm inside a call")
+flags.DEFINE_integer(
+    "steps_per_execution",
+    1,
+    "training steps per call of the traced train function (tf-keras "
+    "compile(steps_per_execution=...)); skip_correct keeps its exact H rhythm inside a call",
+)
 flags.DEFINE_integer("bench_repeats", 3, "timed repetitions of the all-reduce benchmark")
-flags.DEFINE_bool("overlap", False, "skip_correct/local_sgd: run each sync's all-reduce in the background while the "
-                  "replicas keep stepping; the stale average is applied at the next sync (docs/skip_correct.md)")
-flags.DEFINE_integer("non_iid_classes", 0, "0: iid shards; k > 0: label-skewed shards, each worker's mostly holding "
-                     "k labels (tf_commopt.datasets.split_non_iid)")
-flags.DEFINE_string("backup_dir", "", "resume: every task checkpoints here at each epoch end and a restarted run "
-                    "continues from the last epoch every task completed (per-epoch seeded data order)")
+flags.DEFINE_bool(
+    "overlap",
+    False,
+    "skip_correct/local_sgd: run each sync's all-reduce in the background while the "
+    "replicas keep stepping; the stale average is applied at the next sync (docs/skip_correct.md)",
+)
+flags.DEFINE_integer(
+    "non_iid_classes",
+    0,
+    "0: iid shards; k > 0: label-skewed shards, each worker's mostly holding "
+    "k labels (tf_commopt.datasets.split_non_iid)",
+)
+flags.DEFINE_string(
+    "backup_dir",
+    "",
+    "resume: every task checkpoints here at each epoch end and a restarted run "
+    "continues from the last epoch every task completed (per-epoch seeded data order)",
+)
 
 
 @dataclass
@@ -128,14 +158,27 @@ class RunResult:
 def validate(cfg: Config) -> Config:
     """Check every field; InputError naming the flag otherwise. Returns cfg (interval parsed)."""
     if cfg.strategy not in STRATEGIES:
-        raise InputError(f"unknown strategy {cfg.strategy!r}; choose one of {', '.join(STRATEGIES)}", where="--strategy")
+        raise InputError(
+            f"unknown strategy {cfg.strategy!r}; choose one of {', '.join(STRATEGIES)}", where="--strategy"
+        )
     if cfg.model not in MODELS:
         raise InputError(f"unknown model {cfg.model!r}; choose one of {', '.join(MODELS)}", where="--model")
     if cfg.dataset not in DATASETS:
-        raise InputError(f"unknown dataset {cfg.dataset!r}; choose one of {', '.join(DATASETS)}", where="--dataset")
-    for name, low in (("batch_size", 1), ("epochs", 1), ("steps", 0), ("replicas", 1), ("warmup_steps", 0),
-                      ("bench_repeats", 1), ("max_interval", 1), ("auto_probe_interval", 1),
-                      ("steps_per_execution", 1), ("non_iid_classes", 0)):
+        raise InputError(
+            f"unknown dataset {cfg.dataset!r}; choose one of {', '.join(DATASETS)}", where="--dataset"
+        )
+    for name, low in (
+        ("batch_size", 1),
+        ("epochs", 1),
+        ("steps", 0),
+        ("replicas", 1),
+        ("warmup_steps", 0),
+        ("bench_repeats", 1),
+        ("max_interval", 1),
+        ("auto_probe_interval", 1),
+        ("steps_per_execution", 1),
+        ("non_iid_classes", 0),
+    ):
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise InputError(f"must be an integer >= {low}, got {v!r}", where=f"--{name}")
@@ -156,14 +199,20 @@ def validate(cfg: Config) -> Config:
     if not isinstance(cfg.overlap, bool):
         raise InputError(f"must be true or false, got {cfg.overlap!r}", where="--overlap")
     if cfg.overlap and cfg.strategy not in ("skip_correct", "local_sgd"):
-        raise InputError(f"overlaps the syncs of skip_correct/local_sgd; --strategy={cfg.strategy} has none",
-                         where="--overlap")
+        raise InputError(
+            f"overlaps the syncs of skip_correct/local_sgd; --strategy={cfg.strategy} has none",
+            where="--overlap",
+        )
     if cfg.non_iid_classes and cfg.backup_dir:
-        raise InputError("label-skewed shards are not resumable with --backup_dir yet (its per-epoch data order is "
-                         "iid)", where="--non_iid_classes")
+        raise InputError(
+            "label-skewed shards are not resumable with --backup_dir yet (its per-epoch data order is iid)",
+            where="--non_iid_classes",
+        )
     if cfg.correction not in CORRECTIONS:
-        raise InputError(f"unknown correction {cfg.correction!r}; choose one of {', '.join(CORRECTIONS)}",
-                         where="--correction")
+        raise InputError(
+            f"unknown correction {cfg.correction!r}; choose one of {', '.join(CORRECTIONS)}",
+            where="--correction",
+        )
     return cfg
 
 
@@ -191,8 +240,11 @@ def configure_local_cpus(n: int) -> List[str]:
             pass
     devices = [d.name for d in tf.config.list_logical_devices("CPU")]
     if len(devices) < n:
-        raise InputError(f"{n} replicas asked for but TensorFlow was already started with {len(devices)} "
-                         "logical CPU device(s) in this process", where="--replicas")
+        raise InputError(
+            f"{n} replicas asked for but TensorFlow was already started with {len(devices)} "
+            "logical CPU device(s) in this process",
+            where="--replicas",
+        )
     return devices[:n]
 
 
@@ -202,8 +254,10 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
 
     multi = tfc is not None and cfg.strategy != "single"
     if multi and tfc.num_ps:
-        raise InputError(f"--strategy={cfg.strategy} is collective (all-reduce): the cluster must not have ps "
-                         "tasks", where="TF_CONFIG")
+        raise InputError(
+            f"--strategy={cfg.strategy} is collective (all-reduce): the cluster must not have ps tasks",
+            where="TF_CONFIG",
+        )
     if cfg.strategy == "single":
         return tf.distribute.OneDeviceStrategy(configure_local_cpus(1)[0])
     if cfg.strategy == "ssgd":
@@ -215,14 +269,25 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
     try:  # skip_correct / local_sgd: another module, imported only when asked for
         from tf_commopt.distribute.skip_correct import SkipCorrectStrategy
     except ImportError as e:
-        raise InputError(f"--strategy={cfg.strategy} needs tf_commopt.distribute.skip_correct, which cannot be "
-                         f"imported here ({e})", where="--strategy") from None
-    kwargs = dict(interval=cfg.interval, correction="none" if cfg.strategy == "local_sgd" else cfg.correction,
-                  warmup_steps=cfg.warmup_steps, correction_lr=cfg.correction_lr,
-                  target_ratio=float(cfg.target_ratio), max_interval=cfg.max_interval,
-                  auto_probe_interval=cfg.auto_probe_interval, overlap=cfg.overlap)
+        raise InputError(
+            f"--strategy={cfg.strategy} needs tf_commopt.distribute.skip_correct, which cannot be "
+            f"imported here ({e})",
+            where="--strategy",
+        ) from None
+    kwargs = dict(
+        interval=cfg.interval,
+        correction="none" if cfg.strategy == "local_sgd" else cfg.correction,
+        warmup_steps=cfg.warmup_steps,
+        correction_lr=cfg.correction_lr,
+        target_ratio=float(cfg.target_ratio),
+        max_interval=cfg.max_interval,
+        auto_probe_interval=cfg.auto_probe_interval,
+        overlap=cfg.overlap,
+    )
     if multi:
-        return SkipCorrectStrategy(cluster_resolver=tf.distribute.cluster_resolver.TFConfigClusterResolver(), **kwargs)
+        return SkipCorrectStrategy(
+            cluster_resolver=tf.distribute.cluster_resolver.TFConfigClusterResolver(), **kwargs
+        )
     return SkipCorrectStrategy(devices=configure_local_cpus(cfg.replicas), **kwargs)
 
 
@@ -230,7 +295,9 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
 _train_dataset_fn = train_dataset_fn  # each worker reads its own shard (experiments.data), label-skewed with non_iid_classes > 0
 
 
-def _epoch_dataset_fn(x, y, global_batch: int, seed: int, steps_per_epoch: int, first_epoch: int, epochs: int):
+def _epoch_dataset_fn(
+    x, y, global_batch: int, seed: int, steps_per_epoch: int, first_epoch: int, epochs: int
+):
     """Like ``_train_dataset_fn`` but epoch e's batches depend only on (seed, e, shard): a run resumed at
     epoch e reads exactly what the uninterrupted run read there (element i goes to shard i mod N)."""
     import tensorflow as tf
@@ -238,12 +305,13 @@ def _epoch_dataset_fn(x, y, global_batch: int, seed: int, steps_per_epoch: int, 
     def fn(ctx: tf.distribute.InputContext):
         per_replica = ctx.get_per_replica_batch_size(global_batch)
         batches = steps_per_epoch * (ctx.num_replicas_in_sync // ctx.num_input_pipelines)  # per pipeline
-        xs = tf.constant(x[ctx.input_pipeline_id::ctx.num_input_pipelines])
-        ys = tf.constant(y[ctx.input_pipeline_id::ctx.num_input_pipelines])
+        xs = tf.constant(x[ctx.input_pipeline_id :: ctx.num_input_pipelines])
+        ys = tf.constant(y[ctx.input_pipeline_id :: ctx.num_input_pipelines])
 
         def epoch(e):
             order = tf.random.experimental.stateless_shuffle(
-                tf.range(tf.shape(xs, out_type=tf.int64)[0]), seed=tf.stack([tf.constant(seed, tf.int64), e]))
+                tf.range(tf.shape(xs, out_type=tf.int64)[0]), seed=tf.stack([tf.constant(seed, tf.int64), e])
+            )
             ds = tf.data.Dataset.from_tensor_slices(order).repeat().batch(per_replica, drop_remainder=True)
             return ds.take(batches).map(lambda i: (tf.gather(xs, i), tf.gather(ys, i)))
 
@@ -277,8 +345,11 @@ def restore_backup(model: Any, path: str) -> None:
         model.load_weights(path).assert_existing_objects_matched()
     except (tf.errors.OpError, ValueError, AssertionError, OSError, IndexError, KeyError) as e:
         first = (str(e).strip().splitlines() or [""])[0][:300]
-        raise InputError(f"cannot restore this backup (truncated, corrupt or from another model?): "
-                         f"{type(e).__name__}: {first}", where=path) from None
+        raise InputError(
+            f"cannot restore this backup (truncated, corrupt or from another model?): "
+            f"{type(e).__name__}: {first}",
+            where=path,
+        ) from None
 
 
 def _backup_callback(tf_keras: Any, model: Any, task_dir: str):
@@ -349,7 +420,9 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
     validate(cfg)
     tfc = tf_config_from_env()
     if tfc is None:
-        os.environ.pop("TF_CONFIG", None)  # a blank TF_CONFIG: TensorFlow's resolver would json.loads("") and fail
+        os.environ.pop(
+            "TF_CONFIG", None
+        )  # a blank TF_CONFIG: TensorFlow's resolver would json.loads("") and fail
     if tfc is not None and tfc.num_ps:  # parameter-server cluster (issue 8): its own loop, workers/ps serve
         from experiments.models import build_model
         from experiments.ps_train import run_training
@@ -357,7 +430,6 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
         return RunResult(*run_training(cfg, build_model, out))
     strategy = make_strategy(cfg, tfc)  # before any op: logical devices / collective set-up
 
-    import tensorflow as tf
     import tf_keras
 
     from experiments.models import build_model, param_bytes
@@ -374,11 +446,16 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
     except TfCommoptError:
         raise
     except Exception as e:  # cifar10 / mnist_full download through tf.keras.datasets
-        raise InputError(f"cannot load {cfg.dataset!r} (it downloads: internet needed; 'mnist' is bundled): "
-                         f"{' '.join(str(e).split())[:300]}", where="--dataset") from None
+        raise InputError(
+            f"cannot load {cfg.dataset!r} (it downloads: internet needed; 'mnist' is bundled): "
+            f"{' '.join(str(e).split())[:300]}",
+            where="--dataset",
+        ) from None
     replicas = strategy.num_replicas_in_sync
     if cfg.batch_size % replicas:
-        raise InputError(f"{cfg.batch_size} is not divisible by the {replicas} replicas", where="--batch_size")
+        raise InputError(
+            f"{cfg.batch_size} is not divisible by the {replicas} replicas", where="--batch_size"
+        )
     if cfg.steps:
         epochs, steps_per_epoch = 1, cfg.steps
     else:
@@ -386,29 +463,44 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
 
     with strategy.scope():
         model = build_model(cfg.model, data.input_shape, data.num_classes)
-        model.compile(optimizer=build_optimizer(cfg.optimizer, cfg.learning_rate, cfg.momentum),
-                      loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"], steps_per_execution=cfg.steps_per_execution)
+        model.compile(
+            optimizer=build_optimizer(cfg.optimizer, cfg.learning_rate, cfg.momentum),
+            loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            steps_per_execution=cfg.steps_per_execution,
+        )
     callbacks, first_epoch = [], 0
     if cfg.backup_dir:
-        tasks = ([f"{t}-{i}" for t in ("chief", "worker") for i in range(len(tfc.cluster.get(t, [])))]
-                 if multi else ["local"])
+        tasks = (
+            [f"{t}-{i}" for t in ("chief", "worker") for i in range(len(tfc.cluster.get(t, [])))]
+            if multi
+            else ["local"]
+        )
         task_dir = os.path.join(cfg.backup_dir, f"{tfc.task_type}-{tfc.task_index}" if multi else "local")
         first_epoch = min(resume_epoch(cfg.backup_dir, tasks), epochs)
         if first_epoch:
             restore_backup(model, os.path.join(task_dir, f"epoch-{first_epoch}", "ckpt"))
             print(f"resuming after epoch {first_epoch} from {task_dir}", file=out, flush=True)
         callbacks.append(_backup_callback(tf_keras, model, task_dir))
-        train = strategy.distribute_datasets_from_function(_epoch_dataset_fn(
-            data.x_train, data.y_train, cfg.batch_size, cfg.seed, steps_per_epoch, first_epoch, epochs))
+        train = strategy.distribute_datasets_from_function(
+            _epoch_dataset_fn(
+                data.x_train, data.y_train, cfg.batch_size, cfg.seed, steps_per_epoch, first_epoch, epochs
+            )
+        )
     else:
         train = strategy.distribute_datasets_from_function(
-            _train_dataset_fn(data.x_train, data.y_train, cfg.batch_size, cfg.seed, cfg.non_iid_classes))
-    where = (f"{tfc.task_type}:{tfc.task_index} of {replicas} workers" if multi
-             else f"{replicas} local replica(s)")
+            _train_dataset_fn(data.x_train, data.y_train, cfg.batch_size, cfg.seed, cfg.non_iid_classes)
+        )
+    where = (
+        f"{tfc.task_type}:{tfc.task_index} of {replicas} workers" if multi else f"{replicas} local replica(s)"
+    )
     if chief:
-        print(f"{cfg.strategy}: {cfg.model} on {cfg.dataset} ({len(data.x_train)} train / {len(data.x_test)} test), "
-              f"{where}, global batch {cfg.batch_size}, {epochs} x {steps_per_epoch} steps", file=out, flush=True)
+        print(
+            f"{cfg.strategy}: {cfg.model} on {cfg.dataset} ({len(data.x_train)} train / {len(data.x_test)} test), "
+            f"{where}, global batch {cfg.batch_size}, {epochs} x {steps_per_epoch} steps",
+            file=out,
+            flush=True,
+        )
     first_step: List[float] = []
     last_step: List[float] = [0.0]
     train_end: List[float] = []
@@ -425,12 +517,20 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
             train_end.append(time.perf_counter() - t0)
 
     t0 = time.perf_counter()
-    history = model.fit(train, epochs=epochs, initial_epoch=first_epoch, steps_per_epoch=steps_per_epoch,
-                        callbacks=callbacks + [_FirstStep()], verbose=1 if chief else 0)
+    history = model.fit(
+        train,
+        epochs=epochs,
+        initial_epoch=first_epoch,
+        steps_per_epoch=steps_per_epoch,
+        callbacks=callbacks + [_FirstStep()],
+        verbose=1 if chief else 0,
+    )
     wall = time.perf_counter() - t0
     if hasattr(strategy, "sync"):
         strategy.sync()  # average the local models before evaluating / saving
-    bench = time_allreduce(strategy, cfg.bench_allreduce_mb, cfg.bench_repeats) if cfg.bench_allreduce_mb else {}
+    bench = (
+        time_allreduce(strategy, cfg.bench_allreduce_mb, cfg.bench_repeats) if cfg.bench_allreduce_mb else {}
+    )
 
     # evaluate a plain copy of the trained weights: same numbers whatever the strategy, no collectives
     plain = build_model(cfg.model, data.input_shape, data.num_classes)
@@ -440,22 +540,43 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
 
     steps = int(model.optimizer.iterations.numpy())
     record: Dict[str, Any] = build_record(
-        strategy=cfg.strategy, model=cfg.model, dataset=cfg.dataset, replicas=replicas,
+        strategy=cfg.strategy,
+        model=cfg.model,
+        dataset=cfg.dataset,
+        replicas=replicas,
         workers=(tfc.num_workers + int(tfc.has_chief)) if multi else 1,
-        global_batch_size=cfg.batch_size, steps=steps, epochs=epochs, wall_s=wall,
+        global_batch_size=cfg.batch_size,
+        steps=steps,
+        epochs=epochs,
+        wall_s=wall,
         train_loss=(history.history.get("loss") or [math.nan])[-1],
         train_accuracy=(history.history.get("accuracy") or [math.nan])[-1],
-        test_loss=test_loss, test_accuracy=test_acc, seed=cfg.seed,
-        learning_rate=cfg.learning_rate, params=model.count_params(), param_bytes=param_bytes(model))
+        test_loss=test_loss,
+        test_accuracy=test_acc,
+        seed=cfg.seed,
+        learning_rate=cfg.learning_rate,
+        params=model.count_params(),
+        param_bytes=param_bytes(model),
+    )
     if cfg.strategy in ("skip_correct", "local_sgd"):
         stats = strategy.stats()
         record["interval"] = getattr(strategy, "interval", stats.get("interval"))
         record["overlap"] = cfg.overlap
-        for k in ("syncs", "comm_s", "first_sync_s", "compute_s", "bytes_communicated", "background_comm_s", "drain_wait_s",
-                  "interval_t_comm_s",
-                  "interval_t_comp_s",
-                  "interval_t_comm_samples_s", "interval_t_comp_samples_s",
-                  "interval_overhead_s", "interval_selection_comm_s"):
+        for k in (
+            "syncs",
+            "comm_s",
+            "first_sync_s",
+            "compute_s",
+            "bytes_communicated",
+            "background_comm_s",
+            "drain_wait_s",
+            "interval_t_comm_s",
+            "interval_t_comp_s",
+            "interval_t_comm_samples_s",
+            "interval_t_comp_samples_s",
+            "interval_overhead_s",
+            "interval_selection_comm_s",
+        ):
             if k in stats:
                 record[k] = stats[k]
     if first_step:  # fit start to the end of the first step (tracing, set-up): what no overlap can hide
@@ -470,12 +591,18 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
     record.update({k: round(v, 4) for k, v in bench.items()})
     if chief:
         save_result(cfg.model_dir, record, plain)
-        print(f"\n{cfg.strategy} on {where}: {steps} steps in {wall:.1f} s; "
-              f"final train loss {record['train_loss']:.4f}, test accuracy {100 * test_acc:.1f}% "
-              f"on {len(data.x_test)} held-out images", file=out)
+        print(
+            f"\n{cfg.strategy} on {where}: {steps} steps in {wall:.1f} s; "
+            f"final train loss {record['train_loss']:.4f}, test accuracy {100 * test_acc:.1f}% "
+            f"on {len(data.x_test)} held-out images",
+            file=out,
+        )
         if bench:
-            print(f"all-reduce of {bench['allreduce_mb']:.2f} MB: {bench['allreduce_s']:.3f} s "
-                  f"({bench['allreduce_busbw_mbit']:.1f} Mbit/s per rank)", file=out)
+            print(
+                f"all-reduce of {bench['allreduce_mb']:.2f} MB: {bench['allreduce_s']:.3f} s "
+                f"({bench['allreduce_busbw_mbit']:.1f} Mbit/s per rank)",
+                file=out,
+            )
         print(json.dumps(record), file=out, flush=True)
     return RunResult(record, plain)
 

@@ -1,4 +1,5 @@
 """Shared test set-up: tier markers by folder; the TensorFlow tiers get 4 logical CPU devices."""
+
 import os
 import sys
 

@@ -10,6 +10,7 @@ Example:
     >>> len(g)
     2
 """
+
 from __future__ import annotations
 
 import importlib

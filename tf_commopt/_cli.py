@@ -16,6 +16,7 @@ Example:
     >>> respell(["--per-step", "--noper-step"], {"--per_step", "--noper_step"}, "_")
     ['--per_step', '--noper_step']
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,14 +29,22 @@ import sys
 import tempfile
 from typing import Collection, Iterator, List, Optional, Sequence
 
-__all__ = ["CliParser", "DefaultsFormatter", "respell", "quiet_tensorflow", "TF_LOG_LEVELS",
-           "DEFAULT_TF_LOG_LEVEL"]
+__all__ = [
+    "CliParser",
+    "DefaultsFormatter",
+    "respell",
+    "quiet_tensorflow",
+    "TF_LOG_LEVELS",
+    "DEFAULT_TF_LOG_LEVEL",
+]
 
 TF_LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
 TF_LOG_LEVELS = (0, 1, 2, 3)  # TensorFlow's: 0 all, 1 no INFO, 2 errors only, 3 fatal only
 DEFAULT_TF_LOG_LEVEL = 2
-TF_LOG_HELP = ("TensorFlow's C++ log level: 0 everything, 1 no INFO, 2 errors only, 3 fatal only "
-               f"(default: ${TF_LOG_ENV} if set, else {DEFAULT_TF_LOG_LEVEL})")
+TF_LOG_HELP = (
+    "TensorFlow's C++ log level: 0 everything, 1 no INFO, 2 errors only, 3 fatal only "
+    f"(default: ${TF_LOG_ENV} if set, else {DEFAULT_TF_LOG_LEVEL})"
+)
 
 
 # ------------------------------------------------------------------------------------------ flag style
@@ -61,8 +70,13 @@ class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if ("%(default)" in text or "default" in text.lower() or action.default is None or action.default is False
-                or action.default is argparse.SUPPRESS):
+        if (
+            "%(default)" in text
+            or "default" in text.lower()
+            or action.default is None
+            or action.default is False
+            or action.default is argparse.SUPPRESS
+        ):
             return text
         return super()._get_help_string(action)
 
@@ -88,8 +102,9 @@ class CliParser(argparse.ArgumentParser):
 
 def add_tf_log_level(parser: argparse.ArgumentParser) -> None:
     """The ``--tf-log-level`` flag (see :func:`quiet_tensorflow`)."""
-    parser.add_argument("--tf-log-level", type=int, choices=TF_LOG_LEVELS, default=None, metavar="{0,1,2,3}",
-                        help=TF_LOG_HELP)
+    parser.add_argument(
+        "--tf-log-level", type=int, choices=TF_LOG_LEVELS, default=None, metavar="{0,1,2,3}", help=TF_LOG_HELP
+    )
 
 
 # ------------------------------------------------------------------------------------- quiet TensorFlow

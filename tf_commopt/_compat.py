@@ -11,6 +11,7 @@ Example:
     >>> _compat.check_internals()               # doctest: +SKIP
     []
 """
+
 from __future__ import annotations
 
 import inspect
@@ -21,14 +22,42 @@ import tensorflow as tf
 
 from tf_commopt.errors import TfCommoptError
 
-__all__ = ["SUPPORTED_TF", "INTERNALS", "check_internals", "host_variable", "values", "mirrored_strategy",
-           "collective_all_reduce_strategy", "collective_util", "distribute_lib", "tfconfig_cluster_resolver",
-           "slurm_cluster_resolver",
-           "resource_variable_ops", "save_context", "trackable_base", "tf_keras_internals", "optimizer_lr",
-           "optimizer_momentum", "optimizer_slots", "next_collective_key_base", "fresh_mirrored_strategy",
-           "framework_ops", "cluster_coordinator", "op_statistic", "keras_layer_graph", "keras_nodes_by_depth",
-           "keras_nested_outputs", "keras_history", "keras_inbound_nodes", "keras_all_layers", "graph_function",
-           "op_control_outputs", "unblock_coordinator_exit", "no_autotune", "device_iterators_without_autotune"]
+__all__ = [
+    "SUPPORTED_TF",
+    "INTERNALS",
+    "check_internals",
+    "host_variable",
+    "values",
+    "mirrored_strategy",
+    "collective_all_reduce_strategy",
+    "collective_util",
+    "distribute_lib",
+    "tfconfig_cluster_resolver",
+    "slurm_cluster_resolver",
+    "resource_variable_ops",
+    "save_context",
+    "trackable_base",
+    "tf_keras_internals",
+    "optimizer_lr",
+    "optimizer_momentum",
+    "optimizer_slots",
+    "next_collective_key_base",
+    "fresh_mirrored_strategy",
+    "framework_ops",
+    "cluster_coordinator",
+    "op_statistic",
+    "keras_layer_graph",
+    "keras_nodes_by_depth",
+    "keras_nested_outputs",
+    "keras_history",
+    "keras_inbound_nodes",
+    "keras_all_layers",
+    "graph_function",
+    "op_control_outputs",
+    "unblock_coordinator_exit",
+    "no_autotune",
+    "device_iterators_without_autotune",
+]
 
 SUPPORTED_TF: Tuple[str, ...] = ("2.21",)
 """TensorFlow major.minor versions this release was tested with (tf-keras must match)."""
@@ -39,24 +68,30 @@ def _check_version() -> None:
         return
     mm = ".".join(tf.__version__.split(".")[:2])
     if mm not in SUPPORTED_TF:
-        raise TfCommoptError(f"tf_commopt supports TensorFlow {', '.join(SUPPORTED_TF)}.x (it relies on "
-                             f"tf.distribute internals), found {tf.__version__}; install tensorflow=="
-                             f"{SUPPORTED_TF[-1]}.* tf-keras=={SUPPORTED_TF[-1]}.* or set "
-                             "TF_COMMOPT_SKIP_VERSION_CHECK=1")
+        raise TfCommoptError(
+            f"tf_commopt supports TensorFlow {', '.join(SUPPORTED_TF)}.x (it relies on "
+            f"tf.distribute internals), found {tf.__version__}; install tensorflow=="
+            f"{SUPPORTED_TF[-1]}.* tf-keras=={SUPPORTED_TF[-1]}.* or set "
+            "TF_COMMOPT_SKIP_VERSION_CHECK=1"
+        )
 
 
 _check_version()
 
 # ---- private TensorFlow modules (tensorflow.python.*) -------------------------------------------------
-from tensorflow.python.distribute import collective_all_reduce_strategy  # noqa: E402
-from tensorflow.python.distribute import collective_util  # noqa: E402
-from tensorflow.python.distribute import distribute_lib  # noqa: E402
-from tensorflow.python.distribute import mirrored_strategy  # noqa: E402
-from tensorflow.python.distribute import values  # noqa: E402
-from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver  # noqa: E402
-from tensorflow.python.distribute.cluster_resolver import tfconfig_cluster_resolver  # noqa: E402
-from tensorflow.python.distribute.coordinator import cluster_coordinator  # noqa: E402
 from tensorflow.python.data.ops import multi_device_iterator_ops  # noqa: E402
+from tensorflow.python.distribute import (
+    collective_all_reduce_strategy,  # noqa: E402
+    collective_util,  # noqa: E402
+    distribute_lib,  # noqa: E402
+    mirrored_strategy,  # noqa: E402
+    values,  # noqa: E402
+)
+from tensorflow.python.distribute.cluster_resolver import (
+    slurm_cluster_resolver,  # noqa: E402
+    tfconfig_cluster_resolver,  # noqa: E402
+)
+from tensorflow.python.distribute.coordinator import cluster_coordinator  # noqa: E402
 from tensorflow.python.framework import ops as framework_ops  # noqa: E402
 from tensorflow.python.ops import resource_variable_ops  # noqa: E402
 from tensorflow.python.saved_model import save_context  # noqa: E402
@@ -84,28 +119,38 @@ class _SetBy:
 
 # (object, attribute) pairs the package relies on; check_internals() verifies each exists
 INTERNALS: List[Tuple[Any, str]] = [
-    (values, "MirroredVariable"), (values, "SyncOnReadVariable"), (values, "DistributedValues"),
-    (values, "DistributedVariable"), (values, "PerReplica"),
+    (values, "MirroredVariable"),
+    (values, "SyncOnReadVariable"),
+    (values, "DistributedValues"),
+    (values, "DistributedVariable"),
+    (values, "PerReplica"),
     (values.MirroredVariable, "_get_cross_replica"),
-    (mirrored_strategy, "MirroredExtended"), (collective_all_reduce_strategy, "CollectiveAllReduceExtended"),
+    (mirrored_strategy, "MirroredExtended"),
+    (collective_all_reduce_strategy, "CollectiveAllReduceExtended"),
     (collective_all_reduce_strategy.CollectiveAllReduceExtended, "_reduce"),
-    (mirrored_strategy.MirroredExtended, "_reduce_to"), (mirrored_strategy.MirroredExtended, "_create_variable"),
+    (mirrored_strategy.MirroredExtended, "_reduce_to"),
+    (mirrored_strategy.MirroredExtended, "_create_variable"),
     (collective_all_reduce_strategy.CollectiveAllReduceExtended, "_create_variable"),
-    (collective_util, "Options"), (distribute_lib, "Strategy"),
+    (collective_util, "Options"),
+    (distribute_lib, "Strategy"),
     (tfconfig_cluster_resolver, "TFConfigClusterResolver"),
-    (resource_variable_ops, "ResourceVariable"), (save_context, "in_save_context"),
-    (trackable_base, "Trackable"), (trackable_base.Trackable, "_serialize_to_tensors"),
+    (resource_variable_ops, "ResourceVariable"),
+    (save_context, "in_save_context"),
+    (trackable_base, "Trackable"),
+    (trackable_base.Trackable, "_serialize_to_tensors"),
     # distribute/slurm.py sets _gpus_per_node/_gpus_per_task and reads _task_configuration (set by these)
     (slurm_cluster_resolver.SlurmClusterResolver, "_resolve_task_configuration"),
     (slurm_cluster_resolver.SlurmClusterResolver, "cluster_spec"),
     # tf/op_costs.py: TensorFlow's registered per-op statistics ("flops")
     (framework_ops, "get_stats_for_node_def"),
     # tf/model_files.py and tf/train_graph.py
-    (tf.Graph, "_get_function"), (tf.Operation, "_control_outputs"),
+    (tf.Graph, "_get_function"),
+    (tf.Operation, "_control_outputs"),
     # skip_correct.py tracks its per-optimizer state on the optimizer
     (trackable_base.Trackable, "_track_trackable"),
     # unblock_coordinator_exit (distribute/parameter_server.py)
-    (cluster_coordinator.ClusterCoordinator, "__del__"), (_SetBy(cluster_coordinator.ClusterCoordinator.__init__), "_cluster"),
+    (cluster_coordinator.ClusterCoordinator, "__del__"),
+    (_SetBy(cluster_coordinator.ClusterCoordinator.__init__), "_cluster"),
     (_SetBy(cluster_coordinator.Cluster.__init__), "failure_handler"),
     (cluster_coordinator.WorkerPreemptionHandler, "stop"),
     (_SetBy(cluster_coordinator.WorkerPreemptionHandler.__init__), "_cluster_update_lock"),
@@ -194,28 +239,47 @@ def tf_keras_internals() -> Any:
     except ImportError:
         return None
     import types
-    tk = types.SimpleNamespace(callbacks=callbacks, worker_training_state=worker_training_state,
-                               training=training, loss_scale_optimizer=loss_scale_optimizer,
-                               functional=functional, node=node, base_layer=base_layer, compile_utils=compile_utils,
-                               base_metric=base_metric,
-                               optimizer=optimizer, optimizer_v2=optimizer_v2)
+
+    tk = types.SimpleNamespace(
+        callbacks=callbacks,
+        worker_training_state=worker_training_state,
+        training=training,
+        loss_scale_optimizer=loss_scale_optimizer,
+        functional=functional,
+        node=node,
+        base_layer=base_layer,
+        compile_utils=compile_utils,
+        base_metric=base_metric,
+        optimizer=optimizer,
+        optimizer_v2=optimizer_v2,
+    )
     INTERNALS[0:0] = [  # at the front: callers may append/pop their own entries at the end
         (tk.loss_scale_optimizer, "strategy_supports_loss_scaling"),  # the one module-level hook
-        (tk.loss_scale_optimizer, "LossScaleOptimizer"), (tk.loss_scale_optimizer, "LossScaleOptimizerV3"),
-        (tk.loss_scale_optimizer, "BaseLossScaleOptimizer"), (tk.loss_scale_optimizer, "_DynamicLossScaleState"),
+        (tk.loss_scale_optimizer, "LossScaleOptimizer"),
+        (tk.loss_scale_optimizer, "LossScaleOptimizerV3"),
+        (tk.loss_scale_optimizer, "BaseLossScaleOptimizer"),
+        (tk.loss_scale_optimizer, "_DynamicLossScaleState"),
         # wrapped per instance (distribute/_keras_hooks.py); tf-keras must call them through the instance
-        (tk.callbacks.BackupAndRestore, "on_train_begin"),  # it reads self._supported_strategies (set in __init__)
-        (tk.worker_training_state.WorkerTrainingState, "back_up"), (tk.callbacks.TensorBoard, "on_train_begin"),
-        (tk.optimizer.Optimizer, "apply_gradients"), (tk.optimizer_v2.OptimizerV2, "apply_gradients"),
-        (tk.optimizer.Optimizer, "aggregate_gradients"), (tk.optimizer_v2.OptimizerV2, "_aggregate_gradients"),
+        (
+            tk.callbacks.BackupAndRestore,
+            "on_train_begin",
+        ),  # it reads self._supported_strategies (set in __init__)
+        (tk.worker_training_state.WorkerTrainingState, "back_up"),
+        (tk.callbacks.TensorBoard, "on_train_begin"),
+        (tk.optimizer.Optimizer, "apply_gradients"),
+        (tk.optimizer_v2.OptimizerV2, "apply_gradients"),
+        (tk.optimizer.Optimizer, "aggregate_gradients"),
+        (tk.optimizer_v2.OptimizerV2, "_aggregate_gradients"),
         (tk.optimizer_v2.OptimizerV2, "_distributed_apply"),
-        (tk.training.Model, "save_weights"), (tk.training.Model, "fit"),
+        (tk.training.Model, "save_weights"),
+        (tk.training.Model, "fit"),
         (_SetBy(tk.training.Model.__init__), "_distribution_strategy"),
         (_SetBy(tk.callbacks.BackupAndRestore.__init__), "_supported_strategies"),
         # the functional-graph readers below (keras_layer_graph, keras_nodes_by_depth, ...)
         (_SetBy(tk.functional.Functional._init_graph_network), "_nodes_by_depth"),
         (_SetBy(tk.functional.Functional._init_graph_network), "_nested_outputs"),
-        (_SetBy(tk.node.Node.__init__), "_keras_history"), (tk.base_layer.Layer, "_inbound_nodes"),
+        (_SetBy(tk.node.Node.__init__), "_keras_history"),
+        (tk.base_layer.Layer, "_inbound_nodes"),
         (tk.base_layer.Layer, "_flatten_layers"),  # keras_all_layers
         # read by the wrappers of distribute/_keras_hooks.py
         (_SetBy(tk.optimizer.Optimizer.__init__), "_mesh"),
@@ -289,8 +353,14 @@ def optimizer_slots(optimizer: Any) -> List[Any]:
     skip = {id(getattr(optimizer, "_iterations", None))}
     lr = getattr(optimizer, "_learning_rate", None)
     skip.add(id(lr))
-    return [v for v in cand if id(v) not in skip and v.dtype.is_floating
-            and isinstance(v, values.DistributedVariable) and "learning_rate" not in v.name]
+    return [
+        v
+        for v in cand
+        if id(v) not in skip
+        and v.dtype.is_floating
+        and isinstance(v, values.DistributedVariable)
+        and "learning_rate" not in v.name
+    ]
 
 
 # ---- TensorFlow graph statistics (tf/op_costs.py) ------------------------------------------------------

@@ -48,6 +48,7 @@ Command line::
 
     python -m tf_commopt.cluster --workers 2 --bandwidth-mbit 100 -- python -m experiments.train --steps 20
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,13 +74,15 @@ from tf_commopt.threads import thread_env
 __all__ = ["run_cluster", "ClusterResult", "TOPOLOGIES", "tbf_params", "tbf_command", "main"]
 
 TOPOLOGIES = ("switch", "shared")
-SUBNET = "10.213.0"          # private addresses, only inside namespaces this module creates
-ETH_FRAME = 1514             # bytes of a full Ethernet frame at MTU 1500 (what tbf counts per packet)
-TBF_BURST_S = 0.001          # token bucket depth: 1 ms of traffic at the rate ...
+SUBNET = "10.213.0"  # private addresses, only inside namespaces this module creates
+ETH_FRAME = 1514  # bytes of a full Ethernet frame at MTU 1500 (what tbf counts per packet)
+TBF_BURST_S = 0.001  # token bucket depth: 1 ms of traffic at the rate ...
 TBF_MIN_BURST = 4 * ETH_FRAME  # ... but at least 4 full frames (a bucket smaller than a frame drops it)
-TBF_LIMIT_S = 0.1            # queue: 100 ms of traffic at the rate ...
-TBF_MIN_LIMIT = 128 * 1024   # ... but at least 128 KiB
-SYSCTLS: Tuple[str, ...] = ()  # "key=value" sysctls set in every namespace (e.g. net.ipv4.tcp_slow_start_after_idle=0)
+TBF_LIMIT_S = 0.1  # queue: 100 ms of traffic at the rate ...
+TBF_MIN_LIMIT = 128 * 1024  # ... but at least 128 KiB
+SYSCTLS: Tuple[
+    str, ...
+] = ()  # "key=value" sysctls set in every namespace (e.g. net.ipv4.tcp_slow_start_after_idle=0)
 LAST_LINES = 20
 _NS_PREFIX = "tfco"
 _KILL_GRACE_S = 3.0
@@ -160,10 +163,14 @@ def _run(cmd: Sequence[str]) -> None:
 
 def _check_network_capability() -> None:
     if os.geteuid() != 0:
-        raise ClusterError("--bandwidth-mbit needs root (network namespaces and tc); run as root or drop the cap")
+        raise ClusterError(
+            "--bandwidth-mbit needs root (network namespaces and tc); run as root or drop the cap"
+        )
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
-            raise ClusterError(f"--bandwidth-mbit needs the `{tool}` command (iproute2), which is not on PATH")
+            raise ClusterError(
+                f"--bandwidth-mbit needs the `{tool}` command (iproute2), which is not on PATH"
+            )
 
 
 def _pid_alive(pid: int) -> bool:
@@ -214,8 +221,21 @@ def tbf_command(dev: str, bandwidth_mbit: float) -> List[str]:
     'tc qdisc add dev eth0 root tbf rate 20000000bit burst 6056 limit 250000'
     """
     rate_bit, burst, limit = tbf_params(bandwidth_mbit)
-    return ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{rate_bit}bit",
-            "burst", str(burst), "limit", str(limit)]
+    return [
+        "tc",
+        "qdisc",
+        "add",
+        "dev",
+        dev,
+        "root",
+        "tbf",
+        "rate",
+        f"{rate_bit}bit",
+        "burst",
+        str(burst),
+        "limit",
+        str(limit),
+    ]
 
 
 class _Network:
@@ -243,10 +263,14 @@ class _Network:
             raise
 
     def _add_ns(self, name: str) -> str:
-        p = subprocess.run(["ip", "netns", "add", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        p = subprocess.run(
+            ["ip", "netns", "add", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         if p.returncode != 0:
-            raise ClusterError(f"cannot create network namespace {name!r} (`ip netns add`): "
-                               f"{' '.join(p.stdout.split()) or p.returncode}")
+            raise ClusterError(
+                f"cannot create network namespace {name!r} (`ip netns add`): "
+                f"{' '.join(p.stdout.split()) or p.returncode}"
+            )
         self.namespaces.append(name)
         return name
 
@@ -273,14 +297,16 @@ class _Network:
         for i in range(n):
             ns = self._add_ns(f"{self.base}-t{i}")
             ip = f"{SUBNET}.{i + 1}"
-            _run(["ip", "-n", sw, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns])
+            _run(
+                ["ip", "-n", sw, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns]
+            )
             _run(["ip", "-n", sw, "link", "set", f"p{i}", "mtu", "1500", "master", "br0", "up"])
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
             _run(["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0"])
             _run(["ip", "-n", ns, "link", "set", "eth0", "mtu", "1500", "up"])
             self._sysctls(ns)
-            self._tbf(ns, "eth0")        # task -> switch
-            self._tbf(sw, f"p{i}")       # switch -> task
+            self._tbf(ns, "eth0")  # task -> switch
+            self._tbf(sw, f"p{i}")  # switch -> task
             self.task_ns.append(ns)
             self.hosts.append(ip)
 
@@ -373,7 +399,7 @@ def task_pid(marker: str, task_type: str, index: int) -> Optional[int]:
         for e in env:
             if e.startswith(b"TF_CONFIG="):
                 try:
-                    task = json.loads(e[len("TF_CONFIG="):]).get("task", {})
+                    task = json.loads(e[len("TF_CONFIG=") :]).get("task", {})
                 except ValueError:
                     break
                 if (task.get("type"), task.get("index")) == (task_type, index):
@@ -382,14 +408,29 @@ def task_pid(marker: str, task_type: str, index: int) -> Optional[int]:
 
 
 class _Task:
-    def __init__(self, name: str, argv: List[str], env: Dict[str, str], cwd: Optional[str],
-                 echo: Optional[TextIO], lock: threading.Lock, lines: Optional[List[str]] = None):
+    def __init__(
+        self,
+        name: str,
+        argv: List[str],
+        env: Dict[str, str],
+        cwd: Optional[str],
+        echo: Optional[TextIO],
+        lock: threading.Lock,
+        lines: Optional[List[str]] = None,
+    ):
         self.name = name
         self.lines: List[str] = lines if lines is not None else []  # a restarted task goes on with its lines
         self.spec = (argv, env, cwd, echo, lock)  # to start it again (restart_workers)
-        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         self.pgid = self.proc.pid  # a new session: the task leads its own process group
         self._reader = threading.Thread(target=self._read, args=(echo, lock), daemon=True)
         self._reader.start()
@@ -451,29 +492,50 @@ def _exit_code(rc: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------------- API
-def _validate(command: Sequence[str], workers: int, ps: int, bandwidth_mbit: Optional[float], topology: str,
-              timeout: Optional[float]) -> None:
+def _validate(
+    command: Sequence[str],
+    workers: int,
+    ps: int,
+    bandwidth_mbit: Optional[float],
+    topology: str,
+    timeout: Optional[float],
+) -> None:
     if not command or not all(isinstance(c, str) for c in command):
         raise InputError("missing COMMAND (give it after --)", where="command")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InputError(f"must be an integer >= 1, got {workers!r}", where="--workers")
     if isinstance(ps, bool) or not isinstance(ps, int) or ps < 0:
         raise InputError(f"must be an integer >= 0, got {ps!r}", where="--ps")
-    if bandwidth_mbit is not None and not (isinstance(bandwidth_mbit, (int, float))
-                                           and math.isfinite(bandwidth_mbit) and bandwidth_mbit > 0):
-        raise InputError(f"must be a positive number of Mbit/s, got {bandwidth_mbit!r}", where="--bandwidth-mbit")
+    if bandwidth_mbit is not None and not (
+        isinstance(bandwidth_mbit, (int, float)) and math.isfinite(bandwidth_mbit) and bandwidth_mbit > 0
+    ):
+        raise InputError(
+            f"must be a positive number of Mbit/s, got {bandwidth_mbit!r}", where="--bandwidth-mbit"
+        )
     if topology not in TOPOLOGIES:
-        raise InputError(f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}", where="--topology")
+        raise InputError(
+            f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}", where="--topology"
+        )
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise InputError(f"must be a positive number of seconds, got {timeout!r}", where="--timeout")
 
 
-def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool = False,
-                bandwidth_mbit: Optional[float] = None, topology: str = "switch", timeout: Optional[float] = None,
-                env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
-                echo: bool = True, stream: Optional[TextIO] = None,
-                threads_per_task: Optional[int] = None, tolerate_worker_failures: bool = False,
-                restart_workers: int = 0) -> ClusterResult:
+def run_cluster(
+    command: List[str],
+    workers: int = 2,
+    ps: int = 0,
+    chief: bool = False,
+    bandwidth_mbit: Optional[float] = None,
+    topology: str = "switch",
+    timeout: Optional[float] = None,
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[str] = None,
+    echo: bool = True,
+    stream: Optional[TextIO] = None,
+    threads_per_task: Optional[int] = None,
+    tolerate_worker_failures: bool = False,
+    restart_workers: int = 0,
+) -> ClusterResult:
     """Run ``command`` once per task of a local TF_CONFIG cluster and wait for it to finish.
 
     Example:
@@ -517,11 +579,17 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
     tolerant = bool(tolerate_worker_failures) or restart_workers > 0
     if tolerant and not (ps >= 1 and chief):
         flag = "--restart-workers" if restart_workers else "--tolerate-worker-failures"
-        raise InputError("only for parameter-server clusters (--ps >= 1 and --chief): a collective cluster cannot "
-                         "go on without one of its workers", where=flag)
-    if threads_per_task is not None and (isinstance(threads_per_task, bool) or not isinstance(threads_per_task, int)
-                                         or threads_per_task < 0):
-        raise InputError(f"must be an integer >= 0 or None, got {threads_per_task!r}", where="threads_per_task")
+        raise InputError(
+            "only for parameter-server clusters (--ps >= 1 and --chief): a collective cluster cannot "
+            "go on without one of its workers",
+            where=flag,
+        )
+    if threads_per_task is not None and (
+        isinstance(threads_per_task, bool) or not isinstance(threads_per_task, int) or threads_per_task < 0
+    ):
+        raise InputError(
+            f"must be an integer >= 0 or None, got {threads_per_task!r}", where="threads_per_task"
+        )
     out = (stream or sys.stdout) if echo else None
     specs = _task_names(workers, ps, chief)
     names = [f"{t}:{i}" for t, i in specs]
@@ -531,8 +599,10 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
     old_term = None
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
+
         def _on_term(signum, frame):
             raise _Terminated()
+
         old_term = signal.signal(signal.SIGTERM, _on_term)
     start = time.monotonic()
     returncode, failed, timed_out, message = 0, None, False, ""
@@ -567,7 +637,13 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
                 rc = t.proc.poll()
                 if t.name in given_up:  # a dead worker the run goes on without
                     continue
-                if tolerant and rc is not None and rc != 0 and t.name.startswith("worker:") and failed is None:
+                if (
+                    tolerant
+                    and rc is not None
+                    and rc != 0
+                    and t.name.startswith("worker:")
+                    and failed is None
+                ):
                     worker_failures.append(f"{t.name} exit {_exit_code(rc)}")
                     chief_up = any(c.proc.poll() is None for c in tasks if c.name.startswith("chief:"))
                     t.signal_group(signal.SIGKILL)  # whatever the dead worker left in its group
@@ -624,8 +700,18 @@ def run_cluster(command: List[str], workers: int = 2, ps: int = 0, chief: bool =
                 signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
                 signal.signal(signal.SIGINT, old_int if old_int is not None else signal.default_int_handler)
     wall = time.monotonic() - start
-    result = ClusterResult(returncode, {t.name: list(t.lines) for t in tasks}, wall, failed, timed_out,
-                           dict(zip(names, configs)), message, failed_signal, worker_failures, restarts)
+    result = ClusterResult(
+        returncode,
+        {t.name: list(t.lines) for t in tasks},
+        wall,
+        failed,
+        timed_out,
+        dict(zip(names, configs)),
+        message,
+        failed_signal,
+        worker_failures,
+        restarts,
+    )
     return result
 
 
@@ -650,30 +736,54 @@ def _positive_float(unit: str):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(prog="python -m tf_commopt.cluster",
-                       usage="python -m tf_commopt.cluster [options] -- COMMAND [ARG ...]",
-                       description="Run COMMAND once per task of a local TF_CONFIG cluster.",
-                       epilog="Example: python -m tf_commopt.cluster --workers 2 --bandwidth-mbit 100 -- "
-                              "python -m experiments.train --steps=20. Flags may also be spelled with "
-                              "underscores (--bandwidth_mbit).")
+    p = _OneLineParser(
+        prog="python -m tf_commopt.cluster",
+        usage="python -m tf_commopt.cluster [options] -- COMMAND [ARG ...]",
+        description="Run COMMAND once per task of a local TF_CONFIG cluster.",
+        epilog="Example: python -m tf_commopt.cluster --workers 2 --bandwidth-mbit 100 -- "
+        "python -m experiments.train --steps=20. Flags may also be spelled with "
+        "underscores (--bandwidth_mbit).",
+    )
     p.add_argument("--workers", type=int, default=2, help="worker tasks (>= 1)")
     p.add_argument("--ps", type=int, default=0, help="parameter-server tasks")
     p.add_argument("--chief", action="store_true", help="add a chief task")
-    p.add_argument("--bandwidth-mbit", type=_positive_float("Mbit/s"), default=None,
-                   help="shape the cluster's network to R Mbit/s with tc tbf (root)")
-    p.add_argument("--topology", default=None, choices=TOPOLOGIES,
-                   help="with --bandwidth-mbit: switch (a shaped link per task; the default) or shared (one "
-                        "shaped loopback for all)")
-    p.add_argument("--timeout", type=_positive_float("seconds"), default=None, help="kill every task after S seconds")
+    p.add_argument(
+        "--bandwidth-mbit",
+        type=_positive_float("Mbit/s"),
+        default=None,
+        help="shape the cluster's network to R Mbit/s with tc tbf (root)",
+    )
+    p.add_argument(
+        "--topology",
+        default=None,
+        choices=TOPOLOGIES,
+        help="with --bandwidth-mbit: switch (a shaped link per task; the default) or shared (one "
+        "shaped loopback for all)",
+    )
+    p.add_argument(
+        "--timeout", type=_positive_float("seconds"), default=None, help="kill every task after S seconds"
+    )
     p.add_argument("--quiet", action="store_true", help="do not echo the tasks' output")
-    p.add_argument("--threads-per-task", type=int, default=None,
-                   help="TensorFlow/OpenMP threads per task (default: the cores divided among the tasks; "
-                        "0 = TensorFlow's defaults)")
-    p.add_argument("--tolerate-worker-failures", action="store_true",
-                   help="ps clusters (--ps >= 1 --chief): go on when a worker dies (its work is re-run on the others)")
-    p.add_argument("--restart-workers", type=int, default=0, metavar="N",
-                   help="ps clusters: start a dead worker again, at most N times in all (implies "
-                        "--tolerate-worker-failures)")
+    p.add_argument(
+        "--threads-per-task",
+        type=int,
+        default=None,
+        help="TensorFlow/OpenMP threads per task (default: the cores divided among the tasks; "
+        "0 = TensorFlow's defaults)",
+    )
+    p.add_argument(
+        "--tolerate-worker-failures",
+        action="store_true",
+        help="ps clusters (--ps >= 1 --chief): go on when a worker dies (its work is re-run on the others)",
+    )
+    p.add_argument(
+        "--restart-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="ps clusters: start a dead worker again, at most N times in all (implies "
+        "--tolerate-worker-failures)",
+    )
     add_tf_log_level(p)
     return p
 
@@ -682,11 +792,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """CLI: ``python -m tf_commopt.cluster --workers N [...] -- COMMAND ...``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C works even if started with SIGINT ignored
+        signal.signal(
+            signal.SIGINT, signal.default_int_handler
+        )  # Ctrl-C works even if started with SIGINT ignored
     parser = _parser()
     if "--" in argv:
         k = argv.index("--")
-        opts, command = argv[:k], argv[k + 1:]
+        opts, command = argv[:k], argv[k + 1 :]
     else:
         opts, command = argv, []
     if any(a in ("-h", "--help") for a in opts):
@@ -705,10 +817,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("argument --topology: only with --bandwidth-mbit (an unshaped cluster has no topology)")
     quiet_tensorflow(args.tf_log_level)  # the tasks inherit $TF_CPP_MIN_LOG_LEVEL
     try:
-        r = run_cluster(command, workers=args.workers, ps=args.ps, chief=args.chief,
-                        bandwidth_mbit=args.bandwidth_mbit, topology=args.topology or "switch", timeout=args.timeout,
-                        echo=not args.quiet, threads_per_task=args.threads_per_task,
-                        tolerate_worker_failures=args.tolerate_worker_failures, restart_workers=args.restart_workers)
+        r = run_cluster(
+            command,
+            workers=args.workers,
+            ps=args.ps,
+            chief=args.chief,
+            bandwidth_mbit=args.bandwidth_mbit,
+            topology=args.topology or "switch",
+            timeout=args.timeout,
+            echo=not args.quiet,
+            threads_per_task=args.threads_per_task,
+            tolerate_worker_failures=args.tolerate_worker_failures,
+            restart_workers=args.restart_workers,
+        )
     except (InputError, ClusterError) as e:
         sys.stderr.write(f"tf_commopt.cluster: error: {e}\n")
         return 2

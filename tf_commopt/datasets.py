@@ -13,6 +13,7 @@ Example:
     >>> sorted(set(d.y_test.tolist())) == list(range(10))
     True
 """
+
 from __future__ import annotations
 
 import os
@@ -67,8 +68,14 @@ def load_dataset(name: str = "mnist", seed: int = 0, test_fraction: float = 0.2)
         else:
             (xtr, ytr), (xte, yte) = tf.keras.datasets.mnist.load_data()
             xtr, xte = xtr[..., None], xte[..., None]
-        return Dataset(name, xtr.astype(np.float32) / 255.0, ytr.reshape(-1).astype(np.int32),
-                       xte.astype(np.float32) / 255.0, yte.reshape(-1).astype(np.int32), 10)
+        return Dataset(
+            name,
+            xtr.astype(np.float32) / 255.0,
+            ytr.reshape(-1).astype(np.int32),
+            xte.astype(np.float32) / 255.0,
+            yte.reshape(-1).astype(np.int32),
+            10,
+        )
     raise InputError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}", where="--dataset")
 
 

@@ -8,6 +8,7 @@ Example:
     ...     print(e)
     --capacities: capacities: 'x' is not a number
 """
+
 from __future__ import annotations
 
 from typing import Optional

@@ -15,6 +15,7 @@ Example:
     >>> thread_env(2, cores=16)["TF_NUM_INTRAOP_THREADS"]
     '8'
 """
+
 from __future__ import annotations
 
 import os
@@ -41,4 +42,8 @@ def thread_env(tasks: int, cores: Optional[int] = None, per_task: Optional[int] 
     n = str(int(per_task))
     # at least 2 inter-op threads: one blocking op (a parameter-server closure's remote read, a
     # py_function) must not starve the rest (ParameterServerStrategy deadlocked with 1)
-    return {"TF_NUM_INTRAOP_THREADS": n, "TF_NUM_INTEROP_THREADS": str(max(2, int(per_task))), "OMP_NUM_THREADS": n}
+    return {
+        "TF_NUM_INTRAOP_THREADS": n,
+        "TF_NUM_INTEROP_THREADS": str(max(2, int(per_task))),
+        "OMP_NUM_THREADS": n,
+    }

@@ -4,6 +4,7 @@ Usage: python tests/cluster/_auto_worker.py
 Trains a ~1 MB dense model with model.fit under SkipCorrectStrategy(interval="auto") on this worker's
 own random data and prints strategy.stats() as one JSON line.
 """
+
 import json
 import os
 import sys
@@ -23,8 +24,9 @@ def main() -> None:
     strategy = SkipCorrectStrategy(interval="auto", max_interval=1000)
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.layers.Dense(512, activation="relu", input_shape=(480,)),
-                                     tf.keras.layers.Dense(10)])
+        model = tf.keras.Sequential(
+            [tf.keras.layers.Dense(512, activation="relu", input_shape=(480,)), tf.keras.layers.Dense(10)]
+        )
         model.compile(tf.keras.optimizers.SGD(0.01), "mse")
     rng = np.random.RandomState(task)
     x, y = rng.rand(64, 480).astype(np.float32), rng.rand(64, 10).astype(np.float32)

@@ -5,6 +5,7 @@ Custom loop: softmax regression, H = 3, vrl, ``overlap=True``, 8 steps on this w
 ``strategy.sync()``; records its copy of the variables and its Δ after every step and after the sync.
 Then ``model.fit`` (overlap, a mean in flight at its end) and ``evaluate``.
 """
+
 import json
 import os
 import sys
@@ -52,16 +53,31 @@ def main(out_dir: str) -> None:
 
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,))])
-        model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
     x = np.concatenate([r[0] for row in batches for r in row])
     y = np.concatenate([r[1] for row in batches for r in row])
-    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(R * B).repeat(), epochs=1, steps_per_epoch=7,
-              verbose=0)
+    model.fit(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(R * B).repeat(),
+        epochs=1,
+        steps_per_epoch=7,
+        verbose=0,
+    )
     pending = strategy.extended.drain()  # 0: the end of fit applied the mean launched at step 6
     loss = model.evaluate(tf.data.Dataset.from_tensor_slices((x, y)).batch(R * B), verbose=0)
-    np.savez(os.path.join(out_dir, f"worker{task}.npz"), w=np.stack(ws), b=np.stack(bs), d=np.stack(ds),
-             syncs=stats["syncs"], bytes=stats["bytes_communicated"], background=stats["background_comm_s"],
-             pending=pending, loss=loss, kernel_after_eval=model.layers[0].kernel.values[0].numpy())
+    np.savez(
+        os.path.join(out_dir, f"worker{task}.npz"),
+        w=np.stack(ws),
+        b=np.stack(bs),
+        d=np.stack(ds),
+        syncs=stats["syncs"],
+        bytes=stats["bytes_communicated"],
+        background=stats["background_comm_s"],
+        pending=pending,
+        loss=loss,
+        kernel_after_eval=model.layers[0].kernel.values[0].numpy(),
+    )
     print("done", task, flush=True)
 
 

@@ -6,6 +6,7 @@ line per setting with the initial and per-round global weights. ``kill ROUNDS`` 
 ROUNDS rounds, printing ``ROUND <r>`` after each (the test SIGKILLs a worker after a few), then one JSON
 line. The numpy reference lives in test_parameter_server.py.
 """
+
 import json
 import os
 import sys
@@ -35,11 +36,15 @@ def build(trainer, seed):
 
     with trainer.scope():
         init = tf_keras.initializers.RandomNormal(seed=seed)
-        model = tf_keras.Sequential([tf_keras.layers.Dense(2, input_shape=(3,), kernel_initializer=init,
-                                                           bias_initializer=init)])
+        model = tf_keras.Sequential(
+            [tf_keras.layers.Dense(2, input_shape=(3,), kernel_initializer=init, bias_initializer=init)]
+        )
     x, y = data()
-    trainer.compile(model, loss=tf_keras.losses.MeanSquaredError(),
-                    batch_fn=psc.array_batch_fn(x, y, num_shards=SHARDS, batch_size=BATCH))
+    trainer.compile(
+        model,
+        loss=tf_keras.losses.MeanSquaredError(),
+        batch_fn=psc.array_batch_fn(x, y, num_shards=SHARDS, batch_size=BATCH),
+    )
     return model
 
 
@@ -56,8 +61,14 @@ def main(argv):
     strategy = tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
     if argv[1] == "exact":
         for k, (h, corr, mom) in enumerate(SETTINGS):
-            t = psc.ParameterServerSkipCorrect(interval=h, correction=corr, learning_rate=LR, momentum=mom,
-                                               strategy=strategy, round_timeout_s=60)
+            t = psc.ParameterServerSkipCorrect(
+                interval=h,
+                correction=corr,
+                learning_rate=LR,
+                momentum=mom,
+                strategy=strategy,
+                round_timeout_s=60,
+            )
             model = build(t, seed=k)
             rec = {"interval": h, "correction": corr, "momentum": mom, "init": weights(model), "rounds": []}
             for _ in range(4):
@@ -68,8 +79,13 @@ def main(argv):
             print("RESULT " + json.dumps(rec), flush=True)
     elif argv[1] == "kill":
         rounds = int(argv[2])
-        t = psc.ParameterServerSkipCorrect(interval=2, correction="vrl", learning_rate=LR, strategy=strategy,
-                                           round_timeout_s=float(argv[3]) if len(argv) > 3 else 60)
+        t = psc.ParameterServerSkipCorrect(
+            interval=2,
+            correction="vrl",
+            learning_rate=LR,
+            strategy=strategy,
+            round_timeout_s=float(argv[3]) if len(argv) > 3 else 60,
+        )
         model = build(t, seed=7)
         rec = {"interval": 2, "correction": "vrl", "momentum": 0.0, "init": weights(model), "rounds": []}
         for r in range(rounds):
@@ -83,15 +99,30 @@ def main(argv):
             print(f"ROUND {r} workers {out['workers']}", flush=True)
             time.sleep(0.3)
         print("RESULT " + json.dumps(rec), flush=True)
-    elif argv[1] == "resume":  # resume ROUNDS DIR: restore the newest save in DIR, train, save after every round
+    elif (
+        argv[1] == "resume"
+    ):  # resume ROUNDS DIR: restore the newest save in DIR, train, save after every round
         rounds, directory = int(argv[2]), argv[3]
-        t = psc.ParameterServerSkipCorrect(interval=2, correction="vrl", learning_rate=LR, momentum=0.5,
-                                           strategy=strategy, round_timeout_s=30)
+        t = psc.ParameterServerSkipCorrect(
+            interval=2,
+            correction="vrl",
+            learning_rate=LR,
+            momentum=0.5,
+            strategy=strategy,
+            round_timeout_s=30,
+        )
         model = build(t, seed=7)
         init = weights(model)
         first = t.restore_latest(directory)
         print(f"RESUMED {first}", flush=True)
-        rec = {"interval": 2, "correction": "vrl", "momentum": 0.5, "init": init, "first": first, "rounds": []}
+        rec = {
+            "interval": 2,
+            "correction": "vrl",
+            "momentum": 0.5,
+            "init": init,
+            "first": first,
+            "rounds": [],
+        }
         for r in range(first, rounds):
             try:
                 out = t.run_round()

@@ -6,6 +6,7 @@ the start of epoch INTERRUPT_AT (a preempted job). ``resume``: a new cluster, a 
 zeros, the same fit call: BackupAndRestore restores the chief's backup and continues. Each worker records
 its own copy of the kernel, its Δ, t and k after fit.
 """
+
 import json
 import os
 import sys
@@ -49,8 +50,13 @@ def main(out_dir: str, backup_dir: str, mode: str, optimizer: str = "sgd") -> No
     data = data.with_options(opts)
     init = 0.0 if mode == "resume" else 0.1
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.layers.Dense(
-            C, input_shape=(F,), kernel_initializer=tf.keras.initializers.Constant(init))])
+        model = tf.keras.Sequential(
+            [
+                tf.keras.layers.Dense(
+                    C, input_shape=(F,), kernel_initializer=tf.keras.initializers.Constant(init)
+                )
+            ]
+        )
         opt = tf.keras.optimizers.Adam(0.05) if optimizer == "adam" else tf.keras.optimizers.SGD(LR)
         model.compile(opt, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     callbacks = [tf.keras.callbacks.BackupAndRestore(backup_dir)]
@@ -63,11 +69,17 @@ def main(out_dir: str, backup_dir: str, mode: str, optimizer: str = "sgd") -> No
         print("interrupted:", e, flush=True)
         epochs_run = INTERRUPT_AT
     state = strategy.extended.correction_state(model.optimizer)
-    np.savez(os.path.join(out_dir, f"{mode}{task}.npz"),
-             kernel=model.layers[0].kernel.values[0].numpy(), bias=model.layers[0].bias.values[0].numpy(),
-             delta=state.delta_numpy()[0][0] if state.deltas is not None else np.zeros(0),
-             iterations=int(model.optimizer.iterations.numpy()), local_steps=int(state.local_steps.numpy()),
-             epochs_run=epochs_run, syncs=strategy.stats()["syncs"], rule=state.rule)
+    np.savez(
+        os.path.join(out_dir, f"{mode}{task}.npz"),
+        kernel=model.layers[0].kernel.values[0].numpy(),
+        bias=model.layers[0].bias.values[0].numpy(),
+        delta=state.delta_numpy()[0][0] if state.deltas is not None else np.zeros(0),
+        iterations=int(model.optimizer.iterations.numpy()),
+        local_steps=int(state.local_steps.numpy()),
+        epochs_run=epochs_run,
+        syncs=strategy.stats()["syncs"],
+        rule=state.rule,
+    )
     print("done", mode, task, flush=True)
 
 

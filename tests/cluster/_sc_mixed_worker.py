@@ -4,6 +4,7 @@ Usage: python tests/cluster/_sc_mixed_worker.py OUT_DIR [POLICY]   (default mixe
 model.fit of softmax regression under mixed_float16 (dynamic loss scaling), H = 3, vrl, this worker's own
 shard; records this worker's kernel, bias and Δ after STEPS steps, its syncs and the loss scale.
 """
+
 import json
 import os
 import sys
@@ -37,20 +38,34 @@ def main(out_dir: str, policy: str = "mixed_float16") -> None:
     opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(R * B).repeat().with_options(opts)
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,)),
-                                     tf.keras.layers.Activation("linear", dtype="float32")])
+        model = tf.keras.Sequential(
+            [
+                tf.keras.layers.Dense(C, input_shape=(F,)),
+                tf.keras.layers.Activation("linear", dtype="float32"),
+            ]
+        )
         model.layers[0].set_weights([w0, b0])
-        model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
     mixed = policy == "mixed_float16"
-    assert not mixed or (isinstance(model.optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
-                         and model.optimizer.dynamic)
+    assert not mixed or (
+        isinstance(model.optimizer, tf.keras.mixed_precision.LossScaleOptimizer) and model.optimizer.dynamic
+    )
     model.fit(data, epochs=1, steps_per_epoch=STEPS, verbose=0)
     state = strategy.extended.correction_state(model.optimizer.inner_optimizer if mixed else model.optimizer)
     st = strategy.stats()
-    np.savez(os.path.join(out_dir, f"mixed{task}.npz"), w=model.layers[0].kernel.values[0].numpy(),
-             b=model.layers[0].bias.values[0].numpy(), d=state.delta_numpy()[0][0], syncs=st["syncs"],
-             steps=st["steps"], bytes=st["bytes_communicated"], iterations=int(model.optimizer.iterations.numpy()),
-             compute_dtype=model.layers[0].compute_dtype)
+    np.savez(
+        os.path.join(out_dir, f"mixed{task}.npz"),
+        w=model.layers[0].kernel.values[0].numpy(),
+        b=model.layers[0].bias.values[0].numpy(),
+        d=state.delta_numpy()[0][0],
+        syncs=st["syncs"],
+        steps=st["steps"],
+        bytes=st["bytes_communicated"],
+        iterations=int(model.optimizer.iterations.numpy()),
+        compute_dtype=model.layers[0].compute_dtype,
+    )
     print("done", task, flush=True)
 
 

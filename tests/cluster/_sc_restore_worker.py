@@ -6,6 +6,7 @@ a checkpoint (every worker writes: Δ of both workers is gathered; worker i into
 remaining steps. ``resume``: a new cluster restores ckpt0 (the chief's) and takes the remaining steps.
 Both record this worker's copy of the variables and its Δ after every step after the save.
 """
+
 import json
 import os
 import sys
@@ -57,8 +58,15 @@ def main(out_dir: str, mode: str) -> None:
     else:
         ckpt.restore(os.path.join(out_dir, "ckpt0", "ckpt"))  # Δ_i and k: deferred to the first step
     ws, bs, ds = run(batches[SAVE_AT:])
-    np.savez(os.path.join(out_dir, f"{mode}{task}.npz"), w=np.stack(ws), b=np.stack(bs), d=np.stack(ds),
-             iterations=int(opt.iterations.numpy()), syncs=strategy.stats()["syncs"], **saved)
+    np.savez(
+        os.path.join(out_dir, f"{mode}{task}.npz"),
+        w=np.stack(ws),
+        b=np.stack(bs),
+        d=np.stack(ds),
+        iterations=int(opt.iterations.numpy()),
+        syncs=strategy.stats()["syncs"],
+        **saved,
+    )
     print("done", mode, task, flush=True)
 
 

@@ -4,6 +4,7 @@ Usage: python tests/cluster/_sc_worker.py OUT_DIR
 Trains softmax regression with a custom loop (H = 3, vrl) on this worker's own data, records its copy
 of the variables and its Δ after every step, then runs model.fit for a few steps and evaluates.
 """
+
 import json
 import os
 import sys
@@ -49,15 +50,25 @@ def main(out_dir: str) -> None:
     # model.fit / evaluate under the multi-worker machinery
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,))])
-        model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
     x = np.concatenate([r[0] for row in batches for r in row])
     y = np.concatenate([r[1] for row in batches for r in row])
     ds_fit = tf.data.Dataset.from_tensor_slices((x, y)).batch(R * B).repeat()
     model.fit(ds_fit, epochs=1, steps_per_epoch=4, verbose=0)
     loss = model.evaluate(tf.data.Dataset.from_tensor_slices((x, y)).batch(R * B), verbose=0)
     kernel_after_eval = model.layers[0].kernel.values[0].numpy()
-    np.savez(os.path.join(out_dir, f"worker{task}.npz"), w=np.stack(ws), b=np.stack(bs), d=np.stack(ds),
-             syncs=stats["syncs"], bytes=stats["bytes_communicated"], loss=loss, kernel_after_eval=kernel_after_eval)
+    np.savez(
+        os.path.join(out_dir, f"worker{task}.npz"),
+        w=np.stack(ws),
+        b=np.stack(bs),
+        d=np.stack(ds),
+        syncs=stats["syncs"],
+        bytes=stats["bytes_communicated"],
+        loss=loss,
+        kernel_after_eval=kernel_after_eval,
+    )
     print("done", task, flush=True)
 
 

@@ -1,5 +1,6 @@
 """interval="auto" on a 2-worker cluster with a capped network: both workers agree on the timings and on
 H, H is what the pure policy gives for them, and H > 1 because communication is slow."""
+
 import json
 import os
 import sys
@@ -14,9 +15,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_two_workers_agree_on_the_first_iteration_interval():
-    r = run_cluster([sys.executable, os.path.join(ROOT, "tests", "cluster", "_auto_worker.py")], workers=2,
-                    bandwidth_mbit=20, topology="switch", timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
-                    cwd=ROOT, echo=False)
+    r = run_cluster(
+        [sys.executable, os.path.join(ROOT, "tests", "cluster", "_auto_worker.py")],
+        workers=2,
+        bandwidth_mbit=20,
+        topology="switch",
+        timeout=300,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=ROOT,
+        echo=False,
+    )
     tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 20))
     assert r.returncode == 0, f"{r.message}\n{tail}"
     stats = [json.loads([x for x in r.outputs[f"worker:{i}"] if x.startswith("{")][-1]) for i in range(2)]
@@ -24,11 +32,15 @@ def test_two_workers_agree_on_the_first_iteration_interval():
     for s in stats:
         assert s["interval_chosen"] == 1 and s["steps"] == 52
         assert len(s["interval_t_comm_samples_s"]) == 3 and len(s["interval_t_comp_samples_s"]) == 48
-        assert s["interval"] == FirstIterationPolicy(max_interval=1000).choose(s["interval_t_comm_s"],
-                                                                                 s["interval_t_comp_s"])
+        assert s["interval"] == FirstIterationPolicy(max_interval=1000).choose(
+            s["interval_t_comm_s"], s["interval_t_comp_s"]
+        )
         assert s["interval_overhead_s"] > 0
-    assert (a["interval"], a["interval_t_comm_s"], a["interval_t_comp_s"]) == \
-        (b["interval"], b["interval_t_comm_s"], b["interval_t_comp_s"])
+    assert (a["interval"], a["interval_t_comm_s"], a["interval_t_comp_s"]) == (
+        b["interval"],
+        b["interval_t_comm_s"],
+        b["interval_t_comp_s"],
+    )
     # the agreed timings are the mean over the two workers of each worker's sample median
     for key in ("comm", "comp"):
         want = np.mean([np.median(s[f"interval_t_{key}_samples_s"]) for s in stats])

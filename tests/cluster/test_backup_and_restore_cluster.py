@@ -1,6 +1,7 @@
 """tf.keras.callbacks.BackupAndRestore under SkipCorrectStrategy on a 2-worker cluster, as with
 MultiWorkerMirroredStrategy: a job preempted at an epoch start and re-run by a new cluster ends with every
 worker's copy equal to the uninterrupted job's (backups mid-interval: k ≠ 0, Δ_i ≠ 0)."""
+
 import os
 import sys
 
@@ -14,8 +15,14 @@ WORKER = os.path.join(ROOT, "tests", "cluster", "_sc_backup_worker.py")
 
 
 def _cluster(tmp_path, backup, mode, optimizer):
-    r = run_cluster([sys.executable, WORKER, str(tmp_path), str(backup), mode, optimizer], workers=2, timeout=400,
-                    env={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT, echo=False)
+    r = run_cluster(
+        [sys.executable, WORKER, str(tmp_path), str(backup), mode, optimizer],
+        workers=2,
+        timeout=400,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=ROOT,
+        echo=False,
+    )
     tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 20))
     assert r.returncode == 0, f"{mode}: {r.message}\n{tail}"
     return [dict(np.load(str(tmp_path / f"{mode}{i}.npz"))) for i in range(2)]
@@ -36,7 +43,9 @@ def test_preempted_job_resumed_by_a_new_cluster_equals_the_uninterrupted_job(tmp
         assert int(resumed[i]["iterations"]) == int(whole[i]["iterations"]) == 4 * steps_per_epoch
         assert int(resumed[i]["local_steps"]) == int(whole[i]["local_steps"])
         for key in ("kernel", "bias", "delta"):
-            np.testing.assert_allclose(resumed[i][key], whole[i][key], rtol=1e-5, atol=1e-5, err_msg=f"{key}{i}")
+            np.testing.assert_allclose(
+                resumed[i][key], whole[i][key], rtol=1e-5, atol=1e-5, err_msg=f"{key}{i}"
+            )
     # each worker restored its own Δ row (they differ), and every backup averaged first: after the last
     # epoch's backup both workers hold the same global model
     assert np.abs(whole[0]["delta"] - whole[1]["delta"]).max() > 1e-3

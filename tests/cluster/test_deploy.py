@@ -2,6 +2,7 @@
 operator's format, pod addresses mapped to loopback) and the SLURM step environment its sbatch script gets
 from srun (2 tasks on one node, read by SlurmClusterResolver), trains on 2 local worker processes through
 TensorFlow's own multi-worker runtime; both workers end with the same global model and the expected syncs."""
+
 import json
 import os
 import re
@@ -44,10 +45,19 @@ def _free_pair() -> int:
 
 def _run_workers(argv: List[str], envs: List[Dict[str, str]], cwd: str) -> List[dict]:
     base = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")}
-    base.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TF_NUM_INTEROP_THREADS="1",
-                TF_NUM_INTRAOP_THREADS="1")
-    procs = [subprocess.Popen(argv, env=dict(base, **e), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for e in envs]
+    base.update(
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=ROOT,
+        OMP_NUM_THREADS="1",
+        TF_NUM_INTEROP_THREADS="1",
+        TF_NUM_INTRAOP_THREADS="1",
+    )
+    procs = [
+        subprocess.Popen(
+            argv, env=dict(base, **e), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for e in envs
+    ]
     outs = []
     try:
         for p in procs:
@@ -98,8 +108,9 @@ def test_tfjob_manifest_tf_config_runs_the_script_on_two_workers(tmp_path):
     name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
     # what the training operator sets in pod i
     cluster = {"worker": [f"{name}-worker-{i}.{ns}.svc:{port}" for i in range(n)]}
-    operator_tf_configs = [{"cluster": cluster, "task": {"type": "worker", "index": i}, "environment": "cloud"}
-                           for i in range(n)]
+    operator_tf_configs = [
+        {"cluster": cluster, "task": {"type": "worker", "index": i}, "environment": "cloud"} for i in range(n)
+    ]
     # one machine: the pod addresses become loopback ports; everything else is the operator's TF_CONFIG
     local = {a: f"localhost:{_free_pair()}" for a in cluster["worker"]}
     envs = []
@@ -123,7 +134,7 @@ def test_slurm_step_environment_runs_the_script_through_slurm_cluster_resolver(t
     assert "#SBATCH --ntasks-per-node=1" in sbatch and "unset TF_CONFIG" in sbatch
     srun = [ln for ln in sbatch.splitlines() if ln.startswith("srun ")][0]
     argv = shlex.split(srun)
-    argv = argv[argv.index("python") + 1:]
+    argv = argv[argv.index("python") + 1 :]
     out_dir = str(tmp_path / "out")
     argv = [a.replace('"$OUT_DIR"', out_dir).replace("$OUT_DIR", out_dir) for a in argv]
     assert argv[0] == "train_multihost.py" and f"--out_dir={out_dir}" in argv, argv
@@ -135,11 +146,24 @@ def test_slurm_step_environment_runs_the_script_through_slurm_cluster_resolver(t
         host = "localhost"
     # what srun sets for a 2-task step on one node (the variables SlurmClusterResolver reads, and the
     # usual company); the sbatch script exports TF_USE_LEGACY_KERAS and TF_PORT_BASE
-    common = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "skip-correct-mnist", "SLURM_STEP_ID": "0",
-              "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "1", "SLURM_NNODES": "1",
-              "SLURM_JOB_NODELIST": host, "SLURM_STEP_NODELIST": host, "SLURM_NODELIST": host,
-              "SLURM_TASKS_PER_NODE": "2", "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_NODEID": "0",
-              "SLURMD_NODENAME": host, "TF_USE_LEGACY_KERAS": "1", "TF_PORT_BASE": str(port)}
+    common = {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "skip-correct-mnist",
+        "SLURM_STEP_ID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_NUM_NODES": "1",
+        "SLURM_NNODES": "1",
+        "SLURM_JOB_NODELIST": host,
+        "SLURM_STEP_NODELIST": host,
+        "SLURM_NODELIST": host,
+        "SLURM_TASKS_PER_NODE": "2",
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_NODEID": "0",
+        "SLURMD_NODENAME": host,
+        "TF_USE_LEGACY_KERAS": "1",
+        "TF_PORT_BASE": str(port),
+    }
     envs = [dict(common, SLURM_PROCID=str(i), SLURM_LOCALID=str(i)) for i in range(2)]
     results = _run_workers([sys.executable, str(script)] + argv[1:], envs, str(tmp_path))
     _check(results, ["worker-0", "worker-1"], out_dir)
@@ -148,20 +172,28 @@ def test_slurm_step_environment_runs_the_script_through_slurm_cluster_resolver(t
 def _slurm_env(monkeypatch, procid, nodelist, tasks_per_node, num_tasks):
     monkeypatch.setenv("PATH", "/nonexistent")  # neither scontrol nor nvidia-smi can be called
     monkeypatch.delenv("SLURM_GPUS_ON_NODE", raising=False)
-    for k, v in {"SLURM_PROCID": str(procid), "SLURM_STEP_NUM_TASKS": str(num_tasks),
-                 "SLURM_STEP_NODELIST": nodelist, "SLURM_STEP_TASKS_PER_NODE": tasks_per_node}.items():
+    for k, v in {
+        "SLURM_PROCID": str(procid),
+        "SLURM_STEP_NUM_TASKS": str(num_tasks),
+        "SLURM_STEP_NODELIST": nodelist,
+        "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
+    }.items():
         monkeypatch.setenv(k, v)
 
 
-@pytest.mark.parametrize("procid,nodelist,per_node,n,workers,task", [
-    (1, "node[01-02]", "1(x2)", 2, ["node01:8888", "node02:8888"], 1),
-    (2, "gpu-a[3,7],cpu1", "2,1(x2)", 4, ["cpu1:8888", "gpu-a3:8888", "gpu-a3:8889", "gpu-a7:8888"], 2),
-])
+@pytest.mark.parametrize(
+    "procid,nodelist,per_node,n,workers,task",
+    [
+        (1, "node[01-02]", "1(x2)", 2, ["node01:8888", "node02:8888"], 1),
+        (2, "gpu-a[3,7],cpu1", "2,1(x2)", 4, ["cpu1:8888", "gpu-a3:8888", "gpu-a3:8889", "gpu-a7:8888"], 2),
+    ],
+)
 def test_cpu_slurm_resolver_reads_multi_node_steps(monkeypatch, procid, nodelist, per_node, n, workers, task):
     """The cluster our CPU resolver builds from a multi-node step: TensorFlow's addresses and packing
     (sorted hosts, port_base + local index), task = SLURM_PROCID, no GPU, no scontrol/nvidia-smi."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
+
     from tf_commopt.distribute.slurm import CpuSlurmClusterResolver, slurm_cluster_resolver
 
     _slurm_env(monkeypatch, procid, nodelist, per_node, n)
@@ -173,8 +205,9 @@ def test_cpu_slurm_resolver_reads_multi_node_steps(monkeypatch, procid, nodelist
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "untouched"
     # TensorFlow's own resolver on the same CPU step: the failure the subclass works around
     with pytest.raises(ValueError, match="must not be zero"):
-        tf.distribute.cluster_resolver.SlurmClusterResolver(port_base=8888, gpus_per_node=0,
-                                                            auto_set_gpu=False).cluster_spec()
+        tf.distribute.cluster_resolver.SlurmClusterResolver(
+            port_base=8888, gpus_per_node=0, auto_set_gpu=False
+        ).cluster_spec()
     # with GPUs allocated it is TensorFlow's resolver, unchanged
     monkeypatch.setenv("SLURM_GPUS_ON_NODE", "2")
     g = slurm_cluster_resolver(port_base=9000)

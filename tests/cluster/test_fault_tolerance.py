@@ -15,6 +15,7 @@ taken mid-interval (k = 2 local steps since the last scheduled sync) and a resum
 * A process SIGKILLed while writing its backup leaves only a temp directory; the re-run ignores it.
 * Without the launcher, the survivor of a killed peer is aborted by TensorFlow (bounded), not hung.
 """
+
 import json
 import os
 import shutil
@@ -30,10 +31,21 @@ import pytest
 from tf_commopt.cluster import live_processes, run_cluster, task_pid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-EPOCHS, STEPS_PER_EPOCH = 3, 125          # 4000 bundled MNIST training images / global batch 32
-BASE = [sys.executable, "-m", "experiments.train", "--strategy=skip_correct", "--interval=3", "--correction=vrl",
-        "--momentum=0", "--learning_rate=0.05", "--model=mlp", f"--epochs={EPOCHS}", "--batch_size=32"]
-KILL_BOUND_S = 60.0      # after the SIGKILL, the whole job must be over within this
+EPOCHS, STEPS_PER_EPOCH = 3, 125  # 4000 bundled MNIST training images / global batch 32
+BASE = [
+    sys.executable,
+    "-m",
+    "experiments.train",
+    "--strategy=skip_correct",
+    "--interval=3",
+    "--correction=vrl",
+    "--momentum=0",
+    "--learning_rate=0.05",
+    "--model=mlp",
+    f"--epochs={EPOCHS}",
+    "--batch_size=32",
+]
+KILL_BOUND_S = 60.0  # after the SIGKILL, the whole job must be over within this
 
 
 def _cmd(backup, model_dir):
@@ -41,8 +53,15 @@ def _cmd(backup, model_dir):
 
 
 def _run(cmd, timeout=420, stream=None):
-    return run_cluster(cmd, workers=2, timeout=timeout, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT,
-                       echo=stream is not None, stream=stream)
+    return run_cluster(
+        cmd,
+        workers=2,
+        timeout=timeout,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=ROOT,
+        echo=stream is not None,
+        stream=stream,
+    )
 
 
 def _tail(r, n=12):
@@ -58,8 +77,13 @@ def _record(r):
 def _weights(model_dir):
     out = []
     with h5py.File(os.path.join(model_dir, "model.weights.h5"), "r") as f:
-        f.visititems(lambda name, obj: out.append((name, np.array(obj)))
-                     if isinstance(obj, h5py.Dataset) and name.startswith("layers/") else None)
+        f.visititems(
+            lambda name, obj: (
+                out.append((name, np.array(obj)))
+                if isinstance(obj, h5py.Dataset) and name.startswith("layers/")
+                else None
+            )
+        )
     return dict(out)
 
 
@@ -90,7 +114,7 @@ def _check_backup_state(ckpt, epoch):
     t = int(r.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"))
     assert t == epoch * STEPS_PER_EPOCH
     assert int(r.get_tensor(key + "interval")) == 3 and int(r.get_tensor(key + "num_replicas")) == 2
-    assert int(r.get_tensor(key + "local_steps")) == t % 3 != 0          # saved mid-interval
+    assert int(r.get_tensor(key + "local_steps")) == t % 3 != 0  # saved mid-interval
     deltas = [r.get_tensor(key + f"delta_{j}") for j in range(4)]
     assert all(d.shape[0] == 2 and np.abs(d).max() > 1e-4 for d in deltas)
     # VRL: Σ_i Δ_i = 0 (float32 rounding accumulated over the syncs: relative 1e-3)
@@ -106,10 +130,15 @@ def reference(tmp_path_factory):
     rec = _record(r)
     assert rec["steps"] == EPOCHS * STEPS_PER_EPOCH and rec["resumed_after_epoch"] == 0
     assert rec["interval"] == 3 and rec["syncs"] > 0
-    for t in ("worker-0", "worker-1"):     # the last two epochs are kept per worker
+    for t in ("worker-0", "worker-1"):  # the last two epochs are kept per worker
         assert _epochs(str(d / "backup" / t)) == [EPOCHS - 1, EPOCHS]
         _check_backup_state(str(d / "backup" / t / f"epoch-{EPOCHS - 1}" / "ckpt"), EPOCHS - 1)
-    return {"record": rec, "weights": _weights(str(d / "model")), "backup": str(d / "backup"), "wall_s": r.wall_s}
+    return {
+        "record": rec,
+        "weights": _weights(str(d / "model")),
+        "backup": str(d / "backup"),
+        "wall_s": r.wall_s,
+    }
 
 
 def test_sigkill_worker_fails_fast_then_resume_matches_uninterrupted(reference, tmp_path, capsys):
@@ -142,19 +171,23 @@ def test_sigkill_worker_fails_fast_then_resume_matches_uninterrupted(reference, 
     for t in ("worker-0", "worker-1"):
         _check_backup_state(os.path.join(backup, t, f"epoch-{done}", "ckpt"), done)
 
-    r2 = _run(_cmd(backup, model_dir))            # the very same command
+    r2 = _run(_cmd(backup, model_dir))  # the very same command
     assert r2.returncode == 0, f"{r2.message}\n{_tail(r2)}"
     rec = _record(r2)
-    assert rec["resumed_after_epoch"] == done     # no completed epoch lost
-    assert any(line == f"resuming after epoch {done} from {os.path.join(backup, 'worker-0')}"
-               for line in r2.outputs["worker:0"])
-    assert rec["steps"] == EPOCHS * STEPS_PER_EPOCH   # the step counter t was restored
+    assert rec["resumed_after_epoch"] == done  # no completed epoch lost
+    assert any(
+        line == f"resuming after epoch {done} from {os.path.join(backup, 'worker-0')}"
+        for line in r2.outputs["worker:0"]
+    )
+    assert rec["steps"] == EPOCHS * STEPS_PER_EPOCH  # the step counter t was restored
     assert rec["interval"] == 3
     _assert_same_weights(_weights(model_dir), reference["weights"])
     with capsys.disabled():
-        print(f"\n[fault] worker:1 SIGKILLed in epoch {done + 1}: job over {stop_s:.1f} s later "
-              f"({r.message}); resumed after epoch {done}; final weights equal the uninterrupted run "
-              f"(reference {reference['wall_s']:.0f} s, killed {r.wall_s:.0f} s, resumed {r2.wall_s:.0f} s)")
+        print(
+            f"\n[fault] worker:1 SIGKILLed in epoch {done + 1}: job over {stop_s:.1f} s later "
+            f"({r.message}); resumed after epoch {done}; final weights equal the uninterrupted run "
+            f"(reference {reference['wall_s']:.0f} s, killed {r.wall_s:.0f} s, resumed {r2.wall_s:.0f} s)"
+        )
 
 
 def test_save_interrupted_on_one_worker_falls_back_to_previous_epoch(reference, tmp_path):
@@ -171,18 +204,20 @@ def test_save_interrupted_on_one_worker_falls_back_to_previous_epoch(reference, 
     rec = _record(r)
     assert rec["resumed_after_epoch"] == EPOCHS - 1 and rec["steps"] == EPOCHS * STEPS_PER_EPOCH
     _assert_same_weights(_weights(model_dir), reference["weights"])
-    assert _epochs(w1) == [EPOCHS - 1, EPOCHS] and not os.path.exists(os.path.join(w1, f".tmp-epoch-{EPOCHS}"))
+    assert _epochs(w1) == [EPOCHS - 1, EPOCHS] and not os.path.exists(
+        os.path.join(w1, f".tmp-epoch-{EPOCHS}")
+    )
 
 
 def test_truncated_and_foreign_checkpoints_are_one_line_errors(reference, tmp_path):
     backup = str(tmp_path / "backup")
     shutil.copytree(reference["backup"], backup)
-    for t in ("worker-0", "worker-1"):                       # resume after epoch 2 (epoch 3 dropped)
+    for t in ("worker-0", "worker-1"):  # resume after epoch 2 (epoch 3 dropped)
         shutil.rmtree(os.path.join(backup, t, f"epoch-{EPOCHS}"))
     ck0 = os.path.join(backup, "worker-0", f"epoch-{EPOCHS - 1}")
     data = [f for f in os.listdir(ck0) if ".data-" in f][0]
     size = os.path.getsize(os.path.join(ck0, data))
-    with open(os.path.join(ck0, data), "r+b") as f:         # worker 0: data file cut in half
+    with open(os.path.join(ck0, data), "r+b") as f:  # worker 0: data file cut in half
         f.truncate(size // 2)
     # worker 1: its index file overwritten with random bytes
     ck1 = os.path.join(backup, "worker-1", f"epoch-{EPOCHS - 1}")
@@ -191,11 +226,15 @@ def test_truncated_and_foreign_checkpoints_are_one_line_errors(reference, tmp_pa
         f.write(np.random.default_rng(0).bytes(4096))
     r = _run(_cmd(backup, str(tmp_path / "model")), timeout=300)
     assert r.returncode == 2, f"{r.message}\n{_tail(r)}"
-    errors = [line for t in r.outputs for line in r.outputs[t] if line.startswith("experiments.train: error:")]
+    errors = [
+        line for t in r.outputs for line in r.outputs[t] if line.startswith("experiments.train: error:")
+    ]
     assert errors, _tail(r)
     first = r.outputs[r.failed_task]
     err = [line for line in first if line.startswith("experiments.train: error:")]
-    assert len(err) == 1 and "cannot restore this backup" in err[0] and f"epoch-{EPOCHS - 1}" in err[0], _tail(r)
+    assert len(err) == 1 and "cannot restore this backup" in err[0] and f"epoch-{EPOCHS - 1}" in err[0], (
+        _tail(r)
+    )
     assert not any("Traceback" in line for line in first)
 
 
@@ -207,7 +246,7 @@ def test_checkpoint_of_another_model_is_a_one_line_error(reference, tmp_path):
     err = [line for line in r.outputs[r.failed_task] if line.startswith("experiments.train: error:")]
     assert len(err) == 1 and "cannot restore this backup" in err[0] and "another model" in err[0], _tail(r)
     after = {t: sorted(os.listdir(os.path.join(reference["backup"], t))) for t in ("worker-0", "worker-1")}
-    assert after == before          # a failed restore never touches the backups
+    assert after == before  # a failed restore never touches the backups
 
 
 def test_without_the_launcher_the_survivor_is_aborted_not_hung(tmp_path, capsys):
@@ -226,10 +265,21 @@ def test_without_the_launcher_the_survivor_is_aborted_not_hung(tmp_path, capsys)
     procs = []
     try:
         for i in range(2):
-            env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
-                       TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-            procs.append(subprocess.Popen(cmd + [f"--backup_dir={backup}"], env=env, cwd=ROOT,
-                                          stdout=open(tmp_path / f"w{i}.log", "w"), stderr=subprocess.STDOUT))
+            env = dict(
+                os.environ,
+                TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
+                TF_CPP_MIN_LOG_LEVEL="2",
+                PYTHONUNBUFFERED="1",
+            )
+            procs.append(
+                subprocess.Popen(
+                    cmd + [f"--backup_dir={backup}"],
+                    env=env,
+                    cwd=ROOT,
+                    stdout=open(tmp_path / f"w{i}.log", "w"),
+                    stderr=subprocess.STDOUT,
+                )
+            )
         deadline = time.monotonic() + 300
         while not os.path.isdir(os.path.join(backup, "worker-1", "epoch-1")):
             assert time.monotonic() < deadline and procs[0].poll() is None and procs[1].poll() is None
@@ -246,8 +296,10 @@ def test_without_the_launcher_the_survivor_is_aborted_not_hung(tmp_path, capsys)
     assert rc != 0
     why = [line.strip() for line in open(tmp_path / "w0.log") if "aborted" in line or "crashed" in line]
     with capsys.disabled():
-        print(f"\n[fault] no launcher: worker:0 ended {waited:.1f} s after its peer was SIGKILLed (exit code {rc}): "
-              f"{why[-1][:120] if why else '?'}")
+        print(
+            f"\n[fault] no launcher: worker:0 ended {waited:.1f} s after its peer was SIGKILLed (exit code {rc}): "
+            f"{why[-1][:120] if why else '?'}"
+        )
 
 
 def test_crash_while_saving_leaves_no_checkpoint_that_restores_wrongly(tmp_path, capsys):
@@ -256,15 +308,31 @@ def test_crash_while_saving_leaves_no_checkpoint_that_restores_wrongly(tmp_path,
     ends with the weights of an uninterrupted run."""
     import subprocess
 
-    base = [sys.executable, "-m", "experiments.train", "--strategy=skip_correct", "--replicas=2", "--interval=3",
-            "--momentum=0", "--model=big_mlp", "--steps=4", "--batch_size=32", "--learning_rate=0.01"]
+    base = [
+        sys.executable,
+        "-m",
+        "experiments.train",
+        "--strategy=skip_correct",
+        "--replicas=2",
+        "--interval=3",
+        "--momentum=0",
+        "--model=big_mlp",
+        "--steps=4",
+        "--batch_size=32",
+        "--learning_rate=0.01",
+    ]
     env = dict(os.environ, TF_CONFIG="", TF_CPP_MIN_LOG_LEVEL="2")
 
     def cmd(name):
-        return base + [f"--backup_dir={tmp_path / name / 'backup'}", f"--model_dir={tmp_path / name / 'model'}"]
+        return base + [
+            f"--backup_dir={tmp_path / name / 'backup'}",
+            f"--model_dir={tmp_path / name / 'model'}",
+        ]
 
     task_dir = tmp_path / "crash" / "backup" / "local"
-    p = subprocess.Popen(cmd("crash"), env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        cmd("crash"), env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 300
         while not (task_dir / ".tmp-epoch-1").exists() and p.poll() is None:
@@ -278,18 +346,20 @@ def test_crash_while_saving_leaves_no_checkpoint_that_restores_wrongly(tmp_path,
             p.wait()
     left = sorted(os.listdir(task_dir)) if task_dir.exists() else []
     during_save = ".tmp-epoch-1" in left and "epoch-1" not in left
-    assert during_save, left          # the kill hit the save: a temp directory, no epoch-1
+    assert during_save, left  # the kill hit the save: a temp directory, no epoch-1
     runs = {}
     for name in ("crash", "clean"):
         r = subprocess.run(cmd(name), env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         runs[name] = json.loads(r.stdout.strip().splitlines()[-1])
     assert runs["crash"]["steps"] == runs["clean"]["steps"] == 4
-    assert runs["crash"]["resumed_after_epoch"] == 0      # nothing complete to resume: a fresh start, no error
+    assert runs["crash"]["resumed_after_epoch"] == 0  # nothing complete to resume: a fresh start, no error
     a, b = _weights(str(tmp_path / "crash" / "model")), _weights(str(tmp_path / "clean" / "model"))
     assert sorted(a) == sorted(b)
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-5, err_msg=k)
     with capsys.disabled():
-        print(f"\n[fault] SIGKILL during the first save (left: {left}); "
-              f"re-run resumed after epoch {runs['crash']['resumed_after_epoch']} and matched the clean run")
+        print(
+            f"\n[fault] SIGKILL during the first save (left: {left}); "
+            f"re-run resumed after epoch {runs['crash']['resumed_after_epoch']} and matched the clean run"
+        )

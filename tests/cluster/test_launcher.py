@@ -2,6 +2,7 @@
 
 No TensorFlow here: the tasks are small Python scripts, so each test takes about a second.
 """
+
 import io
 import json
 import os
@@ -61,8 +62,10 @@ def test_tf_config_prefix_and_ps_stopped_when_workers_finish():
     assert isinstance(r, ClusterResult)
     assert r.returncode == 0 and r.failed_task is None, r.message
     assert sorted(r.outputs) == ["chief:0", "ps:0", "worker:0", "worker:1"]
-    clusters = {json.dumps(json.loads(lines[0].split(" ", 1)[1]), sort_keys=True) for lines in r.outputs.values()}
-    assert len(clusters) == 1                                     # everybody sees the same cluster
+    clusters = {
+        json.dumps(json.loads(lines[0].split(" ", 1)[1]), sort_keys=True) for lines in r.outputs.values()
+    }
+    assert len(clusters) == 1  # everybody sees the same cluster
     cluster = json.loads(clusters.pop())
     assert {k: len(v) for k, v in cluster.items()} == {"chief": 1, "worker": 2, "ps": 1}
     addrs = [a for v in cluster.values() for a in v]
@@ -70,12 +73,12 @@ def test_tf_config_prefix_and_ps_stopped_when_workers_finish():
     for name, lines in r.outputs.items():
         ttype, idx = name.split(":")
         assert lines[1] == f"me {ttype} {idx}"
-        assert "to stderr" in lines                                # stderr is captured too
+        assert "to stderr" in lines  # stderr is captured too
         assert r.tf_configs[name]["task"] == {"type": ttype, "index": int(idx)}
     echoed = buf.getvalue().splitlines()
     assert "[worker:1] me worker 1" in echoed and "[ps:0] to stderr" in echoed
     assert all(line.startswith(("[chief:0] ", "[worker:0] ", "[worker:1] ", "[ps:0] ")) for line in echoed)
-    assert r.wall_s < 30                                          # the sleeping ps did not hold the cluster up
+    assert r.wall_s < 30  # the sleeping ps did not hold the cluster up
     assert _procs_with(token) == []
 
 
@@ -100,16 +103,21 @@ def test_first_failure_exit_code_last_lines_and_no_orphans():
     assert r.returncode == 7 and r.failed_task == "worker:1"
     assert "worker:1" in r.message and "7" in r.message
     assert r.last_lines("worker:1", 5) == [f"line {k}" for k in range(25, 30)]
-    assert time.monotonic() - t0 < 20                             # failed fast: did not wait for the sleepers
-    assert _procs_with(token) == []                               # workers and their children are gone
+    assert time.monotonic() - t0 < 20  # failed fast: did not wait for the sleepers
+    assert _procs_with(token) == []  # workers and their children are gone
 
 
 def test_cli_shows_failing_task_last_lines():
     body = "import sys\nfor k in range(40): print('out', k)\nsys.exit(5)"
-    p = subprocess.run([PY, "-m", "tf_commopt.cluster", "--workers", "1", "--", PY, "-c", body],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [PY, "-m", "tf_commopt.cluster", "--workers", "1", "--", PY, "-c", body],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 5
-    assert "[worker:0] out 0" in p.stdout.splitlines()             # live, prefixed
+    assert "[worker:0] out 0" in p.stdout.splitlines()  # live, prefixed
     err = p.stderr.splitlines()
     assert "task worker:0 failed with exit code 5" in err[0]
     assert err[-1] == "[worker:0] out 39" and "[worker:0] out 20" in err and "[worker:0] out 19" not in err
@@ -125,11 +133,16 @@ def test_timeout_kills_every_process():
 
 
 def _start_cli(args, token):
-    p = subprocess.Popen([PY, "-m", "tf_commopt.cluster"] + args + ["--", PY, "-c", SLEEPER, token],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [PY, "-m", "tf_commopt.cluster"] + args + ["--", PY, "-c", SLEEPER, token],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     ready = 0
     deadline = time.monotonic() + 60
-    while ready < 2 and time.monotonic() < deadline:   # wait for both tasks (and their grandchildren)
+    while ready < 2 and time.monotonic() < deadline:  # wait for both tasks (and their grandchildren)
         line = p.stdout.readline()
         ready += "ready" in line
     assert ready == 2
@@ -140,7 +153,7 @@ def _start_cli(args, token):
 def test_signal_to_launcher_kills_every_process(sig, code):
     token = uuid.uuid4().hex
     p = _start_cli(["--workers", "2"], token)
-    assert len(_procs_with(token)) >= 4                           # 2 tasks + 2 grandchildren (+ launcher)
+    assert len(_procs_with(token)) >= 4  # 2 tasks + 2 grandchildren (+ launcher)
     p.send_signal(sig)
     p.communicate(timeout=30)
     assert p.returncode == code
@@ -164,7 +177,7 @@ def test_sigterm_removes_namespaces(topology):
 @pytest.mark.skipif(not HAVE_NET, reason="needs root, ip and tc")
 def test_namespaces_of_a_killed_launcher_are_reaped_by_the_next():
     dead = subprocess.Popen(["true"])
-    dead.wait()                                  # its PID now belongs to no process: a SIGKILLed launcher
+    dead.wait()  # its PID now belongs to no process: a SIGKILLed launcher
     stale = f"tfco{dead.pid}-1-sw"
     subprocess.run(["ip", "netns", "add", stale], check=True)
     try:
@@ -214,22 +227,30 @@ def test_shaping_switch_is_per_link_shared_is_one_segment():
     cap, nbytes = 40.0, 3_000_000
     rates, total = {}, {}
     for topology in ("switch", "shared"):
-        r = run_cluster([PY, "-c", PAIR_FLOW, str(nbytes)], workers=4, bandwidth_mbit=cap, topology=topology,
-                        echo=False, timeout=60)
+        r = run_cluster(
+            [PY, "-c", PAIR_FLOW, str(nbytes)],
+            workers=4,
+            bandwidth_mbit=cap,
+            topology=topology,
+            echo=False,
+            timeout=60,
+        )
         assert r.returncode == 0, r.message + "\n" + "\n".join(sum(r.outputs.values(), []))
         lines = [r.outputs[f"worker:{i}"][-1].split() for i in (0, 2)]
         rates[topology] = [float(w[1]) for w in lines]
         span = max(float(w[6]) for w in lines) - min(float(w[5]) for w in lines)
-        total[topology] = round(2 * nbytes * 8 / 1e6 / span, 2)   # both flows, first byte to last byte
+        total[topology] = round(2 * nbytes * 8 / 1e6 / span, 2)  # both flows, first byte to last byte
         hosts = [w[3] for w in lines]
         assert hosts == (["10.213.0.1", "10.213.0.3"] if topology == "switch" else ["127.0.0.1"] * 2)
-    print(f"\n[shaping] cap {cap:g} Mbit/s, two flows of {nbytes / 1e6:g} MB between disjoint pairs: switch "
-          f"{rates['switch']} Mbit/s each, {total['switch']} in all; shared {rates['shared']} each, "
-          f"{total['shared']} in all")
-    for v in rates["switch"]:       # each link runs at the cap (a 1 ms burst adds nothing to speak of)
+    print(
+        f"\n[shaping] cap {cap:g} Mbit/s, two flows of {nbytes / 1e6:g} MB between disjoint pairs: switch "
+        f"{rates['switch']} Mbit/s each, {total['switch']} in all; shared {rates['shared']} each, "
+        f"{total['shared']} in all"
+    )
+    for v in rates["switch"]:  # each link runs at the cap (a 1 ms burst adds nothing to speak of)
         assert 0.75 * cap < v < 1.15 * cap
-    assert 1.4 * cap < total["switch"] < 2.3 * cap              # two links' worth
-    assert 0.6 * cap < total["shared"] < 1.15 * cap             # one segment: the sum is capped
+    assert 1.4 * cap < total["switch"] < 2.3 * cap  # two links' worth
+    assert 0.6 * cap < total["shared"] < 1.15 * cap  # one segment: the sum is capped
 
 
 def test_unshaped_cluster_is_much_faster_than_a_cap():
@@ -238,18 +259,23 @@ def test_unshaped_cluster_is_much_faster_than_a_cap():
     assert float(r.outputs["worker:0"][-1].split()[1]) > 200
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--bandwidth-mbit", "fast", "--", "true"], "--bandwidth-mbit"),
-    (["--bandwidth-mbit", "-5", "--", "true"], "--bandwidth-mbit"),
-    (["--workers", "0", "--", "true"], "--workers"),
-    (["--workers", "two", "--", "true"], "--workers"),
-    (["--topology", "ring", "--bandwidth-mbit", "10", "--", "true"], "--topology"),
-    (["--workers", "2"], "COMMAND"),
-    (["--workers", "2", "--"], "COMMAND"),
-    (["--bogus", "--", "true"], "--bogus"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--bandwidth-mbit", "fast", "--", "true"], "--bandwidth-mbit"),
+        (["--bandwidth-mbit", "-5", "--", "true"], "--bandwidth-mbit"),
+        (["--workers", "0", "--", "true"], "--workers"),
+        (["--workers", "two", "--", "true"], "--workers"),
+        (["--topology", "ring", "--bandwidth-mbit", "10", "--", "true"], "--topology"),
+        (["--workers", "2"], "COMMAND"),
+        (["--workers", "2", "--"], "COMMAND"),
+        (["--bogus", "--", "true"], "--bogus"),
+    ],
+)
 def test_bad_flags_one_line_exit_2(args, needle):
-    p = subprocess.run([PY, "-m", "tf_commopt.cluster"] + args, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [PY, "-m", "tf_commopt.cluster"] + args, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and needle in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and p.stdout == ""
@@ -270,8 +296,14 @@ def test_missing_tc_is_a_clear_error(tmp_path):
     """PATH without tc: one line naming tc, exit 2, no namespace left behind."""
     os.symlink(shutil.which("ip") or "/usr/sbin/ip", tmp_path / "ip")
     env = dict(os.environ, PATH=str(tmp_path))
-    p = subprocess.run([PY, "-m", "tf_commopt.cluster", "--bandwidth-mbit", "10", "--", PY, "-c", "pass"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [PY, "-m", "tf_commopt.cluster", "--bandwidth-mbit", "10", "--", PY, "-c", "pass"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2
     line = p.stderr.strip()
     assert len(line.splitlines()) == 1 and ("`tc`" in line or "root" in line), line

@@ -1,6 +1,7 @@
 """mixed_float16 with dynamic loss scaling under SkipCorrectStrategy on a 2-worker cluster: model.fit
 follows the numpy rule (to float16 accuracy), the workers differ between syncs (no per-step gradient
 all-reduce), and the syncs and bytes are those of float32 training."""
+
 import os
 import sys
 
@@ -13,8 +14,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_two_workers_mixed_float16_follow_the_rule(tmp_path):
-    r = run_cluster([sys.executable, os.path.join(ROOT, "tests", "cluster", "_sc_mixed_worker.py"), str(tmp_path)],
-                    workers=2, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT, echo=False)
+    r = run_cluster(
+        [sys.executable, os.path.join(ROOT, "tests", "cluster", "_sc_mixed_worker.py"), str(tmp_path)],
+        workers=2,
+        timeout=300,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=ROOT,
+        echo=False,
+    )
     tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 20))
     assert r.returncode == 0, f"{r.message}\n{tail}"
     rng = np.random.RandomState(7)

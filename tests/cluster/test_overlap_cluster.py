@@ -1,6 +1,7 @@
 """SkipCorrectStrategy(overlap=True) on a 2-worker TF_CONFIG cluster: the background all-reduce runs over
 real collectives between processes, and each worker's copy after every step (and after ``strategy.sync()``)
 equals the plain-numpy overlapped rule; ``model.fit`` drains at its end and ``evaluate`` sees the global model."""
+
 import os
 import sys
 
@@ -13,8 +14,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_two_workers_follow_the_numpy_overlap_rule(tmp_path):
-    r = run_cluster([sys.executable, os.path.join(ROOT, "tests", "cluster", "_overlap_worker.py"), str(tmp_path)],
-                    workers=2, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT, echo=False)
+    r = run_cluster(
+        [sys.executable, os.path.join(ROOT, "tests", "cluster", "_overlap_worker.py"), str(tmp_path)],
+        workers=2,
+        timeout=300,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=ROOT,
+        echo=False,
+    )
     tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 20))
     assert r.returncode == 0, f"{r.message}\n{tail}"
     rng = np.random.RandomState(7)
@@ -22,12 +29,16 @@ def test_two_workers_follow_the_numpy_overlap_rule(tmp_path):
     steps = 8
     ref = run_overlap_rule(w0, b0, make_batches(steps, 2, 5, 3, 4, seed=17), 3, "vrl", 0.2)
     # after the loop: strategy.sync() = apply the mean in flight since step 6, then average (no Δ update)
-    after = run_overlap_rule(w0, b0, make_batches(steps, 2, 5, 3, 4, seed=17), 3, "vrl", 0.2, sync_after=(steps,))
+    after = run_overlap_rule(
+        w0, b0, make_batches(steps, 2, 5, 3, 4, seed=17), 3, "vrl", 0.2, sync_after=(steps,)
+    )
     ref = ref + [after[-1]]
     got = [np.load(str(tmp_path / f"worker{i}.npz")) for i in range(2)]
     for t in range(steps + 1):
         for i in range(2):
-            np.testing.assert_allclose(got[i]["w"][t], ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t + 1} w{i}")
+            np.testing.assert_allclose(
+                got[i]["w"][t], ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t + 1} w{i}"
+            )
             np.testing.assert_allclose(got[i]["b"][t], ref[t][1][i], rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(got[i]["d"][t], ref[t][2][i], rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(got[0]["d"][t] + got[1]["d"][t], 0.0, atol=1e-4)

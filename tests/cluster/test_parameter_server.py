@@ -4,6 +4,7 @@ Every task runs tests/cluster/_ps_job.py: worker and ps tasks serve, the chief t
 fixed data and prints the global model after every round. A plain numpy implementation of the rule
 (tf_commopt/distribute/parameter_server.py docstring) must give the same models to 1e-5.
 """
+
 import json
 import os
 import signal
@@ -63,7 +64,7 @@ def reference(rec, rounds):
 
 
 def _records(lines, tag):
-    return [json.loads(line[len(tag) + 1:]) for line in lines if line.startswith(tag + " ")]
+    return [json.loads(line[len(tag) + 1 :]) for line in lines if line.startswith(tag + " ")]
 
 
 def _check_rounds(rec, upto=None):
@@ -71,15 +72,27 @@ def _check_rounds(rec, upto=None):
     want, corr = reference(rec, len(rounds))
     for r, (got, exp) in enumerate(zip(rounds, want)):
         for g, e in zip(got["weights"], exp):
-            np.testing.assert_allclose(np.array(g), e, atol=1e-5, rtol=0,
-                                       err_msg=f"H={rec['interval']} {rec['correction']} mu={rec['momentum']} "
-                                               f"round {r}")
+            np.testing.assert_allclose(
+                np.array(g),
+                e,
+                atol=1e-5,
+                rtol=0,
+                err_msg=f"H={rec['interval']} {rec['correction']} mu={rec['momentum']} round {r}",
+            )
     return corr
 
 
 def test_rounds_equal_numpy_reference_on_launcher_cluster():
-    r = run_cluster([sys.executable, JOB, "exact"], workers=2, ps=1, chief=True, timeout=200, echo=False,
-                    env={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT)
+    r = run_cluster(
+        [sys.executable, JOB, "exact"],
+        workers=2,
+        ps=1,
+        chief=True,
+        timeout=200,
+        echo=False,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=ROOT,
+    )
     assert r.ok, f"{r.message}\n" + "\n".join(r.last_lines(r.failed_task or "chief:0"))
     recs = _records(r.outputs["chief:0"], "RESULT")
     assert [(q["interval"], q["correction"], q["momentum"]) for q in recs] == [tuple(s) for s in job.SETTINGS]
@@ -107,10 +120,19 @@ class _Proc:
     """A task started with its own TF_CONFIG, output collected line by line."""
 
     def __init__(self, name, argv, tf_config):
-        env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+        env = dict(
+            os.environ, TF_CONFIG=json.dumps(tf_config), PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2"
+        )
         self.name, self.lines = name, []
-        self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -126,8 +148,9 @@ class _Proc:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.1)
-        raise AssertionError(f"{self.name}: no line {prefix!r} within {timeout} s; last lines:\n"
-                             + "\n".join(self.lines[-15:]))
+        raise AssertionError(
+            f"{self.name}: no line {prefix!r} within {timeout} s; last lines:\n" + "\n".join(self.lines[-15:])
+        )
 
     def kill(self):
         if self.proc.poll() is None:
@@ -141,8 +164,11 @@ def test_worker_killed_mid_training_then_all_workers_lost():
     ClusterError after round_timeout_s, not a hang. (Own processes: tf_commopt.cluster ends the whole
     cluster as soon as any worker dies.)"""
     ports = [portpicker.pick_unused_port() for _ in range(4)]
-    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
-               "ps": [f"127.0.0.1:{ports[3]}"]}
+    cluster = {
+        "chief": [f"127.0.0.1:{ports[0]}"],
+        "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
+        "ps": [f"127.0.0.1:{ports[3]}"],
+    }
     argv = [sys.executable, JOB, "kill", "200", "12"]
     names = [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]
     procs = {}
@@ -172,22 +198,44 @@ def test_worker_killed_mid_training_then_all_workers_lost():
             p.kill()
 
 
-@pytest.mark.parametrize("strategy,extra", [("skip_correct", ["--interval=2", "--correction=vrl"]), ("ssgd", []),
-                                            ("skip_correct", ["--interval=2", "--optimizer=adam",
-                                                              "--learning_rate=0.003"])])
+@pytest.mark.parametrize(
+    "strategy,extra",
+    [
+        ("skip_correct", ["--interval=2", "--correction=vrl"]),
+        ("ssgd", []),
+        ("skip_correct", ["--interval=2", "--optimizer=adam", "--learning_rate=0.003"]),
+    ],
+)
 def test_runner_on_launcher_ps_cluster(strategy, extra):
     """``experiments.train`` under ``tf_commopt.cluster --workers 2 --ps 1 --chief`` prints its JSON line."""
-    cmd = [sys.executable, "-m", "experiments.train", f"--strategy={strategy}", "--model=mlp", "--steps=8",
-           "--batch_size=64", *extra]
-    r = run_cluster(cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT,
-                    env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.train",
+        f"--strategy={strategy}",
+        "--model=mlp",
+        "--steps=8",
+        "--batch_size=64",
+        *extra,
+    ]
+    r = run_cluster(
+        cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT, env={"TF_CPP_MIN_LOG_LEVEL": "2"}
+    )
     assert r.ok, f"{r.message}\n" + "\n".join(r.last_lines(r.failed_task or "chief:0"))
     rec = json.loads([line for line in r.outputs["chief:0"] if line.startswith("{")][-1])
     h = 2 if strategy == "skip_correct" else 1
-    assert (rec["strategy"], rec["ps"], rec["interval"], rec["steps"], rec["syncs"]) == (strategy, 1, h, 8, 8 // h)
+    assert (rec["strategy"], rec["ps"], rec["interval"], rec["steps"], rec["syncs"]) == (
+        strategy,
+        1,
+        h,
+        8,
+        8 // h,
+    )
     pbytes = rec["param_bytes"]
     per = (2 + 1 + 2) if strategy == "skip_correct" else 2  # pull x, push s_i (g_i), pull D_i, momentum
-    if "--optimizer=adam" in extra:  # through fit: Adam's m, v per shard; correction auto = gradient (push G_i)
+    if (
+        "--optimizer=adam" in extra
+    ):  # through fit: Adam's m, v per shard; correction auto = gradient (push G_i)
         assert (rec["optimizer"], rec["correction"]) == ("adam", "gradient")
         per = 2 + 1 + 1 + 2 * 2
     assert rec["bytes_communicated"] == (8 // h) * 2 * per * pbytes
@@ -200,10 +248,21 @@ def test_runner_interval_auto_on_ps_cluster():
     """``--interval=auto``: 3 probe rounds with H = 1, then H from their timings by thesis 001's rule."""
     from tf_commopt.core.interval import first_iteration_interval
 
-    cmd = [sys.executable, "-m", "experiments.train", "--strategy=skip_correct", "--interval=auto", "--model=mlp",
-           "--steps=40", "--batch_size=64", "--momentum=0.5", "--max_interval=8"]
-    r = run_cluster(cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT,
-                    env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.train",
+        "--strategy=skip_correct",
+        "--interval=auto",
+        "--model=mlp",
+        "--steps=40",
+        "--batch_size=64",
+        "--momentum=0.5",
+        "--max_interval=8",
+    ]
+    r = run_cluster(
+        cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT, env={"TF_CPP_MIN_LOG_LEVEL": "2"}
+    )
     assert r.ok, f"{r.message}\n" + "\n".join(r.last_lines(r.failed_task or "chief:0"))
     rec = json.loads([line for line in r.outputs["chief:0"] if line.startswith("{")][-1])
     h = rec["interval"]

@@ -7,7 +7,7 @@ plain numpy implementation of local SGD / SGD with momentum / Adam with the corr
 (auto: vrl for plain SGD, gradient otherwise) to 1e-5; Σ_i Δ_i = 0; with a worker SIGKILLed mid-fit the
 rounds still equal the reference.
 """
-import json
+
 import os
 import signal
 import sys
@@ -124,14 +124,27 @@ def _flat(weights):
 def _check(rec, rounds, atol=1e-5):
     want, corr = reference(rec, [q["steps"] for q in rounds])
     for r, (got, exp) in enumerate(zip(rounds, want)):
-        np.testing.assert_allclose(_flat(got["weights"]), _flat(exp), atol=atol, rtol=0,
-                                   err_msg=f"{rec['name']} {rec['correction']} round {r}")
+        np.testing.assert_allclose(
+            _flat(got["weights"]),
+            _flat(exp),
+            atol=atol,
+            rtol=0,
+            err_msg=f"{rec['name']} {rec['correction']} round {r}",
+        )
     return corr
 
 
 def _run(mode, timeout=200):
-    r = run_cluster([sys.executable, JOB, *mode], workers=2, ps=1, chief=True, timeout=timeout, echo=False,
-                    env={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT)
+    r = run_cluster(
+        [sys.executable, JOB, *mode],
+        workers=2,
+        ps=1,
+        chief=True,
+        timeout=timeout,
+        echo=False,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=ROOT,
+    )
     assert r.ok, f"{r.message}\n" + "\n".join(r.last_lines(r.failed_task or "chief:0"))
     return r, _records(r.outputs["chief:0"], "RESULT")
 
@@ -144,7 +157,12 @@ def test_fit_equals_run_round_dataset_fn_and_numpy():
     for rec in recs:
         fit, h, spe = rec["fit"], rec["interval"], rec["spe"]
         if h == 3:
-            assert [q["steps"] for q in fit] == [3, 2, 3, 2]  # steps_per_epoch 5, H = 3: the last round is cut
+            assert [q["steps"] for q in fit] == [
+                3,
+                2,
+                3,
+                2,
+            ]  # steps_per_epoch 5, H = 3: the last round is cut
             assert [q["batch"] for q in fit] == [2, 4, 2, 4]
         else:
             assert [q["steps"] for q in fit] == [1] * 6 and [q["batch"] for q in fit] == [0, 1, 2] * 2
@@ -165,20 +183,34 @@ def test_fit_equals_run_round_dataset_fn_and_numpy():
         assert len(loss) == 2 and loss[1] < loss[0]
         # compiled metrics in the History: each epoch's mean over its local steps (rounds of 3 + 2 steps)
         # AUC (stateful) left out, with a warning; validation on the global model at each epoch end
-        keys = sorted(k for k in rec["history"] if not k.startswith("val_auc"))  # AUC(): auc, auc_1, ... per model
+        keys = sorted(
+            k for k in rec["history"] if not k.startswith("val_auc")
+        )  # AUC(): auc, auc_1, ... per model
         assert keys == ["acc", "loss", "mae", "val_acc", "val_loss", "val_mae"] and len(rec["history"]) == 7
         xv, yv = job.data()[0][:10], job.data()[1][:10]
         for e in range(2):
             w, b = (np.array(a, np.float64) for a in fit[(e + 1) * (len(fit) // 2) - 1]["weights"])
             err = xv @ w + b - yv
-            np.testing.assert_allclose([rec["history"]["val_loss"][e], rec["history"]["val_mae"][e]],
-                                       [np.mean(err ** 2), np.mean(np.abs(err))], atol=1e-5, rtol=0)
+            np.testing.assert_allclose(
+                [rec["history"]["val_loss"][e], rec["history"]["val_mae"][e]],
+                [np.mean(err**2), np.mean(np.abs(err))],
+                atol=1e-5,
+                rtol=0,
+            )
         per_round = reference.metrics
         for name in ("mae", "acc"):
             per_epoch = len(fit) // 2
-            want = [sum(q["steps"] * m[name] for q, m in zip(fit[e * per_epoch:(e + 1) * per_epoch],
-                                                             per_round[e * per_epoch:(e + 1) * per_epoch])) / spe
-                    for e in range(2)]
+            want = [
+                sum(
+                    q["steps"] * m[name]
+                    for q, m in zip(
+                        fit[e * per_epoch : (e + 1) * per_epoch],
+                        per_round[e * per_epoch : (e + 1) * per_epoch],
+                    )
+                )
+                / spe
+                for e in range(2)
+            ]
             np.testing.assert_allclose(rec["history"][name], want, atol=1e-5, rtol=0, err_msg=name)
         assert rec["iterations"] == rec["stats"]["steps"] == 2 * spe and rec["stats"]["syncs"] == len(fit)
         if h == 1:  # synchronous: the workers push g_i only (pull x, push g_i), the ps runs Adam
@@ -188,11 +220,14 @@ def test_fit_equals_run_round_dataset_fn_and_numpy():
         x, y = job.data()
         pred = x @ w + b
         np.testing.assert_allclose(rec["predict"], pred[:3], atol=1e-5, rtol=0)
-        np.testing.assert_allclose(rec["evaluate"][:2], [np.mean((pred - y) ** 2), np.mean(np.abs(pred - y))],
-                                   atol=1e-5, rtol=0)
+        np.testing.assert_allclose(
+            rec["evaluate"][:2], [np.mean((pred - y) ** 2), np.mean(np.abs(pred - y))], atol=1e-5, rtol=0
+        )
         assert sorted(set(w for q in fit for w in q["workers"])) == [0, 1]
     chief = "\n".join(r.outputs["chief:0"])
-    assert "Epoch 1/2" in chief and "5/5 - " in chief and "loss: " in chief and "mae: " in chief  # Keras progress
+    assert (
+        "Epoch 1/2" in chief and "5/5 - " in chief and "loss: " in chief and "mae: " in chief
+    )  # Keras progress
     assert "compiled metric(s) auc are stateful and not computed" in chief
 
 

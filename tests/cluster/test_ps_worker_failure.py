@@ -8,6 +8,7 @@
 * the ps task SIGKILLed: the chief stops with one line naming the ps task, and the same command on a
   fresh cluster resumes from the last checkpoint and continues exactly as the reference.
 """
+
 import json
 import os
 import signal
@@ -21,11 +22,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 JOB = os.path.join(HERE, "_ps_job.py")
 sys.path.insert(0, HERE)
-from test_parameter_server import _check_rounds, _Proc, _records, reference  # noqa: E402
-
-import portpicker  # noqa: E402
-
 import numpy as np  # noqa: E402
+import portpicker  # noqa: E402
+from test_parameter_server import _check_rounds, _Proc, _records, reference  # noqa: E402
 
 
 class _Lines:
@@ -48,7 +47,9 @@ class _Lines:
             if done is not None and not done.is_alive():
                 break
             time.sleep(0.1)
-        raise AssertionError(f"no line {prefix!r} within {timeout} s; last lines:\n" + "\n".join(self.lines[-20:]))
+        raise AssertionError(
+            f"no line {prefix!r} within {timeout} s; last lines:\n" + "\n".join(self.lines[-20:])
+        )
 
 
 def _pid(token, task_type, index):
@@ -63,8 +64,18 @@ def _start(cmd, token, **kwargs):
     lines, box = _Lines(), {}
 
     def run():
-        box["r"] = run_cluster(cmd, workers=2, ps=1, chief=True, timeout=240, echo=True, stream=lines, cwd=ROOT,
-                               env={"TF_CPP_MIN_LOG_LEVEL": "2", "I19_TOKEN": token}, **kwargs)
+        box["r"] = run_cluster(
+            cmd,
+            workers=2,
+            ps=1,
+            chief=True,
+            timeout=240,
+            echo=True,
+            stream=lines,
+            cwd=ROOT,
+            env={"TF_CPP_MIN_LOG_LEVEL": "2", "I19_TOKEN": token},
+            **kwargs,
+        )
 
     th = threading.Thread(target=run, daemon=True)
     th.start()
@@ -84,14 +95,27 @@ def test_killed_worker_is_restarted_rejoins_and_rounds_stay_exact():
     workers = [q["workers"] for q in rec["rounds"]]
     lost = [k for k, w in enumerate(workers) if k > 3 and w == [0, 0]]
     assert lost, workers  # rounds ran on worker 0 alone while worker 1 was down ...
-    assert any(1 in w for w in workers[lost[-1]:]), workers  # ... and the restarted worker 1 ran shards again
+    assert any(1 in w for w in workers[lost[-1] :]), (
+        workers
+    )  # ... and the restarted worker 1 ran shards again
     assert any("are back and ran shards again" in line for line in r.outputs["chief:0"])
     _check_rounds(rec)  # every round, before, during and after the loss, equals the numpy reference
 
 
 def test_runner_finishes_with_the_accuracy_of_an_uninterrupted_run_after_a_worker_kill():
-    cmd = [sys.executable, "-m", "experiments.train", "--strategy=skip_correct", "--interval=4", "--correction=vrl",
-           "--momentum=0", "--learning_rate=0.1", "--model=mlp", "--steps=800", "--batch_size=64"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.train",
+        "--strategy=skip_correct",
+        "--interval=4",
+        "--correction=vrl",
+        "--momentum=0",
+        "--learning_rate=0.1",
+        "--model=mlp",
+        "--steps=800",
+        "--batch_size=64",
+    ]
     th, lines, box = _start(cmd, "fit-kill", tolerate_worker_failures=True)
     lines.wait_for("[chief:0] round 21/200", 150, th)
     os.kill(_pid("fit-kill", "worker", 1), signal.SIGKILL)
@@ -101,13 +125,21 @@ def test_runner_finishes_with_the_accuracy_of_an_uninterrupted_run_after_a_worke
     assert killed.worker_failures == ["worker:1 exit 137"] and killed.restarts == 0
     rk = json.loads([line for line in killed.outputs["chief:0"] if line.startswith("{")][-1])
     assert rk["lost_workers"] == [1] and rk["steps"] == 800
-    ref = run_cluster(cmd, workers=2, ps=1, chief=True, timeout=240, echo=False, cwd=ROOT,
-                      env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    ref = run_cluster(
+        cmd, workers=2, ps=1, chief=True, timeout=240, echo=False, cwd=ROOT, env={"TF_CPP_MIN_LOG_LEVEL": "2"}
+    )
     assert ref.ok, ref.message
     rr = json.loads([line for line in ref.outputs["chief:0"] if line.startswith("{")][-1])
     assert rr["lost_workers"] == [] and rr["test_accuracy"] > 0.8
-    print("accuracy uninterrupted", rr["test_accuracy"], "killed", rk["test_accuracy"],
-          "wall", rr["wall_s"], rk["wall_s"])
+    print(
+        "accuracy uninterrupted",
+        rr["test_accuracy"],
+        "killed",
+        rk["test_accuracy"],
+        "wall",
+        rr["wall_s"],
+        rk["wall_s"],
+    )
     assert abs(rk["test_accuracy"] - rr["test_accuracy"]) <= 0.01
     assert abs(rk["train_loss"] - rr["train_loss"]) <= 0.01
 
@@ -118,8 +150,11 @@ def test_ps_killed_clear_error_then_resume_from_checkpoint(tmp_path):
     backup = str(tmp_path / "ps_backup")
     cmd = [sys.executable, JOB, "resume", "12", backup]
     ports = [portpicker.pick_unused_port() for _ in range(4)]
-    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
-               "ps": [f"127.0.0.1:{ports[3]}"]}
+    cluster = {
+        "chief": [f"127.0.0.1:{ports[0]}"],
+        "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
+        "ps": [f"127.0.0.1:{ports[3]}"],
+    }
     procs = {}
     try:
         for t, i in [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]:
@@ -138,8 +173,9 @@ def test_ps_killed_clear_error_then_resume_from_checkpoint(tmp_path):
     saved = sorted(int(n[6:]) for n in os.listdir(backup) if n.startswith("round-"))
     assert saved and saved[-1] >= 5, saved
 
-    again = run_cluster(cmd, workers=2, ps=1, chief=True, timeout=240, echo=False, cwd=ROOT,
-                        env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    again = run_cluster(
+        cmd, workers=2, ps=1, chief=True, timeout=240, echo=False, cwd=ROOT, env={"TF_CPP_MIN_LOG_LEVEL": "2"}
+    )
     assert again.ok, again.message + "\n" + "\n".join(again.last_lines("chief:0"))
     rec = _records(again.outputs["chief:0"], "RESULT")[0]
     first = rec["first"]
@@ -163,33 +199,74 @@ def test_failure_options_only_for_ps_clusters_and_defaults_unchanged():
         run_cluster(["true"], workers=2, ps=1, restart_workers=1, echo=False)  # no chief
     with pytest.raises(InputError, match="^--restart-workers: must be an integer >= 0"):
         run_cluster(["true"], workers=2, ps=1, chief=True, restart_workers=-1, echo=False)
-    p = subprocess.run([sys.executable, "-m", "tf_commopt.cluster", "--workers", "2", "--restart-workers", "2", "--",
-                        "true"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tf_commopt.cluster",
+            "--workers",
+            "2",
+            "--restart-workers",
+            "2",
+            "--",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith(
-        "tf_commopt.cluster: error: --restart-workers: only for parameter-server clusters"), p.stderr
+        "tf_commopt.cluster: error: --restart-workers: only for parameter-server clusters"
+    ), p.stderr
     # default policy: a worker failing ends a ps cluster (exit code of the worker), nothing restarted
-    r = run_cluster(["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2'],
-                    workers=2, ps=1, chief=True, echo=False, timeout=30)
+    r = run_cluster(
+        ["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2'],
+        workers=2,
+        ps=1,
+        chief=True,
+        echo=False,
+        timeout=30,
+    )
     assert (r.returncode, r.failed_task, r.worker_failures, r.restarts) == (5, "worker:1", [], 0)
     # tolerated: the same worker failure is recorded and the run ends when the chief and worker 0 are done
-    r = run_cluster(["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2'],
-                    workers=2, ps=1, chief=True, echo=False, timeout=30, tolerate_worker_failures=True)
+    r = run_cluster(
+        ["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2'],
+        workers=2,
+        ps=1,
+        chief=True,
+        echo=False,
+        timeout=30,
+        tolerate_worker_failures=True,
+    )
     assert (r.returncode, r.worker_failures, r.restarts) == (0, ["worker:1 exit 5"], 0), r.message
 
 
 def test_runner_backup_dir_saves_and_a_rerun_resumes(tmp_path):
     """``experiments.train --backup_dir`` on a ps cluster: checkpoints appear; the same command resumes."""
     backup = str(tmp_path / "b")
-    cmd = [sys.executable, "-m", "experiments.train", "--strategy=skip_correct", "--interval=2", "--model=mlp",
-           "--steps=8", "--batch_size=64", "--momentum=0.5", f"--backup_dir={backup}"]
-    first = run_cluster(cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT,
-                        env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.train",
+        "--strategy=skip_correct",
+        "--interval=2",
+        "--model=mlp",
+        "--steps=8",
+        "--batch_size=64",
+        "--momentum=0.5",
+        f"--backup_dir={backup}",
+    ]
+    first = run_cluster(
+        cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT, env={"TF_CPP_MIN_LOG_LEVEL": "2"}
+    )
     assert first.ok, first.message + "\n" + "\n".join(first.last_lines("chief:0"))
     assert sorted(os.listdir(backup)) == ["round-3", "round-4"]  # a save per round (4 rounds), last two kept
     r1 = json.loads([line for line in first.outputs["chief:0"] if line.startswith("{")][-1])
     assert r1["resumed_after_round"] == 0 and r1["correction"] == "gradient"  # auto, SGD with momentum
-    again = run_cluster(cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT,
-                        env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    again = run_cluster(
+        cmd, workers=2, ps=1, chief=True, timeout=200, echo=False, cwd=ROOT, env={"TF_CPP_MIN_LOG_LEVEL": "2"}
+    )
     assert again.ok, again.message
     assert any(line.startswith("resuming after round 4 from ") for line in again.outputs["chief:0"])
     r2 = json.loads([line for line in again.outputs["chief:0"] if line.startswith("{")][-1])
@@ -204,8 +281,11 @@ def test_ps_cluster_tasks_get_at_least_two_inter_op_threads(monkeypatch):
 
     for v in THREAD_VARS:
         monkeypatch.delenv(v, raising=False)
-    show = [sys.executable, "-c", "import os; print(os.environ['TF_NUM_INTEROP_THREADS'], "
-            "os.environ['TF_NUM_INTRAOP_THREADS'])"]
+    show = [
+        sys.executable,
+        "-c",
+        "import os; print(os.environ['TF_NUM_INTEROP_THREADS'], os.environ['TF_NUM_INTRAOP_THREADS'])",
+    ]
     r = run_cluster(show, workers=2, ps=1, chief=True, threads_per_task=1, echo=False, timeout=30)
     assert r.ok and {r.outputs[t][-1] for t in ("chief:0", "worker:0", "worker:1")} == {"2 1"}, r.outputs
     r = run_cluster(show, workers=2, threads_per_task=1, echo=False, timeout=30)  # collective: the same rule

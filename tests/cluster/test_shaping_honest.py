@@ -17,6 +17,7 @@ link: B for N = 2, so T >= B x 8 / R. Two facts make this a two-sided check:
 The second test is the bug of issue 12: with the old ``burst 256kb`` a ~200 KB sync after idle local
 steps went through at full speed (0.2 MB at 20 Mbit/s measured 5 ms, where 80 ms are needed).
 """
+
 import json
 import os
 import shutil
@@ -35,10 +36,26 @@ WORKERS = 2
 
 def _allreduce_times(megabytes, mbit, repeats, idle_s):
     """Per rank: the timed all-reduce seconds (one setting: TF's default options, one buffer)."""
-    cmd = [sys.executable, "-m", "experiments.allreduce_bench", "--worker", f"--megabytes={megabytes}",
-           "--settings=auto:0:1", f"--repeats={repeats}", f"--idle_s={idle_s}"]
-    r = run_cluster(cmd, workers=WORKERS, bandwidth_mbit=mbit, topology="switch", timeout=120, cwd=ROOT,
-                    env={"TF_CPP_MIN_LOG_LEVEL": "2"}, echo=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.allreduce_bench",
+        "--worker",
+        f"--megabytes={megabytes}",
+        "--settings=auto:0:1",
+        f"--repeats={repeats}",
+        f"--idle_s={idle_s}",
+    ]
+    r = run_cluster(
+        cmd,
+        workers=WORKERS,
+        bandwidth_mbit=mbit,
+        topology="switch",
+        timeout=120,
+        cwd=ROOT,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        echo=False,
+    )
     tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 10))
     assert r.returncode == 0, f"{r.message}\n{tail}"
     recs = [json.loads(x) for lines in r.outputs.values() for x in lines if x.startswith('{"rank"')]
@@ -49,23 +66,29 @@ def _allreduce_times(megabytes, mbit, repeats, idle_s):
 
 def _check(capsys, label, megabytes, mbit, repeats, idle_s, slack, min_fraction=0.95):
     nbytes, times = _allreduce_times(megabytes, mbit, repeats, idle_s)
-    rate = mbit * 1e6 / 8                                     # bytes/s
-    per_rank = 2 * (WORKERS - 1) / WORKERS * nbytes           # payload each rank sends and receives
+    rate = mbit * 1e6 / 8  # bytes/s
+    per_rank = 2 * (WORKERS - 1) / WORKERS * nbytes  # payload each rank sends and receives
     bound = per_rank / rate
     _, burst, _ = tbf_params(mbit)
-    floor = (per_rank - burst) / rate                         # what a token bucket of depth `burst` allows
+    floor = (per_rank - burst) / rate  # what a token bucket of depth `burst` allows
     fastest = min(min(t) for t in times.values())
     slowest = statistics.median(max(times[r][k] for r in times) for k in range(repeats))
     with capsys.disabled():
-        print(f"\n[shaping] {label}: all-reduce of {nbytes / 1e6:g} MB, {WORKERS} workers, switch {mbit:g} Mbit/s "
-              f"(burst {burst} B), idle {idle_s:g} s before each: bound {bound * 1e3:.1f} ms, token-bucket floor "
-              f"{floor * 1e3:.1f} ms; fastest rank-repeat {fastest * 1e3:.1f} ms, median of the slowest rank "
-              f"{slowest * 1e3:.1f} ms = {slowest / bound:.2f} x bound; times per rank "
-              f"{ {r: [round(x * 1e3, 1) for x in v] for r, v in sorted(times.items())} } ms")
-    assert fastest >= floor, f"{fastest * 1e3:.1f} ms < {floor * 1e3:.1f} ms: faster than the token bucket allows"
+        print(
+            f"\n[shaping] {label}: all-reduce of {nbytes / 1e6:g} MB, {WORKERS} workers, switch {mbit:g} Mbit/s "
+            f"(burst {burst} B), idle {idle_s:g} s before each: bound {bound * 1e3:.1f} ms, token-bucket floor "
+            f"{floor * 1e3:.1f} ms; fastest rank-repeat {fastest * 1e3:.1f} ms, median of the slowest rank "
+            f"{slowest * 1e3:.1f} ms = {slowest / bound:.2f} x bound; times per rank "
+            f"{ {r: [round(x * 1e3, 1) for x in v] for r, v in sorted(times.items())} } ms"
+        )
+    assert fastest >= floor, (
+        f"{fastest * 1e3:.1f} ms < {floor * 1e3:.1f} ms: faster than the token bucket allows"
+    )
     # independent of the configured burst: a sync may not beat bytes / rate by more than 5 %
-    assert fastest >= min_fraction * bound, (f"{fastest * 1e3:.1f} ms < {min_fraction} x {bound * 1e3:.1f} ms: "
-                                             f"the shaper let a burst of {burst} B through")
+    assert fastest >= min_fraction * bound, (
+        f"{fastest * 1e3:.1f} ms < {min_fraction} x {bound * 1e3:.1f} ms: "
+        f"the shaper let a burst of {burst} B through"
+    )
     assert slowest <= slack * bound, f"{slowest:.3f} s > {slack} x the {bound:.3f} s bound"
 
 
@@ -86,10 +109,13 @@ def test_launcher_applies_the_documented_qdisc_and_sysctl():
     rate, burst, limit = tbf_params(20)
     assert (rate, burst, limit) == (20_000_000, 6056, 250_000)
     for topology, dev in (("switch", "eth0"), ("shared", "lo")):
-        script = (f"tc qdisc show dev {dev}; cat /proc/sys/net/ipv4/tcp_slow_start_after_idle; "
-                  f"cat /sys/class/net/{dev}/mtu")
-        r = run_cluster(["sh", "-c", script], workers=2, bandwidth_mbit=20, topology=topology, echo=False,
-                        timeout=30)
+        script = (
+            f"tc qdisc show dev {dev}; cat /proc/sys/net/ipv4/tcp_slow_start_after_idle; "
+            f"cat /sys/class/net/{dev}/mtu"
+        )
+        r = run_cluster(
+            ["sh", "-c", script], workers=2, bandwidth_mbit=20, topology=topology, echo=False, timeout=30
+        )
         assert r.returncode == 0, r.message
         for task, lines in r.outputs.items():
             qdisc, ssai, mtu = lines

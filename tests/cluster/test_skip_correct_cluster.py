@@ -1,5 +1,6 @@
 """SkipCorrectStrategy on a 2-worker TF_CONFIG cluster (MultiWorkerMirroredStrategy machinery) through
 the launcher: each worker's copy after every step equals the plain-numpy rule; model.fit/evaluate run."""
+
 import os
 import sys
 
@@ -12,8 +13,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_two_workers_follow_the_numpy_rule(tmp_path):
-    r = run_cluster([sys.executable, os.path.join(ROOT, "tests", "cluster", "_sc_worker.py"), str(tmp_path)],
-                    workers=2, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT, echo=False)
+    r = run_cluster(
+        [sys.executable, os.path.join(ROOT, "tests", "cluster", "_sc_worker.py"), str(tmp_path)],
+        workers=2,
+        timeout=300,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=ROOT,
+        echo=False,
+    )
     tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 20))
     assert r.returncode == 0, f"{r.message}\n{tail}"
     rng = np.random.RandomState(7)
@@ -22,7 +29,9 @@ def test_two_workers_follow_the_numpy_rule(tmp_path):
     got = [np.load(str(tmp_path / f"worker{i}.npz")) for i in range(2)]
     for t in range(7):
         for i in range(2):
-            np.testing.assert_allclose(got[i]["w"][t], ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t+1} w{i}")
+            np.testing.assert_allclose(
+                got[i]["w"][t], ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t + 1} w{i}"
+            )
             np.testing.assert_allclose(got[i]["b"][t], ref[t][1][i], rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(got[i]["d"][t], ref[t][2][i], rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(got[0]["d"][t] + got[1]["d"][t], 0.0, atol=1e-4)
@@ -31,11 +40,14 @@ def test_two_workers_follow_the_numpy_rule(tmp_path):
         assert int(g["syncs"]) == 2 and int(g["bytes"]) == 2 * (3 * 4 + 4) * 4
     # the checkpoint holds every worker's Δ stacked in replica order
     import tensorflow as tf
+
     reader = tf.train.load_checkpoint(str(tmp_path / "ckpt0" / "ckpt"))
     keys = {k for k in reader.get_variable_to_shape_map() if "skip_correct_state" in k}
     delta_key = [k for k in keys if k.endswith("delta_0")]
     assert len(delta_key) == 1, keys
-    np.testing.assert_allclose(reader.get_tensor(delta_key[0]), np.stack([g["d"][-1] for g in got]), atol=1e-6)
+    np.testing.assert_allclose(
+        reader.get_tensor(delta_key[0]), np.stack([g["d"][-1] for g in got]), atol=1e-6
+    )
     assert int(reader.get_tensor([k for k in keys if k.endswith("num_replicas")][0])) == 2
     # after evaluate (which averages first) both workers hold the same global model and the same loss
     np.testing.assert_allclose(got[0]["kernel_after_eval"], got[1]["kernel_after_eval"], rtol=1e-6, atol=1e-6)
@@ -43,8 +55,19 @@ def test_two_workers_follow_the_numpy_rule(tmp_path):
 
 
 def _cluster(tmp_path, mode):
-    r = run_cluster([sys.executable, os.path.join(ROOT, "tests", "cluster", "_sc_restore_worker.py"), str(tmp_path),
-                     mode], workers=2, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT, echo=False)
+    r = run_cluster(
+        [
+            sys.executable,
+            os.path.join(ROOT, "tests", "cluster", "_sc_restore_worker.py"),
+            str(tmp_path),
+            mode,
+        ],
+        workers=2,
+        timeout=300,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=ROOT,
+        echo=False,
+    )
     tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 20))
     assert r.returncode == 0, f"{mode}: {r.message}\n{tail}"
     return [np.load(str(tmp_path / f"{mode}{i}.npz")) for i in range(2)]
@@ -58,9 +81,13 @@ def test_two_workers_save_mid_interval_and_a_new_cluster_restores_exactly(tmp_pa
     assert np.abs(d_saved[0]).max() > 1e-3 and np.abs(d_saved[0] - d_saved[1]).max() > 1e-3
     for i in range(2):
         # step 5 is local (no Δ update): worker i's Δ is its own saved row, not the other worker's
-        np.testing.assert_allclose(resumed[i]["d"][0], d_saved[i], rtol=1e-5, atol=1e-6, err_msg=f"worker {i}")
+        np.testing.assert_allclose(
+            resumed[i]["d"][0], d_saved[i], rtol=1e-5, atol=1e-6, err_msg=f"worker {i}"
+        )
         for key in ("w", "b", "d"):  # every step after the restore equals the uninterrupted run
-            np.testing.assert_allclose(resumed[i][key], first[i][key], rtol=1e-5, atol=1e-5, err_msg=f"{key}{i}")
+            np.testing.assert_allclose(
+                resumed[i][key], first[i][key], rtol=1e-5, atol=1e-5, err_msg=f"{key}{i}"
+            )
         assert int(resumed[i]["iterations"]) == int(first[i]["iterations"]) == 10
         assert int(resumed[i]["syncs"]) == 2
     assert np.abs(first[0]["w"][-1] - first[1]["w"][-1]).max() > 1e-4  # step 10 is local: the workers differ

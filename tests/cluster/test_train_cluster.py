@@ -8,6 +8,7 @@ and against the closed-form ring model (tf_commopt.core.scaling). What a cap bou
   so the per-rank rate (``allreduce_busbw_mbit``) must stay below the cap;
 * shared: one segment carries every rank's bytes, so N x the per-rank rate must stay below the cap.
 """
+
 import json
 import os
 import shutil
@@ -22,23 +23,44 @@ from tf_commopt.core.scaling import ring_allreduce_s
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HAVE_NET = os.geteuid() == 0 and shutil.which("ip") and shutil.which("tc")
 CAP_MBIT = 50.0
-TBF_BURST_BYTES = tbf_params(CAP_MBIT)[1]     # the launcher's token-bucket depth at the cap (6250 B)
+TBF_BURST_BYTES = tbf_params(CAP_MBIT)[1]  # the launcher's token-bucket depth at the cap (6250 B)
 BENCH_MB = 4.0
 WORKERS = 2
 STEPS = 6
-CMD = [sys.executable, "-m", "experiments.train", "--strategy=ssgd", "--model=mlp", f"--steps={STEPS}",
-       "--batch_size=64", "--learning_rate=0.1", "--momentum=0", "--seed=0",
-       f"--bench_allreduce_mb={BENCH_MB:g}", "--bench_repeats=3"]
+CMD = [
+    sys.executable,
+    "-m",
+    "experiments.train",
+    "--strategy=ssgd",
+    "--model=mlp",
+    f"--steps={STEPS}",
+    "--batch_size=64",
+    "--learning_rate=0.1",
+    "--momentum=0",
+    "--seed=0",
+    f"--bench_allreduce_mb={BENCH_MB:g}",
+    "--bench_repeats=3",
+]
 
 
 def _train(bandwidth_mbit=None, topology="switch", model_dir=None):
     cmd = CMD + ([f"--model_dir={model_dir}"] if model_dir else [])
-    r = run_cluster(cmd, workers=WORKERS, bandwidth_mbit=bandwidth_mbit, topology=topology, timeout=240,
-                    env={"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT, echo=False)
+    r = run_cluster(
+        cmd,
+        workers=WORKERS,
+        bandwidth_mbit=bandwidth_mbit,
+        topology=topology,
+        timeout=240,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=ROOT,
+        echo=False,
+    )
     tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 15))
     assert r.returncode == 0, f"{r.message}\n{tail}"
-    records = {t: [json.loads(line) for line in lines if line.startswith("{")] for t, lines in r.outputs.items()}
-    assert len(records["worker:0"]) == 1 and records["worker:1"] == []   # only the chief prints the JSON line
+    records = {
+        t: [json.loads(line) for line in lines if line.startswith("{")] for t, lines in r.outputs.items()
+    }
+    assert len(records["worker:0"]) == 1 and records["worker:1"] == []  # only the chief prints the JSON line
     rec = records["worker:0"][0]
     assert rec["strategy"] == "ssgd" and rec["replicas"] == WORKERS and rec["workers"] == WORKERS
     assert rec["steps"] == STEPS and rec["train_loss"] > 0 and 0 <= rec["test_accuracy"] <= 1
@@ -49,12 +71,16 @@ def _train(bandwidth_mbit=None, topology="switch", model_dir=None):
 def _report(capsys, label, rec, cap, topology):
     per_rank = rec["allreduce_busbw_mbit"]
     segment = per_rank * WORKERS if topology == "shared" else per_rank
-    line = (f"[all-reduce] {label}: {rec['allreduce_mb']:g} MB over {WORKERS} workers in "
-            f"{rec['allreduce_s']:.3f} s = {per_rank:.1f} Mbit/s per rank")
+    line = (
+        f"[all-reduce] {label}: {rec['allreduce_mb']:g} MB over {WORKERS} workers in "
+        f"{rec['allreduce_s']:.3f} s = {per_rank:.1f} Mbit/s per rank"
+    )
     if cap:
         model_s = ring_allreduce_s(rec["allreduce_mb"] * 1e6, WORKERS, cap, topology=topology)
-        line += (f"; {segment:.1f} Mbit/s on the capped {'segment' if topology == 'shared' else 'link'} "
-                 f"= {100 * segment / cap:.0f}% of the {cap:g} Mbit/s cap (ring model: {model_s:.3f} s)")
+        line += (
+            f"; {segment:.1f} Mbit/s on the capped {'segment' if topology == 'shared' else 'link'} "
+            f"= {100 * segment / cap:.0f}% of the {cap:g} Mbit/s cap (ring model: {model_s:.3f} s)"
+        )
     with capsys.disabled():
         print("\n" + line)
     return segment
@@ -91,13 +117,13 @@ def _single_device_reference():
 def test_ssgd_two_workers_unshaped_equals_one_device(capsys, tmp_path):
     rec = _train(model_dir=str(tmp_path))
     rate = _report(capsys, "loopback, no cap", rec, None, "switch")
-    assert rate > 2 * CAP_MBIT          # far above the cap used below: the cap is what slows those runs
+    assert rate > 2 * CAP_MBIT  # far above the cap used below: the cap is what slows those runs
     # MultiWorkerMirroredStrategy over 2 processes = one device on the union of their batches
     from experiments.models import build_model
 
     ref, losses = _single_device_reference()
     got = build_model("mlp", (28, 28, 1), 10)
-    got.load_weights(str(tmp_path / "model.weights.h5"))           # written by the chief only
+    got.load_weights(str(tmp_path / "model.weights.h5"))  # written by the chief only
     for a, b in zip(ref.get_weights(), got.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert rec["train_loss"] == pytest.approx(np.mean(losses), rel=1e-5)
@@ -113,8 +139,10 @@ def test_ssgd_two_workers_bandwidth_capped(capsys, topology):
     volume = 2 * (WORKERS - 1) * rec["allreduce_mb"] * 1e6 / (WORKERS if topology == "switch" else 1)
     bound = CAP_MBIT * volume / (volume - TBF_BURST_BYTES)
     with capsys.disabled():
-        print(f"[all-reduce] {topology}: {volume / 1e6:g} MB on the capped {'link' if topology == 'switch' else 'segment'}"
-              f" per all-reduce; the tbf burst allows at most {bound:.1f} Mbit/s")
+        print(
+            f"[all-reduce] {topology}: {volume / 1e6:g} MB on the capped {'link' if topology == 'switch' else 'segment'}"
+            f" per all-reduce; the tbf burst allows at most {bound:.1f} Mbit/s"
+        )
     assert 0.5 * CAP_MBIT < rate <= bound
     model_s = ring_allreduce_s(rec["allreduce_mb"] * 1e6, WORKERS, CAP_MBIT, topology=topology)
     assert rec["allreduce_s"] > 0.9 * model_s

@@ -1,4 +1,5 @@
 """Every docstring example in the pure modules runs and holds."""
+
 import doctest
 import importlib
 import pkgutil
@@ -8,9 +9,13 @@ import pytest
 import tf_commopt
 import tf_commopt.core
 
-_PURE = ["tf_commopt", "tf_commopt.errors", "tf_commopt.datasets", "tf_commopt.threads", "tf_commopt._cli"] + [
-    m.name for m in pkgutil.walk_packages(tf_commopt.core.__path__, "tf_commopt.core.")
-]
+_PURE = [
+    "tf_commopt",
+    "tf_commopt.errors",
+    "tf_commopt.datasets",
+    "tf_commopt.threads",
+    "tf_commopt._cli",
+] + [m.name for m in pkgutil.walk_packages(tf_commopt.core.__path__, "tf_commopt.core.")]
 
 
 @pytest.mark.parametrize("name", _PURE)

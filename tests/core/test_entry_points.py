@@ -1,5 +1,6 @@
 """Every runner, bench and CLI answers a bad flag value with exit code 2 and one line on stderr naming the
 flag (or the program), never a traceback and never a silent success (issue 17)."""
+
 import os
 import subprocess
 import sys
@@ -33,10 +34,14 @@ CASES = [  # (module, bad arguments, text the one line must contain)
 @pytest.mark.parametrize("module,args,needle", CASES, ids=[f"{m} {' '.join(a)}" for m, a, _ in CASES])
 def test_bad_flag_is_one_line_exit_2(module, args, needle):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-    r = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300, env=env)
-    lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith(("WARNING: All log", "I0000",
-                                                                                   "E0000", "W0000"))]
+    r = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env
+    )
+    lines = [
+        x
+        for x in r.stderr.splitlines()
+        if x.strip() and not x.startswith(("WARNING: All log", "I0000", "E0000", "W0000"))
+    ]
     assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, lines
 
@@ -44,21 +49,33 @@ def test_bad_flag_is_one_line_exit_2(module, args, needle):
 def _run(module, args, timeout=300):
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 # one flag style per kind of entry point, the other spelling accepted: an alias reaches the same check
 ALIASES = [  # (module, arguments in the other spelling, text the one-line error must contain)
     ("experiments.train", ["--batch-size=0"], "batch_size"),
     ("experiments.partition_bench", ["--bandwidths-gbps=x"], "--bandwidths_gbps"),
-    ("experiments.partition_bench", ["--bandwidths=x"], "--bandwidths_gbps"),       # the old name
+    ("experiments.partition_bench", ["--bandwidths=x"], "--bandwidths_gbps"),  # the old name
     ("experiments.sc_speed_bench", ["--parts=bogus", "--tf-log-level=2"], "--parts"),
     ("tf_commopt.cluster", ["--bandwidth_mbit", "fast", "--", "true"], "--bandwidth-mbit"),
-    ("tf_commopt.partition", ["--profile", "pipedream/alexnet", "--stages", "2", "--bandwidth_gbps", "x"],
-     "--bandwidth-gbps"),
-    ("tf_commopt.sim", ["--profile", "pipedream/alexnet", "--plan", "p.json", "--optimizer_ms", "-1"],
-     "--optimizer-ms"),
+    (
+        "tf_commopt.partition",
+        ["--profile", "pipedream/alexnet", "--stages", "2", "--bandwidth_gbps", "x"],
+        "--bandwidth-gbps",
+    ),
+    (
+        "tf_commopt.sim",
+        ["--profile", "pipedream/alexnet", "--plan", "p.json", "--optimizer_ms", "-1"],
+        "--optimizer-ms",
+    ),
 ]
 
 
@@ -71,7 +88,9 @@ def test_other_spelling_is_an_alias(module, args, needle):
 
 
 def test_cluster_alias_runs_and_topology_needs_a_bandwidth():
-    r = _run("tf_commopt.cluster", ["--workers", "1", "--threads_per_task", "1", "--quiet", "--", "true"], 120)
+    r = _run(
+        "tf_commopt.cluster", ["--workers", "1", "--threads_per_task", "1", "--quiet", "--", "true"], 120
+    )
     assert r.returncode == 0, r.stderr
     r = _run("tf_commopt.cluster", ["--topology", "switch", "--", "true"], 120)
     assert r.returncode == 2 and "--topology" in r.stderr and "--bandwidth-mbit" in r.stderr
@@ -100,7 +119,11 @@ def test_tensorflow_is_quiet_by_default_and_the_flag_raises_it():
     args = ["--strategy=single", "--model=mlp", "--steps=2", "--batch_size=32"]
     r = _run("experiments.train", args)
     assert r.returncode == 0, r.stderr[-2000:]
-    noise = [x for x in r.stderr.splitlines() if x.startswith(("I0000", "W0000", "WARNING: All log")) or "cuInit" in x]
+    noise = [
+        x
+        for x in r.stderr.splitlines()
+        if x.startswith(("I0000", "W0000", "WARNING: All log")) or "cuInit" in x
+    ]
     assert noise == [], noise
     r = _run("experiments.train", args + ["--tf_log_level=0"])
     assert r.returncode == 0 and "I0000" in r.stderr, r.stderr[-2000:]

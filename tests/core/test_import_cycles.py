@@ -3,6 +3,7 @@
 Reads every module's source with ``ast`` (nothing is imported), resolves ``import a.b`` and
 ``from a.b import c`` (c a submodule or a name) to tf_commopt modules, and asserts the graph is acyclic.
 """
+
 import ast
 import os
 
@@ -18,7 +19,7 @@ def _modules():
         for f in files:
             if f.endswith(".py"):
                 rel = os.path.relpath(os.path.join(dirpath, f), ROOT)[:-3].replace(os.sep, ".")
-                out[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = os.path.join(dirpath, f)
+                out[rel[: -len(".__init__")] if rel.endswith(".__init__") else rel] = os.path.join(dirpath, f)
     return out
 
 
@@ -38,12 +39,14 @@ def import_graph() -> nx.DiGraph:
                 base = node.module or ""
                 if node.level:
                     parts = package.split(".")
-                    base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
             for t in targets:
                 while t and t not in mods:
                     t = t.rsplit(".", 1)[0] if "." in t else ""
-                if t and t != name and not name.startswith(t + "."):  # a module importing its own package is fine
+                if (
+                    t and t != name and not name.startswith(t + ".")
+                ):  # a module importing its own package is fine
                     g.add_edge(name, t)
     return g
 

@@ -1,10 +1,18 @@
 import math
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from tf_commopt.core.interval import (AdaCommPolicy, FirstIterationPolicy, GridSearchPolicy, TrialResult,
-                                      agree_on_timings, first_iteration_interval, validate_interval)
+from tf_commopt.core.interval import (
+    AdaCommPolicy,
+    FirstIterationPolicy,
+    GridSearchPolicy,
+    TrialResult,
+    agree_on_timings,
+    first_iteration_interval,
+    validate_interval,
+)
 from tf_commopt.errors import InputError
 
 
@@ -27,8 +35,10 @@ def test_first_iteration_rule_matches_closed_form(t_comm, t_comp, ratio, cap):
         assert abs(h - exact) <= 0.5 + 1e-9
     # per-epoch comm/comp ratio under the chosen H is as close to the target as any integer H allows
     if 1.5 <= exact <= cap - 1:
+
         def err(k):
             return abs(t_comm / k - ratio * t_comp)
+
         assert err(h) <= min(err(h - 1), err(h + 1)) * (1 + 1e-9) + 1e-12 or abs(h - exact) <= 0.5
 
 

@@ -1,11 +1,13 @@
 """Every method under the additive objective (``score="objective"``): convex plans covering each node once;
 ga <= local <= ...; ga == brute force on tiny graphs. The pipeline score: tests/core/test_partition_pipeline.py."""
+
 import itertools
 import random
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as hst
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
 
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.core.devices import Cluster
@@ -16,11 +18,19 @@ from tf_commopt.core.profiles import load_profile
 
 
 def random_dag(rng, n, p_edge=0.3):
-    nodes = [Node(f"v{i}", rng.uniform(0, 5), rng.uniform(0, 5), rng.uniform(0, 1e6),
-                  rng.choice([0.0, 1e5, 1e6, 5e6, 2e7])) for i in range(n)]
+    nodes = [
+        Node(
+            f"v{i}",
+            rng.uniform(0, 5),
+            rng.uniform(0, 5),
+            rng.uniform(0, 1e6),
+            rng.choice([0.0, 1e5, 1e6, 5e6, 2e7]),
+        )
+        for i in range(n)
+    ]
     edges = [(f"v{i}", f"v{j}") for j in range(n) for i in range(j) if rng.random() < p_edge]
     order = list(range(n))
-    rng.shuffle(order)                    # input order is not a topological order
+    rng.shuffle(order)  # input order is not a topological order
     return CostGraph([nodes[i] for i in order], edges)
 
 
@@ -33,16 +43,34 @@ def assert_valid(g, plan, K):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(seed=hst.integers(0, 10 ** 6), n=hst.integers(2, 14), K=hst.integers(1, 4),
-       hetero=hst.booleans(), bw=hst.sampled_from([1.0, 10.0, 100.0]), memory=hst.sampled_from([None, 2e6, 2e7]),
-       latency=hst.sampled_from([0.0, 0.5]))
+@given(
+    seed=hst.integers(0, 10**6),
+    n=hst.integers(2, 14),
+    K=hst.integers(1, 4),
+    hetero=hst.booleans(),
+    bw=hst.sampled_from([1.0, 10.0, 100.0]),
+    memory=hst.sampled_from([None, 2e6, 2e7]),
+    latency=hst.sampled_from([0.0, 0.5]),
+)
 def test_every_method_gives_a_convex_cover(seed, n, K, hetero, bw, memory, latency):
     rng = random.Random(seed)
     g = random_dag(rng, n)
     K = min(K, n)
     caps = [rng.choice([0.5, 1.0, 2.0]) for _ in range(K + 1)] if hetero else None
-    plans = {m: partition(g, K, method=m, capacities=caps, bandwidth_gbps=bw, latency_ms=latency, memory=memory,
-                          seed=seed % 7, score="objective") for m in METHODS}
+    plans = {
+        m: partition(
+            g,
+            K,
+            method=m,
+            capacities=caps,
+            bandwidth_gbps=bw,
+            latency_ms=latency,
+            memory=memory,
+            seed=seed % 7,
+            score="objective",
+        )
+        for m in METHODS
+    }
     for m, plan in plans.items():
         assert_valid(g, plan, K)
         assert plan.method == m
@@ -78,9 +106,14 @@ def test_ga_finds_the_brute_force_optimum_on_tiny_graphs(seed):
 def test_hand_example_branches_beat_topological_chunks():
     # two parallel heavy branches x1->x2 and y1->y2 between a source and a sink; the convex optimum puts
     # one branch on each stage... which needs a split no contiguous chunk of Kahn's order can give.
-    nodes = [Node("in", 0, 0, activation_bytes=1e3), Node("x1", 4, 4, activation_bytes=1e3),
-             Node("y1", 4, 4, activation_bytes=1e3), Node("x2", 4, 4, activation_bytes=1e3),
-             Node("y2", 4, 4, activation_bytes=1e3), Node("out", 0, 0)]
+    nodes = [
+        Node("in", 0, 0, activation_bytes=1e3),
+        Node("x1", 4, 4, activation_bytes=1e3),
+        Node("y1", 4, 4, activation_bytes=1e3),
+        Node("x2", 4, 4, activation_bytes=1e3),
+        Node("y2", 4, 4, activation_bytes=1e3),
+        Node("out", 0, 0),
+    ]
     edges = [("in", "x1"), ("in", "y1"), ("x1", "x2"), ("y1", "y2"), ("x2", "out"), ("y2", "out")]
     g = CostGraph(nodes, edges)
     ga = partition(g, 2, method="ga", bandwidth_gbps=100.0, score="objective")
@@ -102,8 +135,10 @@ def test_ga_is_deterministic_and_beats_baselines_on_a_real_branchy_profile():
     b = partition(g, 4, method="ga", bandwidth_gbps=10.0, seed=3, score="objective")
     assert a.stage_of_node == b.stage_of_node and a.device_of_stage == b.device_of_stage
     assert a.objective == b.objective
-    others = {m: partition(g, 4, method=m, bandwidth_gbps=10.0, seed=3, score="objective").objective
-              for m in ("layerwise", "balanced", "pipedream", "local")}
+    others = {
+        m: partition(g, 4, method=m, bandwidth_gbps=10.0, seed=3, score="objective").objective
+        for m in ("layerwise", "balanced", "pipedream", "local")
+    }
     assert a.objective <= min(others.values()) * (1 + 1e-9)
 
 
@@ -117,9 +152,11 @@ def test_plan_json_round_trip(tmp_path):
 def test_2700_node_branchy_graph_into_8_stages():
     g = branchy_graph(2700, seed=0)
     t = time.perf_counter()
-    plan = partition(g, 8, method="ga", bandwidth_gbps=10.0, seed=0)      # the default: pipeline score
+    plan = partition(g, 8, method="ga", bandwidth_gbps=10.0, seed=0)  # the default: pipeline score
     wall = time.perf_counter() - t
-    print(f"\n2,700-node branchy graph ({len(g)} nodes), 8 stages, ga: search_s={plan.search_s:.2f} "
-          f"wall={wall:.2f}s objective={plan.objective:.2f} ms")
+    print(
+        f"\n2,700-node branchy graph ({len(g)} nodes), 8 stages, ga: search_s={plan.search_s:.2f} "
+        f"wall={wall:.2f}s objective={plan.objective:.2f} ms"
+    )
     assert_valid(g, plan, 8)
     assert plan.search_s < 10.0

@@ -1,4 +1,5 @@
 """The objective: hand-computed values on small DAGs, incremental == full evaluation, convexity checks."""
+
 import random
 
 import numpy as np
@@ -13,15 +14,17 @@ from tf_commopt.core.partition.objective import Problem
 from tf_commopt.core.partition.synthetic import branchy_graph
 from tf_commopt.errors import PlanError
 
-MB = 1.25e6          # bytes that take exactly 1 ms at 10 Gbit/s
+MB = 1.25e6  # bytes that take exactly 1 ms at 10 Gbit/s
 
 
 def skip_graph():
     """a -> b -> c -> d plus the skip a -> d and a second consumer a -> c."""
-    nodes = [Node("a", 1, 2, param_bytes=10, activation_bytes=1 * MB),
-             Node("b", 2, 3, param_bytes=20, activation_bytes=2 * MB),
-             Node("c", 3, 4, param_bytes=30, activation_bytes=3 * MB),
-             Node("d", 4, 5, param_bytes=40, activation_bytes=4 * MB)]
+    nodes = [
+        Node("a", 1, 2, param_bytes=10, activation_bytes=1 * MB),
+        Node("b", 2, 3, param_bytes=20, activation_bytes=2 * MB),
+        Node("c", 3, 4, param_bytes=30, activation_bytes=3 * MB),
+        Node("d", 4, 5, param_bytes=40, activation_bytes=4 * MB),
+    ]
     return CostGraph(nodes, [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d"), ("a", "c")])
 
 
@@ -30,7 +33,7 @@ def test_skip_over_two_stages_costs_every_hop():
     plan = evaluate(skip_graph(), {"a": 0, "b": 1, "c": 1, "d": 2}, bandwidth_gbps=10.0)
     assert plan.extra["hop_bytes"] == [1 * MB, (1 + 3) * MB, 0.0]
     assert plan.stage_compute_ms == [3.0, 12.0, 9.0]
-    assert plan.stage_comm_ms == [2 * 1.0, 2 * 4.0, 0.0]        # activations out + gradients back
+    assert plan.stage_comm_ms == [2 * 1.0, 2 * 4.0, 0.0]  # activations out + gradients back
     assert plan.max_stage_ms == plan.objective == 20.0
     assert plan.comm_bytes == 2 * (1 + 4) * MB
     # memory: params + (K - s) * stashed activations
@@ -90,8 +93,11 @@ def _reference(g, stage, devs, caps, bw, lat):
         comp[s] += g[n].compute_ms / caps[devs[s]]
     times = []
     for s in range(K):
-        nbytes = sum(g[u].activation_bytes for u in g.nodes
-                     if stage[u] <= s < max([stage[u]] + [stage[c] for c in g.successors(u)]))
+        nbytes = sum(
+            g[u].activation_bytes
+            for u in g.nodes
+            if stage[u] <= s < max([stage[u]] + [stage[c] for c in g.successors(u)])
+        )
         comm = 2 * (lat + nbytes * 8 / (bw * 1e9) * 1e3) if s < K - 1 and nbytes > 0 else 0.0
         times.append(comp[s] + comm)
     return max(times)
@@ -102,7 +108,7 @@ def test_incremental_state_matches_full_and_reference_evaluation():
     g = branchy_graph(200, seed=2)
     K = 5
     cl = Cluster.from_capacities([1, 2, 0.5, 1, 1.5], bandwidth_gbps=25.0, latency_ms=0.1)
-    p = Problem(g, cl, K, memory=[2e7, None, 3e7, 2e9, 2e7])   # some stages over their cap
+    p = Problem(g, cl, K, memory=[2e7, None, 3e7, 2e9, 2e7])  # some stages over their cap
     stage = repair([rng.randrange(K) for _ in range(p.n)], p.pred, p.succ, K)
     st = State(p, stage, [4, 0, 2, 1, 3])
     for _ in range(300):
@@ -121,7 +127,7 @@ def test_incremental_state_matches_full_and_reference_evaluation():
             a, b = rng.sample(range(K), 2)
             st.swap_devices(a, b)
     p.check(st.stage, st.devs)
-    for v in range(p.n):                               # the maintained frontiers equal a recomputation
+    for v in range(p.n):  # the maintained frontiers equal a recomputation
         s = st.stage[v]
         assert (v in st.up_front[s]) == all(st.stage[w] > s for w in p.succ[v])
         assert (v in st.down_front[s]) == all(st.stage[u] < s for u in p.pred[v])
@@ -131,7 +137,9 @@ def test_incremental_state_matches_full_and_reference_evaluation():
     assert st.times == pytest.approx(with_pen, rel=1e-9)
     assert any(q > 0 for q in ev.stage_penalty_ms)
     names = {n: st.stage[p.index[n]] for n in g.nodes}
-    assert ev.max_stage_ms == pytest.approx(_reference(g, names, st.devs, cl.capacities, 25.0, 0.1), rel=1e-12)
+    assert ev.max_stage_ms == pytest.approx(
+        _reference(g, names, st.devs, cl.capacities, 25.0, 0.1), rel=1e-12
+    )
 
 
 def test_repair_gives_convex_labelling():

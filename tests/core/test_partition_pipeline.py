@@ -4,6 +4,7 @@ References: the discrete-event simulator (the model must equal it for GPipe), br
 convex labelling and device order on tiny graphs, brute force over contiguous splits for PipeDream's
 tie-breaks, hand-computed memory.
 """
+
 import itertools
 import random
 import subprocess
@@ -25,16 +26,32 @@ from tf_commopt.errors import InputError
 
 
 def random_dag(rng, n, p_edge=0.35):
-    nodes = [Node(f"v{i}", rng.uniform(0, 5), rng.uniform(0, 5), rng.uniform(0, 1e6),
-                  rng.choice([0.0, 1e5, 1e6, 5e6, 2e7])) for i in range(n)]
+    nodes = [
+        Node(
+            f"v{i}",
+            rng.uniform(0, 5),
+            rng.uniform(0, 5),
+            rng.uniform(0, 1e6),
+            rng.choice([0.0, 1e5, 1e6, 5e6, 2e7]),
+        )
+        for i in range(n)
+    ]
     edges = [(f"v{i}", f"v{j}") for j in range(n) for i in range(j) if rng.random() < p_edge]
     return CostGraph(nodes, edges)
 
 
 def as_plan(p, stage, devs):
     K = len(devs)
-    return PartitionPlan("x", {n: int(stage[p.index[n]]) for n in p.graph.nodes}, list(devs), [0.0] * K,
-                         [0.0] * K, [0.0] * K, 0.0, 0.0)
+    return PartitionPlan(
+        "x",
+        {n: int(stage[p.index[n]]) for n in p.graph.nodes},
+        list(devs),
+        [0.0] * K,
+        [0.0] * K,
+        [0.0] * K,
+        0.0,
+        0.0,
+    )
 
 
 @pytest.mark.parametrize("trial", range(30))
@@ -44,8 +61,9 @@ def test_gpipe_model_equals_the_simulator(trial):
     K = rng.randint(1, 5)
     D = K + rng.randint(0, 2)
     caps = [rng.choice([0.5, 1.0, 2.0]) for _ in range(D)]
-    cl = Cluster.from_capacities(caps, bandwidth_gbps=rng.choice([1.0, 10.0, 100.0]),
-                                 latency_ms=rng.choice([0.0, 0.3]))
+    cl = Cluster.from_capacities(
+        caps, bandwidth_gbps=rng.choice([1.0, 10.0, 100.0]), latency_ms=rng.choice([0.0, 0.3])
+    )
     p = Problem(g, cl, K)
     devs = rng.sample(range(D), K)
     perm = random_topological_order(p.pred, p.succ, rng)
@@ -65,8 +83,13 @@ def test_1f1b_model_on_a_hand_example():
     g2 = CostGraph([Node("a", 1, 2, activation_bytes=8e6), Node("b", 2, 2)], [("a", "b")])
     p2 = Problem(g2, Cluster.homogeneous(2, bandwidth_gbps=1.0), 2)
     assert PipelineModel(p2, "1f1b").time([0, 1], [0, 1]) == pytest.approx((3 + 4 + 64 + 64) / 2)
-    sim = simulate_pipeline(g2, as_plan(p2, [0, 1], [0, 1]), "1f1b", microbatches=40,
-                            cluster=Cluster.homogeneous(2, bandwidth_gbps=1.0))
+    sim = simulate_pipeline(
+        g2,
+        as_plan(p2, [0, 1], [0, 1]),
+        "1f1b",
+        microbatches=40,
+        cluster=Cluster.homogeneous(2, bandwidth_gbps=1.0),
+    )
     # the simulator measures a finite window (start-up and drain cut off): 67.4 ms here, not the cycle's 67.5
     assert 1000.0 / sim.throughput == pytest.approx((3 + 4 + 64 + 64) / 2, rel=0.01)
 
@@ -111,7 +134,7 @@ def test_search_is_never_worse_than_any_baseline_variant_or_its_seeds(seed):
     assert local.extra["model_ms"] == pytest.approx(ga.extra["local_best_ms"], rel=1e-12)
     p = Problem(g, make_cluster(K, caps, bw), K, stash_weights=sched == "1f1b")
     model = PipelineModel(p, sched, ga.microbatches)
-    for o in ([list(range(K))] + ([sorted(range(K), key=lambda d: -p.cap[d])] if caps else [])):
+    for o in [list(range(K))] + ([sorted(range(K), key=lambda d: -p.cap[d])] if caps else []):
         for s in [baselines.layerwise(p, o), baselines.balanced(p, o)] + baselines.pipedream_ties(p, o):
             assert ga.extra["model_ms"] <= model.time(s, o) * (1 + 1e-9)
 
@@ -126,8 +149,10 @@ def test_pipedream_tie_breaks_are_optimal_and_minimise_the_spread(seed):
     rng = random.Random(seed)
     n, K = rng.randint(5, 9), rng.choice([2, 3, 4])
     # a chain with repeated costs and big activations: many ties at the bottleneck
-    nodes = [Node(f"v{i}", rng.choice([1.0, 2.0]), rng.choice([1.0, 2.0]), 0.0, rng.choice([0.0, 1e6, 3e7]))
-             for i in range(n)]
+    nodes = [
+        Node(f"v{i}", rng.choice([1.0, 2.0]), rng.choice([1.0, 2.0]), 0.0, rng.choice([0.0, 1e6, 3e7]))
+        for i in range(n)
+    ]
     g = CostGraph(nodes, [(f"v{i}", f"v{i + 1}") for i in range(n - 1)])
     p = Problem(g, Cluster.homogeneous(K, bandwidth_gbps=10.0), K)
     devs = list(range(K))
@@ -144,6 +169,7 @@ def test_pipedream_tie_breaks_are_optimal_and_minimise_the_spread(seed):
             t_out = p.comm_ms(cut[b[m + 1]], 0, 1) if m < K - 1 else 0.0
             out.append((max(c, t_in, t_out), c))
         return out
+
     splits = list(contiguous_splits(n, K))
     opt = min(max(c for c, _ in costs(b)) for b in splits)
     tied = [b for b in splits if max(c for c, _ in costs(b)) <= opt * (1 + 1e-9) + 1e-12]
@@ -156,9 +182,14 @@ def test_pipedream_tie_breaks_are_optimal_and_minimise_the_spread(seed):
 
 
 def test_1f1b_memory_counts_stashed_weights_and_a_plan_that_cannot_fit_says_so():
-    g = CostGraph([Node("a", 1, 1, param_bytes=100.0, activation_bytes=10.0),
-                   Node("b", 1, 1, param_bytes=50.0, activation_bytes=1.0),
-                   Node("c", 1, 1, param_bytes=20.0, activation_bytes=2.0)], [("a", "b"), ("b", "c")])
+    g = CostGraph(
+        [
+            Node("a", 1, 1, param_bytes=100.0, activation_bytes=10.0),
+            Node("b", 1, 1, param_bytes=50.0, activation_bytes=1.0),
+            Node("c", 1, 1, param_bytes=20.0, activation_bytes=2.0),
+        ],
+        [("a", "b"), ("b", "c")],
+    )
     cl = Cluster.homogeneous(3)
     ev = Problem(g, cl, 3, stash_weights=True).evaluate([0, 1, 2], [0, 1, 2])
     assert ev.stage_memory_bytes == [3 * 100 + 3 * 10, 2 * 50 + 2 * 1, 1 * 20 + 1 * 2]
@@ -192,6 +223,7 @@ def test_the_partitioner_and_the_simulator_do_not_import_each_other():
 def test_old_simrank_path_still_works_and_simulated_needs_the_planner():
     from tf_commopt.core.partition import simrank
     from tf_commopt.core.planner import simrank as moved
+
     assert simrank.best_simulated is moved.best_simulated and simrank.SCORES == moved.SCORES
     with pytest.raises(InputError, match="planner"):
         partition(branchy_graph(20, seed=0), 2, score="simulated")

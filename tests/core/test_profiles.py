@@ -1,12 +1,19 @@
 """Profiles: PipeDream graph.txt and our JSON, bundled files, errors naming file:line."""
-import os
+
 import re
 
 import pytest
 
 from tf_commopt.core.costgraph import CostGraph, Node
-from tf_commopt.core.profiles import (bundled_profile_path, bundled_profiles, load_profile, read_json,
-                                      read_pipedream, write_json, write_pipedream)
+from tf_commopt.core.profiles import (
+    bundled_profile_path,
+    bundled_profiles,
+    load_profile,
+    read_json,
+    read_pipedream,
+    write_json,
+    write_pipedream,
+)
 from tf_commopt.errors import GraphError, InputError
 
 
@@ -18,8 +25,15 @@ def _raw_nodes(path):
             name = line.split(" -- ")[0]
             vals = dict(re.findall(r"(\w+)=(\[[^\]]*\]|[-0-9.e]+)", line.rsplit(" -- ", 1)[1]))
             num = lambda t: sum(float(x) for x in t.strip("[]").split(";")) if t.startswith("[") else float(t)
-            out[name] = tuple(num(vals[k]) for k in ("forward_compute_time", "backward_compute_time",
-                                                      "activation_size", "parameter_size"))
+            out[name] = tuple(
+                num(vals[k])
+                for k in (
+                    "forward_compute_time",
+                    "backward_compute_time",
+                    "activation_size",
+                    "parameter_size",
+                )
+            )
     return out
 
 
@@ -68,14 +82,17 @@ def _same(g1, g2, kinds=True):
         assert g1.kinds == g2.kinds
         for k in g1.kinds:
             for n in g1.nodes:
-                assert (g1.forward_ms(n, k), g1.backward_ms(n, k)) == (g2.forward_ms(n, k), g2.backward_ms(n, k))
+                assert (g1.forward_ms(n, k), g1.backward_ms(n, k)) == (
+                    g2.forward_ms(n, k),
+                    g2.backward_ms(n, k),
+                )
 
 
 def test_json_round_trip_is_lossless_with_kinds(tmp_path):
     g = load_profile("h200/inception_v3")
     p = str(tmp_path / "g.json")
     write_json(g, p)
-    h = load_profile(p)                       # auto-detected as JSON
+    h = load_profile(p)  # auto-detected as JSON
     _same(g, h)
     assert h.name == g.name
     p2 = str(tmp_path / "g2.json")
@@ -84,8 +101,11 @@ def test_json_round_trip_is_lossless_with_kinds(tmp_path):
 
 
 def test_json_round_trip_of_awkward_values(tmp_path):
-    g = CostGraph([Node("a b", 0.1 + 0.2, 1e-300, 3.0, 2.0 ** 60, 'label "quoted"\nnewline'),
-                   Node("ü", 1 / 3, 0.0)], [("a b", "ü")], name="x")
+    g = CostGraph(
+        [Node("a b", 0.1 + 0.2, 1e-300, 3.0, 2.0**60, 'label "quoted"\nnewline'), Node("ü", 1 / 3, 0.0)],
+        [("a b", "ü")],
+        name="x",
+    )
     p = str(tmp_path / "g.json")
     write_json(g, p)
     _same(g, read_json(p))
@@ -104,16 +124,25 @@ def test_pipedream_round_trip(tmp_path):
 NODE = "node{i} -- L -- forward_compute_time=1, backward_compute_time=2, activation_size=3, parameter_size=4"
 
 
-@pytest.mark.parametrize("lines,match", [
-    ([NODE.format(i=1), NODE.format(i=2).replace("=1,", "=x,")], r":2: forward_compute_time: not a number"),
-    ([NODE.format(i=1), "\tnode1 -- node7"], r":2: unknown node 'node7'"),
-    ([NODE.format(i=1), NODE.format(i=1)], r":2: duplicate node name 'node1'"),
-    ([NODE.format(i=1), "node2 no separators"], r":2: node line must be"),
-    ([NODE.format(i=1).replace(", parameter_size=4", "")], r":1: node 'node1' lacks parameter_size"),
-    ([NODE.format(i=1), NODE.format(i=2).replace("=2,", "=-2,")], r":2: backward_ms is negative"),
-    ([NODE.format(i=1), NODE.format(i=2), "\tnode1 -- node2", "\tnode2 -- node1"], r"cycle: node\d -> node\d"),
-    ([], r"empty graph"),
-])
+@pytest.mark.parametrize(
+    "lines,match",
+    [
+        (
+            [NODE.format(i=1), NODE.format(i=2).replace("=1,", "=x,")],
+            r":2: forward_compute_time: not a number",
+        ),
+        ([NODE.format(i=1), "\tnode1 -- node7"], r":2: unknown node 'node7'"),
+        ([NODE.format(i=1), NODE.format(i=1)], r":2: duplicate node name 'node1'"),
+        ([NODE.format(i=1), "node2 no separators"], r":2: node line must be"),
+        ([NODE.format(i=1).replace(", parameter_size=4", "")], r":1: node 'node1' lacks parameter_size"),
+        ([NODE.format(i=1), NODE.format(i=2).replace("=2,", "=-2,")], r":2: backward_ms is negative"),
+        (
+            [NODE.format(i=1), NODE.format(i=2), "\tnode1 -- node2", "\tnode2 -- node1"],
+            r"cycle: node\d -> node\d",
+        ),
+        ([], r"empty graph"),
+    ],
+)
 def test_pipedream_errors_name_file_and_line(tmp_path, lines, match):
     p = tmp_path / "bad.graph.txt"
     p.write_text("\n".join(lines) + "\n")
@@ -124,7 +153,9 @@ def test_pipedream_errors_name_file_and_line(tmp_path, lines, match):
 
 def test_cycle_error_names_a_line(tmp_path):
     p = tmp_path / "cyc.graph.txt"
-    p.write_text("\n".join([NODE.format(i=1), NODE.format(i=2), "\tnode1 -- node2", "\tnode2 -- node1"]) + "\n")
+    p.write_text(
+        "\n".join([NODE.format(i=1), NODE.format(i=2), "\tnode1 -- node2", "\tnode2 -- node1"]) + "\n"
+    )
     with pytest.raises(GraphError, match=rf"{re.escape(str(p))}:[12]: cycle"):
         read_pipedream(str(p))
 

@@ -1,4 +1,5 @@
 """The pure core never imports TensorFlow."""
+
 import subprocess
 import sys
 

@@ -21,8 +21,14 @@ def test_shared_segment_matches_architecture_measurement():
 
 def test_epoch_and_table():
     assert epoch_time_s(10, 1.0, 2.0, interval=3) == 10 + 4 * 2.0
-    rows = scaling_table([8, 64], model_bytes=4e6, t_comp_s=0.02, samples_per_epoch=50000,
-                         batch_per_worker=32, bandwidth_mbit=1000.0)
+    rows = scaling_table(
+        [8, 64],
+        model_bytes=4e6,
+        t_comp_s=0.02,
+        samples_per_epoch=50000,
+        batch_per_worker=32,
+        bandwidth_mbit=1000.0,
+    )
     for r in rows:
         assert r["skip_correct_epoch_s"] <= r["ssgd_epoch_s"]
         assert r["compute_only_epoch_s"] <= r["skip_correct_epoch_s"]

@@ -1,5 +1,6 @@
 """The closed-form epoch times of tf_commopt.core.scaling (used for the 8 ... 1024-worker extrapolation in
 docs/results/comm.md) agree with the event simulator on the same costs."""
+
 import math
 
 import pytest

@@ -1,4 +1,5 @@
 """The simulator against closed forms, an independent recurrence and hand-computed timelines."""
+
 import dataclasses
 
 import numpy as np
@@ -7,10 +8,26 @@ import pytest
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.core.devices import Cluster, Device, Link
 from tf_commopt.core.partition.plan import PartitionPlan
-from tf_commopt.core.schedule import Forward, OptimizerStep, RecvAct, RecvGrad, Schedule, SendAct, SendGrad, gpipe
 from tf_commopt.core.scaling import ring_allreduce_s
+from tf_commopt.core.schedule import (
+    Forward,
+    OptimizerStep,
+    RecvAct,
+    RecvGrad,
+    Schedule,
+    SendAct,
+    SendGrad,
+    gpipe,
+)
 from tf_commopt.core.simulate import (
-    Job, RankCost, hop_bytes, run, simulate_data_parallel, simulate_job, simulate_local_sgd, simulate_pipeline,
+    Job,
+    RankCost,
+    hop_bytes,
+    run,
+    simulate_data_parallel,
+    simulate_job,
+    simulate_local_sgd,
+    simulate_pipeline,
 )
 from tf_commopt.errors import InputError, PlanError
 
@@ -20,10 +37,14 @@ def chain(fwd, bwd, act=None, params=None):
     p = len(fwd)
     act = act if act is not None else [0.0] * p
     params = params if params is not None else [0.0] * p
-    g = CostGraph([Node(f"n{i}", fwd[i], bwd[i], params[i], act[i]) for i in range(p)],
-                  [(f"n{i}", f"n{i + 1}") for i in range(p - 1)], name="chain")
-    plan = PartitionPlan("test", {f"n{i}": i for i in range(p)}, list(range(p)), [0.0] * p, [0.0] * p,
-                         [0.0] * p, 0.0, 0.0)
+    g = CostGraph(
+        [Node(f"n{i}", fwd[i], bwd[i], params[i], act[i]) for i in range(p)],
+        [(f"n{i}", f"n{i + 1}") for i in range(p - 1)],
+        name="chain",
+    )
+    plan = PartitionPlan(
+        "test", {f"n{i}": i for i in range(p)}, list(range(p)), [0.0] * p, [0.0] * p, [0.0] * p, 0.0, 0.0
+    )
     return g, plan
 
 
@@ -63,10 +84,10 @@ def _gpipe_recurrence(f, b, delay, m):
 def test_gpipe_matches_grid_recurrence_with_communication(seed):
     rng = np.random.RandomState(seed)
     p, m = rng.randint(2, 7), rng.randint(1, 9)
-    f, b = rng.uniform(1, 3, p), rng.uniform(1, 5, p)      # per micro-batch
-    xfer, lat = 0.8, 0.3                                      # transfer <= every compute: no queueing
+    f, b = rng.uniform(1, 3, p), rng.uniform(1, 5, p)  # per micro-batch
+    xfer, lat = 0.8, 0.3  # transfer <= every compute: no queueing
     link = Link(bandwidth_gbps=10.0, latency_ms=lat)
-    act = [xfer * link.bytes_per_ms * m] * p                  # bytes per mini-batch
+    act = [xfer * link.bytes_per_ms * m] * p  # bytes per mini-batch
     g, plan = chain(f * m, b * m, act)
     cl = Cluster([Device(f"d{i}") for i in range(p)], link)
     r = simulate_pipeline(g, plan, "gpipe", microbatches=m, cluster=cl)
@@ -101,12 +122,22 @@ def test_hand_computed_gpipe_timeline_with_communication():
     cl = Cluster.homogeneous(2, bandwidth_gbps=10.0, latency_ms=0.1)
     r = simulate_pipeline(g, plan, "gpipe", microbatches=2, cluster=cl)
     got = sorted((e.kind, e.device, e.mb, round(e.start, 9), round(e.end, 9)) for e in r.events)
-    want = sorted([
-        ("forward", 0, 0, 0.0, 1.0), ("send_act", 0, 0, 1.0, 1.5), ("forward", 0, 1, 1.0, 2.0),
-        ("send_act", 0, 1, 2.0, 2.5), ("forward", 1, 0, 1.6, 2.6), ("forward", 1, 1, 2.6, 3.6),
-        ("backward", 1, 1, 3.6, 5.6), ("send_grad", 1, 1, 5.6, 6.1), ("backward", 1, 0, 5.6, 7.6),
-        ("send_grad", 1, 0, 7.6, 8.1), ("backward", 0, 1, 6.2, 8.2), ("backward", 0, 0, 8.2, 10.2),
-    ])
+    want = sorted(
+        [
+            ("forward", 0, 0, 0.0, 1.0),
+            ("send_act", 0, 0, 1.0, 1.5),
+            ("forward", 0, 1, 1.0, 2.0),
+            ("send_act", 0, 1, 2.0, 2.5),
+            ("forward", 1, 0, 1.6, 2.6),
+            ("forward", 1, 1, 2.6, 3.6),
+            ("backward", 1, 1, 3.6, 5.6),
+            ("send_grad", 1, 1, 5.6, 6.1),
+            ("backward", 1, 0, 5.6, 7.6),
+            ("send_grad", 1, 0, 7.6, 8.1),
+            ("backward", 0, 1, 6.2, 8.2),
+            ("backward", 0, 0, 8.2, 10.2),
+        ]
+    )
     assert got == want
     assert r.iteration_ms == pytest.approx(10.2)
     assert r.bytes_injected == pytest.approx(2.5e6)
@@ -124,9 +155,15 @@ def test_link_carries_one_transfer_at_a_time():
 
 
 def test_skip_connection_is_relayed_hop_by_hop():
-    g = CostGraph([Node("a", 1, 1, activation_bytes=10), Node("b", 1, 1, activation_bytes=3),
-                   Node("c", 1, 1, activation_bytes=7), Node("d", 1, 1)],
-                  [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d"), ("b", "d")])
+    g = CostGraph(
+        [
+            Node("a", 1, 1, activation_bytes=10),
+            Node("b", 1, 1, activation_bytes=3),
+            Node("c", 1, 1, activation_bytes=7),
+            Node("d", 1, 1),
+        ],
+        [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d"), ("b", "d")],
+    )
     son = {"a": 0, "b": 1, "c": 2, "d": 3}
     assert hop_bytes(g, son, 4) == [10.0, 13.0, 20.0]
     plan = PartitionPlan("x", son, [0, 1, 2, 3], [0.0] * 4, [0.0] * 4, [0.0] * 4, 0.0, 0.0)
@@ -147,7 +184,9 @@ def test_hops_and_bytes_agree_with_the_partition_objective():
     son = dict(zip(order, stage))
     ev = objective.Problem(g, Cluster.homogeneous(k, 10.0), k).evaluate(stage, list(range(k)))
     hops = hop_bytes(g, son, k)
-    assert hops == pytest.approx(list(ev.hop_bytes)[: k - 1]) and sum(hops) == pytest.approx(sum(ev.hop_bytes))
+    assert hops == pytest.approx(list(ev.hop_bytes)[: k - 1]) and sum(hops) == pytest.approx(
+        sum(ev.hop_bytes)
+    )
     plan = PartitionPlan("x", son, list(range(k)), [0.0] * k, [0.0] * k, [0.0] * k, 0.0, 0.0)
     r = simulate_pipeline(g, plan, "gpipe", microbatches=4, bandwidth_gbps=10.0)
     assert r.bytes_injected == pytest.approx(ev.comm_bytes)
@@ -160,19 +199,18 @@ def test_capacity_and_micro_profile_override():
     cl = Cluster.from_capacities([2.0, 0.5])
     r = simulate_pipeline(g, plan, "gpipe", microbatches=4, cluster=cl)
     assert r.busy_ms == {0: pytest.approx(6.0), 1: pytest.approx(24.0)}
-    micro, _ = chain([3.0, 3.0], [3.0, 3.0])           # measured at the micro-batch size: not divided
+    micro, _ = chain([3.0, 3.0], [3.0, 3.0])  # measured at the micro-batch size: not divided
     r = simulate_pipeline(g, plan, "gpipe", microbatches=2, micro_profile=micro)
     assert r.iteration_ms == pytest.approx((2 + 2 - 1) * 6.0)
 
 
 def test_data_parallel_ring_allreduce_closed_form():
     caps = [1.0, 1.0, 0.5, 0.25]
-    g = CostGraph([Node("a", 3.0, 5.0, param_bytes=4e6), Node("b", 1.0, 3.0, param_bytes=6e6)],
-                  [("a", "b")])
+    g = CostGraph([Node("a", 3.0, 5.0, param_bytes=4e6), Node("b", 1.0, 3.0, param_bytes=6e6)], [("a", "b")])
     cl = Cluster.from_capacities(caps, bandwidth_gbps=1.0, latency_ms=0.05)
     r = simulate_data_parallel(g, cl)
     n, nbytes = 4, 10e6
-    compute = max(12.0 / n / c for c in caps)                  # the straggler
+    compute = max(12.0 / n / c for c in caps)  # the straggler
     ring = 2 * (n - 1) * 0.05 + 2 * (n - 1) / n * nbytes / (1e9 / 8 / 1e3)
     assert r.iteration_ms == pytest.approx(compute + ring)
     assert ring == pytest.approx(1e3 * ring_allreduce_s(nbytes, n, bandwidth_mbit=1000, latency_s=0.05e-3))
@@ -210,8 +248,13 @@ def test_optimizer_cost_is_charged_per_step():
     r = simulate_pipeline(g, plan, "gpipe", microbatches=2, optimizer_ms=0.5)
     assert r.iteration_ms == pytest.approx(3 * 2.0 + 0.5)
     assert sum(e.kind == "optimizer" for e in r.events) == 2
-    r = simulate_job(Job(Schedule("one", 1, ((Forward(0), OptimizerStep()),)), [RankCost(0, 1, 1, 2)],
-                         Cluster.homogeneous(1)))
+    r = simulate_job(
+        Job(
+            Schedule("one", 1, ((Forward(0), OptimizerStep()),)),
+            [RankCost(0, 1, 1, 2)],
+            Cluster.homogeneous(1),
+        )
+    )
     assert r.iteration_ms == 3.0
 
 
@@ -226,11 +269,11 @@ def test_grouped_hybrid_composition_closed_form():
     sched = combine("hybrid", [part, part], tails)
     caps = [1.0, 1.0, 0.5, 0.5]
     ranks = [RankCost(r, tf / caps[r], tb / caps[r]) for r in range(4)]
-    cl = Cluster.from_capacities(caps, bandwidth_gbps=8.0)          # 1e6 bytes per ms
+    cl = Cluster.from_capacities(caps, bandwidth_gbps=8.0)  # 1e6 bytes per ms
     nbytes = {"s0": 3e6, "s1": 5e6}
     r = simulate_job(Job(sched, ranks, cl, {}, nbytes, split=m))
-    slow = 2.0                                                          # group 1 is 2x slower
-    end0 = (m + 1) * (tf + tb) * slow                                   # stage 0 drains last
+    slow = 2.0  # group 1 is 2x slower
+    end0 = (m + 1) * (tf + tb) * slow  # stage 0 drains last
     end1 = ((m + 1) * (tf + tb) - tb) * slow
     want = max(end0 + 2 * (2 - 1) / 2 * 3e6 / 1e6, end1 + 2 * (2 - 1) / 2 * 5e6 / 1e6)
     assert r.iteration_ms == pytest.approx(want)

@@ -1,4 +1,5 @@
 """``python -m tf_commopt.sim``: one JSON object, a Gantt PNG, exit 2 with one line on bad input."""
+
 import json
 import os
 import subprocess
@@ -28,8 +29,22 @@ def vgg_plan(tmp_path_factory):
 def test_cli_prints_the_library_result(vgg_plan, capsys, tmp_path):
     g, plan, path = vgg_plan
     png = str(tmp_path / "t.png")
-    rc = main(["--profile", "pipedream/vgg16", "--plan", path, "--schedule", "gpipe", "--microbatches", "4",
-               "--bandwidth-gbps", "25", "--png", png])
+    rc = main(
+        [
+            "--profile",
+            "pipedream/vgg16",
+            "--plan",
+            path,
+            "--schedule",
+            "gpipe",
+            "--microbatches",
+            "4",
+            "--bandwidth-gbps",
+            "25",
+            "--png",
+            png,
+        ]
+    )
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     want = simulate_pipeline(g, plan, "gpipe", 4, bandwidth_gbps=25.0)
@@ -45,19 +60,37 @@ def test_cli_prints_the_library_result(vgg_plan, capsys, tmp_path):
 
 def test_cli_1f1b_and_capacities(vgg_plan, capsys):
     _, _, path = vgg_plan
-    assert main(["--profile", "pipedream/vgg16", "--plan", path, "--schedule", "1f1b", "--microbatches", "20",
-                 "--capacities", "1,2,2,2"]) == 0
+    assert (
+        main(
+            [
+                "--profile",
+                "pipedream/vgg16",
+                "--plan",
+                path,
+                "--schedule",
+                "1f1b",
+                "--microbatches",
+                "20",
+                "--capacities",
+                "1,2,2,2",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["schedule"] == "1f1b" and out["throughput"] > 0 and out["split"] == 1.0
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--schedule", "zigzag"], "--schedule"),
-    (["--microbatches", "0"], "--microbatches"),
-    (["--profile", "no/such.txt"], "no/such.txt"),
-    (["--capacities", "1,x"], "--capacities"),
-    (["--capacities", "1"], "cluster has 1"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--schedule", "zigzag"], "--schedule"),
+        (["--microbatches", "0"], "--microbatches"),
+        (["--profile", "no/such.txt"], "no/such.txt"),
+        (["--capacities", "1,x"], "--capacities"),
+        (["--capacities", "1"], "cluster has 1"),
+    ],
+)
 def test_cli_bad_input_one_line(vgg_plan, capsys, args, msg):
     _, _, path = vgg_plan
     base = {"--profile": "pipedream/vgg16", "--plan": path, "--schedule": "gpipe", "--microbatches": "4"}
@@ -70,21 +103,73 @@ def test_cli_bad_input_one_line(vgg_plan, capsys, args, msg):
 def test_cli_subprocess_exit_code(vgg_plan, tmp_path):
     bad = tmp_path / "plan.json"
     bad.write_text('{"method": "x",\n "stage_of_node": []}')
-    p = subprocess.run([sys.executable, "-m", "tf_commopt.sim", "--profile", "pipedream/vgg16", "--plan",
-                        str(bad), "--schedule", "gpipe", "--microbatches", "2"],
-                       capture_output=True, text=True, cwd=ROOT)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tf_commopt.sim",
+            "--profile",
+            "pipedream/vgg16",
+            "--plan",
+            str(bad),
+            "--schedule",
+            "gpipe",
+            "--microbatches",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and str(bad) in p.stderr, p.stderr
 
 
 def test_plan_from_the_partition_cli(tmp_path, capsys):
     plan = tmp_path / "plan.json"
-    p = subprocess.run([sys.executable, "-m", "tf_commopt.partition", "--profile", "h200/resnet50", "--stages", "4",
-                        "--method", "balanced", "--kinds", "bf16", "--schedule", "1f1b", "--microbatches", "16",
-                        "--out", str(plan), "--quiet"], capture_output=True, text=True, cwd=ROOT)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tf_commopt.partition",
+            "--profile",
+            "h200/resnet50",
+            "--stages",
+            "4",
+            "--method",
+            "balanced",
+            "--kinds",
+            "bf16",
+            "--schedule",
+            "1f1b",
+            "--microbatches",
+            "16",
+            "--out",
+            str(plan),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert p.returncode == 0, p.stderr
-    assert main(["--profile", "h200/resnet50", "--plan", str(plan), "--schedule", "1f1b", "--microbatches", "16",
-                 "--kinds", "bf16"]) == 0                      # flags that agree with the plan are fine
+    assert (
+        main(
+            [
+                "--profile",
+                "h200/resnet50",
+                "--plan",
+                str(plan),
+                "--schedule",
+                "1f1b",
+                "--microbatches",
+                "16",
+                "--kinds",
+                "bf16",
+            ]
+        )
+        == 0
+    )  # flags that agree with the plan are fine
     out = json.loads(capsys.readouterr().out)
     assert out["schedule"] == "1f1b" and out["bytes_injected"] > 0
     assert main(["--profile", "h200/resnet50", "--plan", str(plan), "--kinds", "int4"]) == 2
@@ -94,17 +179,41 @@ def test_plan_from_the_partition_cli(tmp_path, capsys):
 def test_sim_uses_the_cluster_schedule_and_microbatches_the_plan_records(tmp_path, capsys):
     # the README's example: a plan for half-speed devices must be simulated on them (not on equal devices)
     from tf_commopt.partition.__main__ import main as partition_main
+
     path = tmp_path / "plan.json"
-    assert partition_main(["--profile", "pipedream/alexnet", "--stages", "3", "--capacities", "1,1,0.5",
-                           "--bandwidth-gbps", "25", "--latency-ms", "0.1", "--out", str(path), "--quiet"]) == 0
+    assert (
+        partition_main(
+            [
+                "--profile",
+                "pipedream/alexnet",
+                "--stages",
+                "3",
+                "--capacities",
+                "1,1,0.5",
+                "--bandwidth-gbps",
+                "25",
+                "--latency-ms",
+                "0.1",
+                "--out",
+                str(path),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     made = json.loads(capsys.readouterr().out)
     assert main(["--profile", "pipedream/alexnet", "--plan", str(path)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["schedule"] == "gpipe" and out["num_microbatches"] == 12
     assert out["iteration_ms"] == pytest.approx(made["extra"]["simulated_ms"], rel=1e-9)
     assert out["bandwidth_gbps"] == 25.0 and out["latency_ms"] == 0.1
-    for flag, value in (("--bandwidth-gbps", "10"), ("--latency-ms", "0"), ("--capacities", "1,1,1"),
-                        ("--schedule", "1f1b"), ("--microbatches", "8")):
+    for flag, value in (
+        ("--bandwidth-gbps", "10"),
+        ("--latency-ms", "0"),
+        ("--capacities", "1,1,1"),
+        ("--schedule", "1f1b"),
+        ("--microbatches", "8"),
+    ):
         assert main(["--profile", "pipedream/alexnet", "--plan", str(path), flag, value]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and flag in err and "contradicts" in err
@@ -115,7 +224,25 @@ def test_sim_uses_the_cluster_schedule_and_microbatches_the_plan_records(tmp_pat
     path.write_text(json.dumps(old))
     assert main(["--profile", "pipedream/alexnet", "--plan", str(path)]) == 2
     assert "--schedule" in capsys.readouterr().err
-    assert main(["--profile", "pipedream/alexnet", "--plan", str(path), "--schedule", "gpipe",
-                 "--microbatches", "12", "--capacities", "1,1,0.5", "--bandwidth-gbps", "25",
-                 "--latency-ms", "0.1"]) == 0
+    assert (
+        main(
+            [
+                "--profile",
+                "pipedream/alexnet",
+                "--plan",
+                str(path),
+                "--schedule",
+                "gpipe",
+                "--microbatches",
+                "12",
+                "--capacities",
+                "1,1,0.5",
+                "--bandwidth-gbps",
+                "25",
+                "--latency-ms",
+                "0.1",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["iteration_ms"] == pytest.approx(made["extra"]["simulated_ms"])

@@ -1,4 +1,5 @@
 """Simulated grouped hybrid and data parallelism on heterogeneous devices against closed forms."""
+
 import itertools
 import random
 
@@ -9,8 +10,14 @@ from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.core.devices import Cluster
 from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.core.simulate.hybrid import (
-    contiguous_groups, device_speeds, grouped_hybrid_job, ideal_iteration_ms, search_grouped_hybrid, simulate_dp,
-    simulate_grouped_hybrid, snake_groups,
+    contiguous_groups,
+    device_speeds,
+    grouped_hybrid_job,
+    ideal_iteration_ms,
+    search_grouped_hybrid,
+    simulate_dp,
+    simulate_grouped_hybrid,
+    snake_groups,
 )
 from tf_commopt.errors import InputError, PlanError
 
@@ -22,8 +29,11 @@ def chain(fwd, bwd, params=None, act=None, kinds=None):
     n = len(fwd)
     params = params or [0.0] * n
     act = act or [0.0] * n
-    g = CostGraph([Node(f"n{i}", fwd[i], bwd[i], params[i], act[i]) for i in range(n)],
-                  [(f"n{i}", f"n{i + 1}") for i in range(n - 1)], name="chain")
+    g = CostGraph(
+        [Node(f"n{i}", fwd[i], bwd[i], params[i], act[i]) for i in range(n)],
+        [(f"n{i}", f"n{i + 1}") for i in range(n - 1)],
+        name="chain",
+    )
     for k, scale in (kinds or {}).items():
         g.add_kind(k, {f"n{i}": (fwd[i] * scale, bwd[i] * scale) for i in range(n)})
     return g
@@ -31,8 +41,16 @@ def chain(fwd, bwd, params=None, act=None, kinds=None):
 
 def plan_of(stages, devices):
     k = len(devices)
-    return PartitionPlan("hand", {f"n{i}": s for i, s in enumerate(stages)}, list(devices), [0.0] * k, [0.0] * k,
-                         [0.0] * k, 0.0, 0.0)
+    return PartitionPlan(
+        "hand",
+        {f"n{i}": s for i, s in enumerate(stages)},
+        list(devices),
+        [0.0] * k,
+        [0.0] * k,
+        [0.0] * k,
+        0.0,
+        0.0,
+    )
 
 
 def ring(nbytes, n):
@@ -66,7 +84,9 @@ def test_data_parallel_proportional_and_ideal():
 
 @pytest.mark.parametrize("m", [1, 3, 8])
 def test_one_group_of_one_device_is_single_device(m):
-    g = chain([1.0, 2.0, 0.5], [2.0, 3.0, 1.0], params=[1e6, 1e6, 1e6], act=[1e6, 1e6, 0], kinds={"bf16": 0.4})
+    g = chain(
+        [1.0, 2.0, 0.5], [2.0, 3.0, 1.0], params=[1e6, 1e6, 1e6], act=[1e6, 1e6, 0], kinds={"bf16": 0.4}
+    )
     for cap, kind in [(1.0, None), (0.25, None), (2.0, "bf16")]:
         cl = Cluster.from_capacities([cap], BW, kinds=[kind])
         r = simulate_grouped_hybrid(g, cl, [[0]], microbatches=m, method="balanced")
@@ -78,8 +98,11 @@ def test_singleton_groups_equal_proportional_data_parallel():
     rng = random.Random(1)
     for _ in range(5):
         n = rng.randint(2, 6)
-        g = chain([rng.uniform(0.5, 3) for _ in range(4)], [rng.uniform(1, 5) for _ in range(4)],
-                  params=[rng.uniform(0, 5e6) for _ in range(4)])
+        g = chain(
+            [rng.uniform(0.5, 3) for _ in range(4)],
+            [rng.uniform(1, 5) for _ in range(4)],
+            params=[rng.uniform(0, 5e6) for _ in range(4)],
+        )
         cl = Cluster.from_capacities([rng.choice([1, 0.5, 0.25, 2]) for _ in range(n)], BW)
         h = simulate_grouped_hybrid(g, cl, [[i] for i in range(n)], microbatches=1, method="balanced")
         assert h.iteration_ms == pytest.approx(simulate_dp(g, cl, "proportional").iteration_ms)
@@ -138,7 +161,10 @@ def test_different_plans_make_chunks():
     plans = [plan_of([0, 1, 1, 1], [0, 1]), plan_of([0, 0, 0, 1], [1, 0])]
     job, fr, prog = grouped_hybrid_job(g, cl, [[0, 1], [2, 3]], plans, microbatches=2, bucket_bytes=None)
     assert [(b.stages, b.nodes, b.nbytes) for b in prog.buckets] == [
-        ((1, 1), ("n3",), 4e6), ((1, 0), ("n2", "n1"), 5e6), ((0, 0), ("n0",), 1e6)]
+        ((1, 1), ("n3",), 4e6),
+        ((1, 0), ("n2", "n1"), 5e6),
+        ((0, 0), ("n0",), 1e6),
+    ]
     assert job.ranks[2].device == 3 and job.ranks[3].device == 2  # the plan's device order is kept
     r = simulate_grouped_hybrid(g, cl, [[0, 1], [2, 3]], microbatches=2, plans=plans, bucket_bytes=None)
     assert r.bytes_injected == pytest.approx(2 * 10e6)
@@ -149,8 +175,12 @@ def test_bounds_and_search_on_random_clusters():
     rng = random.Random(7)
     for trial in range(4):
         n = rng.randint(2, 5)
-        g = chain([rng.uniform(0.5, 3) for _ in range(6)], [rng.uniform(1, 5) for _ in range(6)],
-                  params=[rng.uniform(0, 3e6) for _ in range(6)], act=[rng.uniform(0, 2e6) for _ in range(6)])
+        g = chain(
+            [rng.uniform(0.5, 3) for _ in range(6)],
+            [rng.uniform(1, 5) for _ in range(6)],
+            params=[rng.uniform(0, 3e6) for _ in range(6)],
+            act=[rng.uniform(0, 2e6) for _ in range(6)],
+        )
         cl = Cluster.from_capacities([rng.choice([1, 0.5, 0.25]) for _ in range(n)], BW)
         ideal = ideal_iteration_ms(g, cl)
         best = search_grouped_hybrid(g, cl, microbatches=4, method=("balanced", "pipedream"))
@@ -162,29 +192,54 @@ def test_bounds_and_search_on_random_clusters():
         # G = N singletons is proportional data parallel (same overlap), so the search never loses to it
         dpo = simulate_dp(g, cl, "proportional", overlap=True)
         assert best.iteration_ms <= dpo.iteration_ms * (1 + 1e-9)
-        assert any(c["num_groups"] == n and c["iteration_ms"] == pytest.approx(dpo.iteration_ms) for c in cands)
+        assert any(
+            c["num_groups"] == n and c["iteration_ms"] == pytest.approx(dpo.iteration_ms) for c in cands
+        )
         assert dpo.iteration_ms <= simulate_dp(g, cl, "proportional").iteration_ms * (1 + 1e-9)
 
 
 def test_literal_overlap_streams():
     """2 groups, plans (n0 | n1 n2) and (n0 n1 | n2), a bucket per node: stage ranks 0..3, piece ranks 4, 5."""
     from tf_commopt.core.hybrid import hybrid_program
-    prog = hybrid_program(["n0", "n1", "n2"], {"n0": 1, "n1": 1, "n2": 1},
-                          [{"n0": 0, "n1": 1, "n2": 1}, {"n0": 0, "n1": 0, "n2": 1}], 2, overlap=True, bucket_bytes=1)
+
+    prog = hybrid_program(
+        ["n0", "n1", "n2"],
+        {"n0": 1, "n1": 1, "n2": 1},
+        [{"n0": 0, "n1": 1, "n2": 1}, {"n0": 0, "n1": 0, "n2": 1}],
+        2,
+        overlap=True,
+        bucket_bytes=1,
+    )
     assert prog.schedule.compact(compute_only=False) == [
         "F0 SA0>1 F1 SA1>1 RG1<1 B1 RG0<4 B0 AR(grads2:0,5) U",
         "RA0<0 F0 RA1<0 F1 B1 SG1>0 B0 SG0>4 AR(grads0:1,3) RA0<4 U",
         "F0 SA0>3 F1 SA1>3 RG1<3 B1 RG0<3 B0 SG0>5 AR(grads1:2,4) RA0<5 U",
         "RA0<2 F0 RA1<2 F1 B1 SG1>2 B0 SG0>2 AR(grads0:1,3) U",
         "RG0<1 B0 SG0>0 AR(grads1:2,4) SA0>1",
-        "RG0<2 B0 AR(grads2:0,5) SA0>2"]
+        "RG0<2 B0 AR(grads2:0,5) SA0>2",
+    ]
     assert [(x.group, x.stage, x.piece, x.nodes, x.bucket) for x in prog.roles] == [
-        (0, 0, 0, ("n0",), "grads2"), (0, 1, 0, ("n2",), "grads0"), (1, 0, 0, ("n1",), "grads1"),
-        (1, 1, 0, ("n2",), "grads0"), (0, 1, 1, ("n1",), "grads1"), (1, 0, 1, ("n0",), "grads2")]
-    no = hybrid_program(["n0", "n1", "n2"], {"n0": 1, "n1": 1, "n2": 1},
-                        [{"n0": 0, "n1": 1, "n2": 1}, {"n0": 0, "n1": 0, "n2": 1}], 2, overlap=False, bucket_bytes=1)
-    assert no.schedule.compact() == ["F0 F1 B1 B0 AR(grads2:0,2) U", "F0 F1 B1 B0 AR(grads0:1,3) AR(grads1:1,2) U",
-                                     "F0 F1 B1 B0 AR(grads1:1,2) AR(grads2:0,2) U", "F0 F1 B1 B0 AR(grads0:1,3) U"]
+        (0, 0, 0, ("n0",), "grads2"),
+        (0, 1, 0, ("n2",), "grads0"),
+        (1, 0, 0, ("n1",), "grads1"),
+        (1, 1, 0, ("n2",), "grads0"),
+        (0, 1, 1, ("n1",), "grads1"),
+        (1, 0, 1, ("n0",), "grads2"),
+    ]
+    no = hybrid_program(
+        ["n0", "n1", "n2"],
+        {"n0": 1, "n1": 1, "n2": 1},
+        [{"n0": 0, "n1": 1, "n2": 1}, {"n0": 0, "n1": 0, "n2": 1}],
+        2,
+        overlap=False,
+        bucket_bytes=1,
+    )
+    assert no.schedule.compact() == [
+        "F0 F1 B1 B0 AR(grads2:0,2) U",
+        "F0 F1 B1 B0 AR(grads0:1,3) AR(grads1:1,2) U",
+        "F0 F1 B1 B0 AR(grads1:1,2) AR(grads2:0,2) U",
+        "F0 F1 B1 B0 AR(grads0:1,3) U",
+    ]
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -216,6 +271,7 @@ def test_replicated_stage_closed_form(overlap):
     M = 1: the replicas' halves of the activations travel on separate links; stage 0's parameters are
     all-reduced between the replicas after their backward, stage 1's are not (one holder)."""
     from tf_commopt.core.simulate.hybrid import simulate_replicated
+
     A = 5e6
     g = chain([2.0, 1.0], [4.0, 3.0], params=[6e6, 9e6], act=[A, 0.0])
     cl = Cluster.from_capacities([1.0, 1.0, 1.0], BW)
@@ -233,11 +289,14 @@ def test_replicated_stage_closed_form(overlap):
 
 
 def test_search_with_replicated_stages_never_slower():
-    g = chain([3.0, 3.0, 1.0, 0.2], [6.0, 6.0, 2.0, 0.4], params=[1e6, 1e6, 2e6, 40e6], act=[4e6, 4e6, 1e6, 0])
+    g = chain(
+        [3.0, 3.0, 1.0, 0.2], [6.0, 6.0, 2.0, 0.4], params=[1e6, 1e6, 2e6, 40e6], act=[4e6, 4e6, 1e6, 0]
+    )
     cl = Cluster.from_capacities([1, 1, 0.5, 0.5], BW)
     plain = search_grouped_hybrid(g, cl, microbatches=[2, 4], method="balanced")
-    rep = search_grouped_hybrid(g, cl, microbatches=[2, 4], method="balanced",
-                                replicated=("snake", "wide_first_fast"))
+    rep = search_grouped_hybrid(
+        g, cl, microbatches=[2, 4], method="balanced", replicated=("snake", "wide_first_fast")
+    )
     assert rep.iteration_ms <= plain.iteration_ms
     kinds = {c["grouping"] for c in rep.extra["candidates"]}
     assert {"replicated:snake", "replicated:wide_first_fast"} <= kinds
@@ -277,6 +336,7 @@ def test_bad_input():
         simulate_grouped_hybrid(g, cl, [[0], [1, 2]], bucket_bytes=0)
     from tf_commopt.core.hybrid import hybrid_program
     from tf_commopt.core.simulate.hybrid import simulate_replicated
+
     with pytest.raises(InputError, match="replica shares must be positive and sum to 1"):
         hybrid_program(["n0", "n1"], {}, [{"n0": 0, "n1": 1}], 2, replica_shares=[[(0.5, 0.6), (1.0,)]])
     with pytest.raises(InputError, match="stage_devices must give each stage"):
@@ -291,17 +351,31 @@ def _bench(*args):
     import os
     import subprocess
     import sys
+
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return subprocess.run([sys.executable, "-m", "experiments.hybrid_bench", *args], cwd=root,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.hybrid_bench", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_bench_json_rows_are_the_simulator():
     import json
 
     from tf_commopt.core.profiles import load_profile
-    out = _bench("--json", "--profiles=pipedream/alexnet", "--clusters=1,0.5,0.25", "--bandwidths_gbps=10",
-                 "--microbatches=4", "--methods=balanced", "--replicated=wide_first_fast")
+
+    out = _bench(
+        "--json",
+        "--profiles=pipedream/alexnet",
+        "--clusters=1,0.5,0.25",
+        "--bandwidths_gbps=10",
+        "--microbatches=4",
+        "--methods=balanced",
+        "--replicated=wide_first_fast",
+    )
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(rows) == 1
@@ -313,7 +387,8 @@ def test_bench_json_rows_are_the_simulator():
     assert r["candidates"] == len(best.extra["candidates"])
     assert r["data_parallel_iteration_ms"] == pytest.approx(simulate_dp(g, cl).iteration_ms)
     assert r["data_parallel_proportional_overlap_iteration_ms"] == pytest.approx(
-        simulate_dp(g, cl, "proportional", overlap=True).iteration_ms)
+        simulate_dp(g, cl, "proportional", overlap=True).iteration_ms
+    )
     assert r["ideal_iteration_ms"] == pytest.approx(ideal_iteration_ms(g, cl))
     assert r["hybrid_iteration_ms"] <= r["data_parallel_proportional_overlap_iteration_ms"] * (1 + 1e-9)
 

@@ -1,12 +1,16 @@
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tf_commopt.core.tfconfig import parse_tf_config, tf_config_from_env
 from tf_commopt.errors import InputError
 
-GOOD = {"cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}, "task": {"type": "ps", "index": 0}}
+GOOD = {
+    "cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]},
+    "task": {"type": "ps", "index": 0},
+}
 
 
 def test_good_config():
@@ -45,11 +49,23 @@ def test_task_type_missing_from_cluster():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(st.text(max_size=80), st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(["cluster", "task", "type", "index",
-                                                                         "worker", "ps", "chief", "x"]), c, max_size=4),
-    max_leaves=12).map(json.dumps)))
+@given(
+    st.one_of(
+        st.text(max_size=80),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+            lambda c: (
+                st.lists(c, max_size=3)
+                | st.dictionaries(
+                    st.sampled_from(["cluster", "task", "type", "index", "worker", "ps", "chief", "x"]),
+                    c,
+                    max_size=4,
+                )
+            ),
+            max_leaves=12,
+        ).map(json.dumps),
+    )
+)
 def test_fuzz_returns_config_or_our_error(text):
     try:
         c = parse_tf_config(text)

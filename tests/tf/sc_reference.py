@@ -3,6 +3,7 @@
 Independent of tf_commopt: written from the rule in docs/skip_correct.md, float64.
 (``fresh_mirrored`` is the one TensorFlow helper: the reference strategy for the SSGD tests.)
 """
+
 from __future__ import annotations
 
 from typing import List, Sequence, Tuple
@@ -10,7 +11,9 @@ from typing import List, Sequence, Tuple
 import numpy as np
 
 
-def softmax_grads(w: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+def softmax_grads(
+    w: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray
+) -> Tuple[np.ndarray, np.ndarray]:
     """Gradient of the mean sparse cross-entropy of softmax(x w + b) over the batch."""
     z = x @ w + b
     z = z - z.max(axis=1, keepdims=True)
@@ -21,9 +24,17 @@ def softmax_grads(w: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray) ->
     return x.T @ p, p.sum(axis=0)
 
 
-def run_rule(w0: np.ndarray, b0: np.ndarray, batches: Sequence[Sequence[Tuple[np.ndarray, np.ndarray]]],
-             interval: int, correction: str, lr: float, warmup_steps: int = 0, momentum: float = 0.0,
-             correction_lr: str = "optimizer"):
+def run_rule(
+    w0: np.ndarray,
+    b0: np.ndarray,
+    batches: Sequence[Sequence[Tuple[np.ndarray, np.ndarray]]],
+    interval: int,
+    correction: str,
+    lr: float,
+    warmup_steps: int = 0,
+    momentum: float = 0.0,
+    correction_lr: str = "optimizer",
+):
     """batches[t][i] = (x, y) of replica i at step t+1. Returns per-step lists of (w_i, b_i, dw_i, db_i).
 
     With ``momentum`` β > 0 the local optimizer is heavy-ball SGD with local slots (m ← β m − lr u;
@@ -65,8 +76,9 @@ def run_rule(w0: np.ndarray, b0: np.ndarray, batches: Sequence[Sequence[Tuple[np
                 ws = [wbar.copy() for _ in range(r)]
                 bs = [bbar.copy() for _ in range(r)]
                 k = 0
-        history.append(([w.copy() for w in ws], [b.copy() for b in bs],
-                        [d.copy() for d in dws], [d.copy() for d in dbs]))
+        history.append(
+            ([w.copy() for w in ws], [b.copy() for b in bs], [d.copy() for d in dws], [d.copy() for d in dbs])
+        )
     return history
 
 
@@ -102,15 +114,22 @@ def softmax_step(strategy, w, b, opt, global_batch: int):
     def step(xs, ys):
         def fn(x, y):
             with tf.GradientTape() as tape:
-                per_ex = tf.keras.losses.sparse_categorical_crossentropy(y, tf.matmul(x, w) + b, from_logits=True)
+                per_ex = tf.keras.losses.sparse_categorical_crossentropy(
+                    y, tf.matmul(x, w) + b, from_logits=True
+                )
                 loss = tf.nn.compute_average_loss(per_ex, global_batch_size=global_batch)
             opt.apply_gradients(zip(tape.gradient(loss, [w, b]), [w, b]))
             return loss
+
         return strategy.run(fn, args=(xs, ys))
 
     def run_row(row):
-        xs = strategy.experimental_distribute_values_from_function(lambda ctx: row[ctx.replica_id_in_sync_group][0])
-        ys = strategy.experimental_distribute_values_from_function(lambda ctx: row[ctx.replica_id_in_sync_group][1])
+        xs = strategy.experimental_distribute_values_from_function(
+            lambda ctx: row[ctx.replica_id_in_sync_group][0]
+        )
+        ys = strategy.experimental_distribute_values_from_function(
+            lambda ctx: row[ctx.replica_id_in_sync_group][1]
+        )
         return step(xs, ys)
 
     return run_row
@@ -119,8 +138,16 @@ def softmax_step(strategy, w, b, opt, global_batch: int):
 class _NumpyOpt:
     """tf-keras SGD (momentum, nesterov) and Adam update rules on float64 arrays, one instance per replica."""
 
-    def __init__(self, kind: str, lr: float, momentum: float = 0.0, nesterov: bool = False,
-                 beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7):
+    def __init__(
+        self,
+        kind: str,
+        lr: float,
+        momentum: float = 0.0,
+        nesterov: bool = False,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-7,
+    ):
         self.kind, self.lr, self.mu, self.nesterov = kind, lr, momentum, nesterov
         self.b1, self.b2, self.eps = beta_1, beta_2, epsilon
         self.t = 0
@@ -140,7 +167,7 @@ class _NumpyOpt:
         m = m + (g - m) * (1 - self.b1)
         v = v + (g * g - v) * (1 - self.b2)
         self.slots[key] = (m, v)
-        alpha = self.lr * np.sqrt(1 - self.b2 ** t) / (1 - self.b1 ** t)
+        alpha = self.lr * np.sqrt(1 - self.b2**t) / (1 - self.b1**t)
         return x - m * alpha / (np.sqrt(v) + self.eps)
 
     def done_step(self) -> None:
@@ -184,9 +211,18 @@ def run_gradient_rule(w0: np.ndarray, b0: np.ndarray, batches, interval: int, ma
     return history
 
 
-def run_overlap_rule(w0: np.ndarray, b0: np.ndarray, batches, interval: int, correction: str, lr: float,
-                     make_opt=None, clr: float = None, sync_after: Sequence[int] = (),
-                     drain_after: Sequence[int] = ()):
+def run_overlap_rule(
+    w0: np.ndarray,
+    b0: np.ndarray,
+    batches,
+    interval: int,
+    correction: str,
+    lr: float,
+    make_opt=None,
+    clr: float = None,
+    sync_after: Sequence[int] = (),
+    drain_after: Sequence[int] = (),
+):
     """The overlapped rule (docs/skip_correct.md, "Overlap"), float64. Local steps as in the blocking
     rule (optimizer ``make_opt()``, default plain SGD(lr); u = g_i − Δ_i; G_i += g_i). At a sync (k = H):
     if a mean is in flight (snapshots y_i, S_i, k_y): x_i += ȳ − y_i; vrl: Δ_i += (ȳ − y_i)/(k_y·clr);
@@ -237,6 +273,12 @@ def run_overlap_rule(w0: np.ndarray, b0: np.ndarray, batches, interval: int, cor
                 mean = sum(x[p] for x in xs) / r
                 for x in xs:
                     x[p] = mean.copy()
-        history.append(([x[0].copy() for x in xs], [x[1].copy() for x in xs],
-                        [d[0].copy() for d in ds], [d[1].copy() for d in ds]))
+        history.append(
+            (
+                [x[0].copy() for x in xs],
+                [x[1].copy() for x in xs],
+                [d[0].copy() for d in ds],
+                [d[1].copy() for d in ds],
+            )
+        )
     return history

@@ -5,6 +5,7 @@ Writes the per-replica kernels, Δ and stats after continuing, then tries to res
 strategy and records the error message. With ``auto``: the checkpoint is from an interval="auto" run
 saved after 4 steps; this process builds an "auto" strategy whose own measurement would choose H = 1.
 """
+
 import os
 import sys
 
@@ -15,10 +16,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
-                                           [tf.config.LogicalDeviceConfiguration()] * 4)
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 4
+)
 
-from tests.tf.test_skip_correct_restore import B, R, build, data, SPLIT  # noqa: E402
+from tests.tf.test_skip_correct_restore import SPLIT, B, R, build, data  # noqa: E402
 from tf_commopt.errors import InputError  # noqa: E402
 
 
@@ -31,9 +33,23 @@ def main_auto(ckpt: str, out: str) -> None:
     kernel = np.stack([c.numpy() for c in model.layers[0].kernel.values])
     delta = strategy.extended.correction_state(model.optimizer).delta_numpy()[0]
     st = strategy.stats()
-    np.savez(out, kernel=kernel, delta=delta, iterations=int(model.optimizer.iterations.numpy()),
-             interval=strategy.interval, **{k: st[k] for k in ("syncs", "interval_chosen", "interval_overhead_s",
-                                                               "interval_t_comm_s", "interval_t_comp_s")})
+    np.savez(
+        out,
+        kernel=kernel,
+        delta=delta,
+        iterations=int(model.optimizer.iterations.numpy()),
+        interval=strategy.interval,
+        **{
+            k: st[k]
+            for k in (
+                "syncs",
+                "interval_chosen",
+                "interval_overhead_s",
+                "interval_t_comm_s",
+                "interval_t_comp_s",
+            )
+        },
+    )
 
 
 def main(ckpt: str, out: str) -> None:
@@ -50,8 +66,14 @@ def main(ckpt: str, out: str) -> None:
         model2.fit(x[SPLIT:], y[SPLIT:], batch_size=10, epochs=1, shuffle=False, verbose=0)
     except InputError as e:
         message = str(e)
-    np.savez(out, kernel=kernel, delta=delta, iterations=int(model.optimizer.iterations.numpy()),
-             syncs=strategy.stats()["syncs"], message=message)
+    np.savez(
+        out,
+        kernel=kernel,
+        delta=delta,
+        iterations=int(model.optimizer.iterations.numpy()),
+        syncs=strategy.stats()["syncs"],
+        message=message,
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """interval="auto" (thesis 001's first-iteration rule, built into SkipCorrectStrategy) and the two baseline
 policies (AdaComm-style callback, grid search), on logical CPUs."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -52,8 +53,15 @@ def _custom_loop(strategy, batches, w0, b0, on_step):
 
 def test_auto_in_a_custom_loop_is_numpy_exact_after_choosing():
     # target_ratio tiny: H = max_interval whatever the timings, so the schedule is known in advance
-    strategy = SkipCorrectStrategy(interval="auto", devices=DEVICES, target_ratio=1e-9, max_interval=4,
-                                   auto_warmup_steps=2, auto_probe_interval=2, auto_measure_syncs=2)
+    strategy = SkipCorrectStrategy(
+        interval="auto",
+        devices=DEVICES,
+        target_ratio=1e-9,
+        max_interval=4,
+        auto_warmup_steps=2,
+        auto_probe_interval=2,
+        auto_measure_syncs=2,
+    )
     rng = np.random.RandomState(7)
     w0, b0 = rng.randn(F, C).astype(np.float32) * 0.3, rng.randn(C).astype(np.float32) * 0.1
     batches = make_batches(14, R, B, F, C, seed=5)
@@ -65,10 +73,14 @@ def test_auto_in_a_custom_loop_is_numpy_exact_after_choosing():
     def check(t, w, b, opt):
         seen.append(strategy.interval)
         for i in range(R):
-            np.testing.assert_allclose(w.values[i].numpy(), ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t+1}")
+            np.testing.assert_allclose(
+                w.values[i].numpy(), ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t + 1}"
+            )
             np.testing.assert_allclose(b.values[i].numpy(), ref[t][1][i], rtol=1e-5, atol=1e-5)
         dw, _ = strategy.extended.correction_state(opt).delta_numpy()
-        np.testing.assert_allclose(dw, np.stack(ref[t][2]), rtol=1e-4, atol=1e-4, err_msg=f"delta step {t+1}")
+        np.testing.assert_allclose(
+            dw, np.stack(ref[t][2]), rtol=1e-4, atol=1e-4, err_msg=f"delta step {t + 1}"
+        )
 
     _custom_loop(strategy, batches, w0, b0, check)
     assert seen == [1] * 5 + [4] * 9
@@ -77,16 +89,21 @@ def test_auto_in_a_custom_loop_is_numpy_exact_after_choosing():
     assert st["interval_t_comm_s"] > 0 and st["interval_t_comp_s"] > 0
     # the agreed numbers are the medians of the samples (one process: the mean over replicas of equal values)
     assert len(st["interval_t_comm_samples_s"]) == 2 and len(st["interval_t_comp_samples_s"]) == 4
-    assert st["interval_t_comm_s"] == pytest.approx(np.median(st["interval_t_comm_samples_s"]), rel=1e-5, abs=2e-6)
-    assert st["interval_t_comp_s"] == pytest.approx(np.median(st["interval_t_comp_samples_s"]), rel=1e-5, abs=2e-6)
+    assert st["interval_t_comm_s"] == pytest.approx(
+        np.median(st["interval_t_comm_samples_s"]), rel=1e-5, abs=2e-6
+    )
+    assert st["interval_t_comp_s"] == pytest.approx(
+        np.median(st["interval_t_comp_samples_s"]), rel=1e-5, abs=2e-6
+    )
     assert 0 < st["interval_overhead_s"] < 5 and st["interval_selection_comm_s"] >= st["interval_t_comm_s"]
 
 
 def test_auto_in_model_fit_picks_what_the_pure_policy_gives():
     strategy = SkipCorrectStrategy(interval="auto", devices=DEVICES, max_interval=64, auto_probe_interval=4)
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation="relu", input_shape=(64,)),
-                                     tf.keras.layers.Dense(4)])
+        model = tf.keras.Sequential(
+            [tf.keras.layers.Dense(256, activation="relu", input_shape=(64,)), tf.keras.layers.Dense(4)]
+        )
         model.compile(tf.keras.optimizers.SGD(0.01, momentum=0.9), "mse")
     rng = np.random.RandomState(0)
     x, y = rng.rand(320, 64).astype(np.float32), rng.rand(320, 4).astype(np.float32)
@@ -100,9 +117,13 @@ def test_auto_in_model_fit_picks_what_the_pure_policy_gives():
 
 
 def test_auto_arguments_are_checked():
-    for kw, where in (({"target_ratio": 0}, "target_ratio"), ({"max_interval": 0}, "max_interval"),
-                      ({"auto_warmup_steps": 0}, "auto_warmup_steps"), ({"auto_probe_interval": 0}, "auto_probe_interval"),
-                      ({"auto_measure_syncs": 0}, "auto_measure_syncs")):
+    for kw, where in (
+        ({"target_ratio": 0}, "target_ratio"),
+        ({"max_interval": 0}, "max_interval"),
+        ({"auto_warmup_steps": 0}, "auto_warmup_steps"),
+        ({"auto_probe_interval": 0}, "auto_probe_interval"),
+        ({"auto_measure_syncs": 0}, "auto_measure_syncs"),
+    ):
         with pytest.raises(InputError, match=where):
             SkipCorrectStrategy(interval="auto", devices=DEVICES, **kw)
 
@@ -111,7 +132,9 @@ def _fit_setup(interval):
     strategy = SkipCorrectStrategy(interval=interval, devices=DEVICES)
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,))])
-        model.compile(tf.keras.optimizers.SGD(0.1), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            tf.keras.optimizers.SGD(0.1), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
     rows = make_batches(40, 1, 2 * B, F, C, seed=3)
     x = np.concatenate([r[0][0] for r in rows])
     y = np.concatenate([r[0][1] for r in rows])

@@ -3,6 +3,7 @@
 References: torchvision's published FLOP counts (ResNet-50 4.09, VGG16 15.47 GMAC per 224x224 image),
 closed-form convolution / linear FLOPs, and the measured profiles themselves.
 """
+
 import pytest
 
 from tf_commopt.core.profiles import load_profile
@@ -11,17 +12,29 @@ from tf_commopt.tf.calibrate import estimate_profile, fit_roofline, layer_cost, 
 from tf_commopt.tf.devices import DEVICE_PRESETS, roofline_preset
 from tf_commopt.tf.op_costs import Roofline
 
-FLOPS_ONLY = Roofline(peak_gflops=1.0, mem_gbps=1e15)   # forward_ms * 1e6 == FLOPs
+FLOPS_ONLY = Roofline(peak_gflops=1.0, mem_gbps=1e15)  # forward_ms * 1e6 == FLOPs
 pytestmark = pytest.mark.filterwarnings("ignore::tf_commopt.tf.op_costs.CostEstimateWarning")
 
 
 def test_layer_cost_closed_forms():
     B, H, W = 32, 56, 56
-    f, moved = layer_cost("Conv2d(64, 128, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False)",
-                          4 * B * 128 * H * W, 4 * B * 64 * H * W, 4 * 9 * 64 * 128, 1, 4)
+    f, moved = layer_cost(
+        "Conv2d(64, 128, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False)",
+        4 * B * 128 * H * W,
+        4 * B * 64 * H * W,
+        4 * 9 * 64 * 128,
+        1,
+        4,
+    )
     assert f == 2 * B * H * W * 128 * 64 * 9 and moved == 4 * B * H * W * (64 + 128) + 4 * 9 * 64 * 128
-    f, _ = layer_cost("Conv2d(96, 96, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), groups=96, bias=False)",
-                      2 * B * 96 * 28 * 28, 0, 0, 1, 2)                                   # depthwise, bf16
+    f, _ = layer_cost(
+        "Conv2d(96, 96, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), groups=96, bias=False)",
+        2 * B * 96 * 28 * 28,
+        0,
+        0,
+        1,
+        2,
+    )  # depthwise, bf16
     assert f == 2 * B * 28 * 28 * 96 * 9
     f, _ = layer_cost("Linear(in_features=2048, out_features=1000, bias=True)", 4 * B * 1000, 0, 0, 1, 4)
     assert f == 2 * B * 2048 * 1000 + B * 1000
@@ -40,11 +53,11 @@ def test_fitted_preset_beats_the_datasheet_and_meets_the_stage_goal():
     meas = load_profile("h200/resnet50.fp32")
     sheet = estimate_profile(meas, roofline_preset("h200")[0], "fp32")
     fitted = estimate_profile(meas, roofline_preset("h200-fit")[0], "fp32")
-    assert layer_errors(sheet, meas)["total"] < -0.5           # datasheet peaks: far too optimistic
+    assert layer_errors(sheet, meas)["total"] < -0.5  # datasheet peaks: far too optimistic
     assert abs(layer_errors(fitted, meas)["total"]) < 0.2
     se = stage_errors(fitted, meas, 4)
     assert se["max_abs_err"] <= 0.2 and len(se["est_ms"]) == len(se["meas_ms"]) == 4
-    assert sum(se["meas_ms"]) == pytest.approx(meas.total_ms())   # the plan's stages cover the measured graph
+    assert sum(se["meas_ms"]) == pytest.approx(meas.total_ms())  # the plan's stages cover the measured graph
 
 
 def test_fit_recovers_a_known_roofline():
@@ -60,9 +73,11 @@ def test_fit_recovers_a_known_roofline():
         fitted, err = fit_roofline(["synthetic.fp32"])
     finally:
         profiles.load_profile = real_load
-    assert err < 0.05                                            # the grids are coarse: 0.25 steps of the factor
+    assert err < 0.05  # the grids are coarse: 0.25 steps of the factor
     assert abs(fitted.backward_factor - 2.0) <= 0.25 and fitted.overhead_ms == pytest.approx(0.01, abs=0.005)
-    assert fitted.peak_gflops == pytest.approx(20_000, rel=0.15) and fitted.mem_gbps == pytest.approx(1_500, rel=0.15)
+    assert fitted.peak_gflops == pytest.approx(20_000, rel=0.15) and fitted.mem_gbps == pytest.approx(
+        1_500, rel=0.15
+    )
 
 
 def test_presets():
@@ -77,7 +92,7 @@ def test_presets():
 def test_cpu_here_is_measured():
     r, note = roofline_preset("cpu-here")
     assert note.startswith("measured now on /CPU:0") and r.peak_gflops > 0.1 and r.mem_gbps > 0.1
-    assert roofline_preset("cpu-here")[0] is r                  # measured once per process
+    assert roofline_preset("cpu-here")[0] is r  # measured once per process
 
 
 def test_a_plan_on_the_keras_import_meets_the_stage_goal():

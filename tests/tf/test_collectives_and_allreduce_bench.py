@@ -1,4 +1,5 @@
 """tf_commopt.distribute.collectives (the measured recommendation) and experiments.allreduce_bench's input errors."""
+
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ def test_recommended_options_are_one_fused_collective_with_tfs_algorithm_choice(
 
     from tf_commopt.distribute.collectives import recommended_chunks, recommended_options
 
-    for payload in (0, 407_080, 40_000_000, 10 ** 10):
+    for payload in (0, 407_080, 40_000_000, 10**10):
         opts = recommended_options(payload)
         # CommunicationOptions(...) builds collective_util.Options, what reduce_to(options=...) takes
         assert isinstance(opts, collective_util.Options)
@@ -46,30 +47,44 @@ assert ring_bound_s(40e6, 4, 1000, "shared") == pytest.approx(1.92)
 assert ring_bound_s(407_080, 2, 10, "switch") == pytest.approx(0.325664)
 print("ok")
 """
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
 
 
-@pytest.mark.parametrize("args, where", [
-    (["--settings=nccl:0:1"], "--settings"),
-    (["--settings=auto:4Q:8"], "--settings"),
-    (["--settings=auto:0:0"], "--settings"),
-    (["--settings=auto:0"], "--settings"),
-    (["--workers=1"], "--workers"),
-    (["--workers=two"], "--workers"),
-    (["--topology=ring"], "--topology"),
-    (["--bandwidth_mbit=-5"], "--bandwidth_mbit"),
-    (["--megabytes=0"], "--megabytes"),
-    (["--repeats=0"], "--repeats"),
-    (["--idle_s=-1"], "--idle_s"),
-    (["--tbf_burst=-1"], "--tbf_burst"),
-    (["--no_such_flag=1"], "no_such_flag"),
-    (["stray"], "unexpected argument"),
-])
+@pytest.mark.parametrize(
+    "args, where",
+    [
+        (["--settings=nccl:0:1"], "--settings"),
+        (["--settings=auto:4Q:8"], "--settings"),
+        (["--settings=auto:0:0"], "--settings"),
+        (["--settings=auto:0"], "--settings"),
+        (["--workers=1"], "--workers"),
+        (["--workers=two"], "--workers"),
+        (["--topology=ring"], "--topology"),
+        (["--bandwidth_mbit=-5"], "--bandwidth_mbit"),
+        (["--megabytes=0"], "--megabytes"),
+        (["--repeats=0"], "--repeats"),
+        (["--idle_s=-1"], "--idle_s"),
+        (["--tbf_burst=-1"], "--tbf_burst"),
+        (["--no_such_flag=1"], "no_such_flag"),
+        (["stray"], "unexpected argument"),
+    ],
+)
 def test_bad_flags_one_line_exit_2(args, where):
-    p = subprocess.run([sys.executable, "-m", "experiments.allreduce_bench"] + args, cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "experiments.allreduce_bench"] + args,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2, p.stderr
     assert len(lines) == 1 and "allreduce_bench: error: " in lines[0] and where in lines[0], p.stderr

@@ -1,5 +1,6 @@
 """tf_commopt._compat: every TensorFlow internal the package relies on exists in this TensorFlow, and an
 unsupported version is refused with a one-line error naming the supported range."""
+
 import os
 import subprocess
 import sys
@@ -40,8 +41,22 @@ def test_an_instance_attribute_is_checked_in_the_method_that_sets_it():
 
 
 def test_unsupported_version_is_a_one_line_error():
-    code = ("import tensorflow as tf; tf.__version__ = '2.99.0'\n"
-            "try:\n    import tf_commopt._compat\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout.strip().splitlines()
-    assert len(out) == 1 and out[0].startswith("TfCommoptError") and "2.21" in out[0] and "2.99.0" in out[0], out
+    code = (
+        "import tensorflow as tf; tf.__version__ = '2.99.0'\n"
+        "try:\n    import tf_commopt._compat\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+    )
+    out = (
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        )
+        .stdout.strip()
+        .splitlines()
+    )
+    assert (
+        len(out) == 1 and out[0].startswith("TfCommoptError") and "2.21" in out[0] and "2.99.0" in out[0]
+    ), out

@@ -1,5 +1,6 @@
 """The "gradient" correction and the default correction="auto" against plain-numpy references, for plain
 SGD (where gradient == vrl), heavy-ball and Nesterov momentum, and Adam; the bytes it adds."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -23,15 +24,22 @@ def _run(correction, make_tf_opt, steps=STEPS, h=H):
     seen = []
     for row in batches:
         step(row)
-        seen.append(([c.numpy() for c in w.values], [c.numpy() for c in b.values],
-                     strategy.extended.correction_state(opt).delta_numpy()[0]))
+        seen.append(
+            (
+                [c.numpy() for c in w.values],
+                [c.numpy() for c in b.values],
+                strategy.extended.correction_state(opt).delta_numpy()[0],
+            )
+        )
     return w0, b0, batches, strategy, opt, seen
 
 
 def _check(seen, ref):
     for t, ((ws, bs, dw), (rw, rb, rdw)) in enumerate(zip(seen, ref)):
         for i in range(R):
-            np.testing.assert_allclose(ws[i], rw[i], rtol=2e-5, atol=2e-5, err_msg=f"w step {t + 1} replica {i}")
+            np.testing.assert_allclose(
+                ws[i], rw[i], rtol=2e-5, atol=2e-5, err_msg=f"w step {t + 1} replica {i}"
+            )
             np.testing.assert_allclose(bs[i], rb[i], rtol=2e-5, atol=2e-5, err_msg=f"b step {t + 1}")
         np.testing.assert_allclose(dw, np.stack(rdw), rtol=1e-4, atol=1e-4, err_msg=f"delta step {t + 1}")
 
@@ -39,8 +47,10 @@ def _check(seen, ref):
 CASES = {
     "sgd": (lambda: tf.keras.optimizers.SGD(LR), lambda: _NumpyOpt("sgd", LR)),
     "momentum": (lambda: tf.keras.optimizers.SGD(LR, momentum=0.9), lambda: _NumpyOpt("sgd", LR, 0.9)),
-    "nesterov": (lambda: tf.keras.optimizers.SGD(LR, momentum=0.9, nesterov=True),
-                 lambda: _NumpyOpt("sgd", LR, 0.9, nesterov=True)),
+    "nesterov": (
+        lambda: tf.keras.optimizers.SGD(LR, momentum=0.9, nesterov=True),
+        lambda: _NumpyOpt("sgd", LR, 0.9, nesterov=True),
+    ),
     "adam": (lambda: tf.keras.optimizers.Adam(0.01), lambda: _NumpyOpt("adam", 0.01)),
 }
 
@@ -84,8 +94,9 @@ def test_gradient_state_survives_a_checkpoint_mid_interval(tmp_path):
     def build():
         # Adam's slots averaged at syncs, so that after strategy.sync() the checkpoint (which stores the
         # replicas' mean of every mirrored variable) holds exactly what every replica has
-        strategy = SkipCorrectStrategy(interval=H, correction="gradient", devices=DEVICES,
-                                       average_optimizer_state=True)
+        strategy = SkipCorrectStrategy(
+            interval=H, correction="gradient", devices=DEVICES, average_optimizer_state=True
+        )
         with strategy.scope():
             w, b = tf.Variable(w0), tf.Variable(b0)
             opt = tf.keras.optimizers.Adam(0.01)
@@ -95,8 +106,12 @@ def test_gradient_state_survives_a_checkpoint_mid_interval(tmp_path):
     for row in batches[:5]:  # sync after step 3; k = 2 at step 5, G_i != 0
         step(row)
     strategy.sync()  # out of rhythm: the model is global, k and G_i are kept
-    sums = [s.copy() for s in (np.stack([c.numpy() for c in g.values]) for g in
-                                strategy.extended.correction_state(opt).grad_sums)]
+    sums = [
+        s.copy()
+        for s in (
+            np.stack([c.numpy() for c in g.values]) for g in strategy.extended.correction_state(opt).grad_sums
+        )
+    ]
     assert np.abs(sums[0]).max() > 0
     path = tf.train.Checkpoint(w=w, b=b, opt=opt).write(str(tmp_path / "ck"))
     for row in batches[5:]:

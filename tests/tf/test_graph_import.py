@@ -4,18 +4,24 @@ References are independent of the importer: edges from the models' serialized co
 (``get_config()["layers"][i]["inbound_nodes"]``), FLOPs and bytes from closed forms, and the
 GraphDef files written by ``tf.io.write_graph``.
 """
-import os
+
 import warnings
 
+import keras as keras3
 import pytest
 import tensorflow as tf
 import tf_keras
-import keras as keras3
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from tf_commopt.errors import InputError
-from tf_commopt.tf.graph_import import (CostEstimateWarning, Roofline, from_concrete_function, from_graph_def,
-                                        from_graphdef_file, from_keras_model)
+from tf_commopt.tf.graph_import import (
+    CostEstimateWarning,
+    Roofline,
+    from_concrete_function,
+    from_graph_def,
+    from_graphdef_file,
+    from_keras_model,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::tf_commopt.tf.op_costs.CostEstimateWarning")
 
@@ -35,7 +41,12 @@ def config_edges(model):
             for v in obj.values():
                 yield from histories(v)
         elif isinstance(obj, (list, tuple)):
-            if len(obj) >= 3 and isinstance(obj[0], str) and isinstance(obj[1], int) and isinstance(obj[2], int):
+            if (
+                len(obj) >= 3
+                and isinstance(obj[0], str)
+                and isinstance(obj[1], int)
+                and isinstance(obj[2], int)
+            ):
                 yield obj[0]
             else:
                 for v in obj:
@@ -64,7 +75,17 @@ def test_residual_block_skip_edge(kname):
     g = from_keras_model(m, batch_size=2)
     assert sorted(g.predecessors("add")) == ["conv_b", "x"]  # the skip edge x -> add
     assert set(g.edges) == config_edges(m)
-    assert g.topological_order() == ["x", "conv_a", "bn_a", "relu_a", "conv_b", "add", "relu_out", "gap", "head"]
+    assert g.topological_order() == [
+        "x",
+        "conv_a",
+        "bn_a",
+        "relu_a",
+        "conv_b",
+        "add",
+        "relu_out",
+        "gap",
+        "head",
+    ]
     assert g["x"].activation_bytes == 2 * 8 * 8 * 4 * 4
     assert g.total_param_bytes() == 4 * sum(int(tf.size(w)) for w in m.trainable_weights)
 
@@ -78,16 +99,29 @@ def test_resnet50_skip_edges_and_layer_graph(kname):
     assert len([x for x in w if issubclass(x.category, CostEstimateWarning)]) == 1
     assert len(g) == len(m.layers)
     assert set(g.edges) == config_edges(m)
-    assert sorted(g.predecessors("conv2_block1_add")) == ["conv2_block1_0_bn", "conv2_block1_3_bn"]  # projection
-    assert sorted(g.predecessors("conv2_block2_add")) == ["conv2_block1_out", "conv2_block2_3_bn"]  # identity skip
+    assert sorted(g.predecessors("conv2_block1_add")) == [
+        "conv2_block1_0_bn",
+        "conv2_block1_3_bn",
+    ]  # projection
+    assert sorted(g.predecessors("conv2_block2_add")) == [
+        "conv2_block1_out",
+        "conv2_block2_3_bn",
+    ]  # identity skip
     assert g.total_param_bytes() == 4 * 25_583_592  # ResNet-50's trainable parameters, fp32
     # the memory-bound layers get time from the roofline although they have few FLOPs
     bn = sum(g.compute_ms(n) for n in g if g[n].label in ("BatchNormalization", "Activation"))
     assert 0.1 < bn / g.total_ms() < 0.9
 
 
-@pytest.mark.parametrize("kname,app", [("tf_keras", "InceptionV3"), ("keras3", "DenseNet121"),
-                                       ("keras3", "MobileNetV2"), ("tf_keras", "NASNetMobile")])
+@pytest.mark.parametrize(
+    "kname,app",
+    [
+        ("tf_keras", "InceptionV3"),
+        ("keras3", "DenseNet121"),
+        ("keras3", "MobileNetV2"),
+        ("tf_keras", "NASNetMobile"),
+    ],
+)
 def test_keras_applications_layer_graph(kname, app):
     """Branchy applications (NASNetMobile: 771 layers, 926 edges) keep every edge of their config."""
     m = getattr(KERAS[kname].applications, app)(weights=None)
@@ -101,7 +135,9 @@ def test_keras_applications_layer_graph(kname, app):
 @pytest.mark.parametrize("kname", ["tf_keras", "keras3"])
 def test_sequential(kname):
     K = KERAS[kname]
-    m = K.Sequential([K.layers.Input((10,)), K.layers.Dense(7, name="d1"), K.layers.Dense(3, name="d2")], name="seq")
+    m = K.Sequential(
+        [K.layers.Input((10,)), K.layers.Dense(7, name="d1"), K.layers.Dense(3, name="d2")], name="seq"
+    )
     g = from_keras_model(m, batch_size=5)
     order = g.topological_order()
     assert order[1:] == ["d1", "d2"] and g[order[0]].label == "InputLayer"
@@ -125,9 +161,17 @@ def test_nested_models_are_flattened(kname):
     m = K.Model(x, y, name="outer")
     g = from_keras_model(m, batch_size=3)
     assert set(g.nodes) == {"x", "shared", "inner/p", "inner/sum", "seq/s1", "seq/s2", "merge", "shared@1"}
-    assert set(g.edges) == {("x", "shared"), ("shared", "inner/p"), ("inner/p", "inner/sum"), ("shared", "inner/sum"),
-                            ("shared", "seq/s1"), ("seq/s1", "seq/s2"), ("inner/sum", "merge"), ("seq/s2", "merge"),
-                            ("merge", "shared@1")}
+    assert set(g.edges) == {
+        ("x", "shared"),
+        ("shared", "inner/p"),
+        ("inner/p", "inner/sum"),
+        ("shared", "inner/sum"),
+        ("shared", "seq/s1"),
+        ("seq/s1", "seq/s2"),
+        ("inner/sum", "merge"),
+        ("seq/s2", "merge"),
+        ("merge", "shared@1"),
+    }
     assert g["shared@1"].param_bytes == 0  # shared weights counted once
     assert g.total_param_bytes() == 4 * m.count_params()
 
@@ -137,13 +181,24 @@ def test_functional_ops_become_nodes():
     x = tf_keras.Input((8,), name="x")
     m = tf_keras.Model(x, tf.nn.relu(tf_keras.layers.Dense(6, name="d")(x))[:, :3] * 2.0)
     g = from_keras_model(m, batch_size=2)
-    assert [g[n].label for n in g.topological_order()] == ["InputLayer", "Dense", "TFOpLambda", "SlicingOpLambda",
-                                                         "TFOpLambda"]
+    assert [g[n].label for n in g.topological_order()] == [
+        "InputLayer",
+        "Dense",
+        "TFOpLambda",
+        "SlicingOpLambda",
+        "TFOpLambda",
+    ]
     assert set(g.edges) == config_edges(m)
     x = keras3.Input((8,), name="x")
     m = keras3.Model(x, keras3.ops.relu(keras3.layers.Dense(6, name="d")(x))[:, :3] * 2.0)
     g = from_keras_model(m, batch_size=2, roofline=FLOPS_ONLY)
-    assert [g[n].label for n in g.topological_order()] == ["InputLayer", "Dense", "Relu", "GetItem", "Multiply"]
+    assert [g[n].label for n in g.topological_order()] == [
+        "InputLayer",
+        "Dense",
+        "Relu",
+        "GetItem",
+        "Multiply",
+    ]
     assert len(g.edges) == 4 and g.total_param_bytes() == 4 * (8 * 6 + 6)
     assert g["multiply"].forward_ms * 1e6 == pytest.approx(2 * 3)  # Mul: one FLOP per element
 
@@ -277,7 +332,9 @@ def test_unknown_input_dimensions_need_input_shapes():
         return tf.nn.relu(tf.nn.conv2d(img, w, 1, "SAME"))
 
     gd = f.get_concrete_function().graph.as_graph_def()
-    with pytest.raises(InputError, match=r"input 'img' has shape \(2, None, None, 3\): pass input_shapes=") as e:
+    with pytest.raises(
+        InputError, match=r"input 'img' has shape \(2, None, None, 3\): pass input_shapes="
+    ) as e:
         from_graph_def(gd, batch_size=2)
     assert "\n" not in str(e.value)
     with pytest.raises(InputError, match=r"input 'img' has shape \(None, 5, 7, 3\): pass batch_size"):
@@ -285,7 +342,9 @@ def test_unknown_input_dimensions_need_input_shapes():
     g = from_graph_def(gd, input_shapes={"img": [2, 5, 7, 3]}, roofline=FLOPS_ONLY, unknown_flops="zero")
     conv = next(n for n in g if g[n].label == "Conv2D")
     assert g[conv].forward_ms * 1e6 == pytest.approx(2 * 2 * 5 * 7 * 4 * 3 * 3 * 3)
-    with pytest.raises(InputError, match=r"input_shapes: no Placeholder 'image' in the graph; its inputs: img"):
+    with pytest.raises(
+        InputError, match=r"input_shapes: no Placeholder 'image' in the graph; its inputs: img"
+    ):
         from_graph_def(gd, input_shapes={"image": [2, 5, 7, 3]})
     with pytest.raises(InputError, match=r"input_shapes: 'img' has rank 4"):
         from_graph_def(gd, input_shapes={"img": [2, 5, 7]})
@@ -352,7 +411,7 @@ def test_bad_files(tmp_path):
     gd.ParseFromString(data)
     prefix = tf.compat.v1.GraphDef()
     prefix.node.extend(gd.node[:2])  # what a cut at a node boundary leaves: valid, but no versions
-    (tmp_path / "prefix.pb").write_bytes(data[:len(prefix.SerializeToString())])
+    (tmp_path / "prefix.pb").write_bytes(data[: len(prefix.SerializeToString())])
     with pytest.warns(UserWarning, match="truncated"):
         from_graphdef_file(tmp_path / "prefix.pb")
     txt = tmp_path / "bad.pbtxt"
@@ -375,6 +434,8 @@ def test_one_warning_lists_ops_without_statistics():
         gz = from_keras_model(m, batch_size=2, roofline=FLOPS_ONLY, unknown_flops="zero")
     msgs = [str(x.message) for x in w if issubclass(x.category, CostEstimateWarning)]
     assert len(msgs) == 2 and "Relu (2)" in msgs[0] and "counted as 0" in msgs[1]
-    assert g["r0"].forward_ms * 1e6 == pytest.approx(2 * 4) and gz["r0"].forward_ms * 1e6 == pytest.approx(0, abs=1e-9)
+    assert g["r0"].forward_ms * 1e6 == pytest.approx(2 * 4) and gz["r0"].forward_ms * 1e6 == pytest.approx(
+        0, abs=1e-9
+    )
     with pytest.raises(InputError, match="unknown_flops"):
         from_keras_model(m, unknown_flops="guess")

@@ -6,8 +6,8 @@ bytes and of the GraphDef's structure. Every outcome is a valid CostGraph or one
 InputError — never another exception or a hang. Accepted graphs are checked: finite non-negative
 costs, every node an op of the file, a DAG.
 """
+
 import math
-import os
 import warnings
 
 import numpy as np
@@ -69,16 +69,23 @@ def test_the_valid_file_imports(tmp_path):
     assert set(t.nodes) == set(g.nodes)
 
 
-@pytest.mark.parametrize("name,data,match", [
-    ("empty.pb", b"", "no computational ops"),
-    ("zeros.pb", b"\x00" * 64, "GraphDef"),
-    ("junk.pb", bytes(range(256)) * 4, "not a binary GraphDef"),
-    ("half.pb", PB[: len(PB) // 2], ""),
-    ("text.pbtxt", "node { name: 'a' op: ", "invalid text GraphDef"),
-    ("other.pbtxt", "intra_op_parallelism_threads: 2\n", "invalid text GraphDef"),
-    ("binary.pbtxt", b"\xff\xfe\x00garbage", "not a text GraphDef"),
-    ("profile.pb", "n0 -- Linear -- forward_compute_time=1\n", "not a GraphDef: this is a PipeDream graph.txt profile"),
-])
+@pytest.mark.parametrize(
+    "name,data,match",
+    [
+        ("empty.pb", b"", "no computational ops"),
+        ("zeros.pb", b"\x00" * 64, "GraphDef"),
+        ("junk.pb", bytes(range(256)) * 4, "not a binary GraphDef"),
+        ("half.pb", PB[: len(PB) // 2], ""),
+        ("text.pbtxt", "node { name: 'a' op: ", "invalid text GraphDef"),
+        ("other.pbtxt", "intra_op_parallelism_threads: 2\n", "invalid text GraphDef"),
+        ("binary.pbtxt", b"\xff\xfe\x00garbage", "not a text GraphDef"),
+        (
+            "profile.pb",
+            "n0 -- Linear -- forward_compute_time=1\n",
+            "not a GraphDef: this is a PipeDream graph.txt profile",
+        ),
+    ],
+)
 def test_broken_files_are_one_line_errors(tmp_path, name, data, match):
     path = _file(tmp_path, name, data)
     with pytest.raises(InputError) as e:
@@ -96,8 +103,10 @@ def test_missing_file_and_directory(tmp_path):
 
 def test_another_proto_is_refused(tmp_path):
     """A serialized ConfigProto / RunMetadata is not a GraphDef: an error, not an empty graph."""
-    for msg in (tf.compat.v1.ConfigProto(intra_op_parallelism_threads=3, allow_soft_placement=True),
-                tf.compat.v1.RunMetadata(partition_graphs=[GD])):
+    for msg in (
+        tf.compat.v1.ConfigProto(intra_op_parallelism_threads=3, allow_soft_placement=True),
+        tf.compat.v1.RunMetadata(partition_graphs=[GD]),
+    ):
         path = _file(tmp_path, "x.pb", msg.SerializeToString())
         assert _accepts_or_one_line(from_graphdef_file, path) is None
 
@@ -120,14 +129,17 @@ def _set_placeholder_dims(gd, dims):
         shape.dim.add(size=d)
 
 
-@pytest.mark.parametrize("edit,match", [
-    (lambda gd: setattr(_node(gd, "MatMul"), "op", "NoSuchOp"), "cannot import the GraphDef"),
-    (lambda gd: _node(gd, "MatMul").input.append("ghost:0"), "cannot import the GraphDef"),
-    (lambda gd: gd.node.add().CopyFrom(_node(gd, "MatMul")), "cannot import the GraphDef"),
-    (lambda gd: _set_placeholder_dims(gd, [-7, 8]), "cannot import the GraphDef"),
-    (lambda gd: _set_placeholder_dims(gd, [4, 9]), "cannot import the GraphDef"),   # 9 x 8 matmul
-    (lambda gd: [gd.node.remove(n) for n in list(gd.node) if n.op != "Const"], "no computational"),
-])
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        (lambda gd: setattr(_node(gd, "MatMul"), "op", "NoSuchOp"), "cannot import the GraphDef"),
+        (lambda gd: _node(gd, "MatMul").input.append("ghost:0"), "cannot import the GraphDef"),
+        (lambda gd: gd.node.add().CopyFrom(_node(gd, "MatMul")), "cannot import the GraphDef"),
+        (lambda gd: _set_placeholder_dims(gd, [-7, 8]), "cannot import the GraphDef"),
+        (lambda gd: _set_placeholder_dims(gd, [4, 9]), "cannot import the GraphDef"),  # 9 x 8 matmul
+        (lambda gd: [gd.node.remove(n) for n in list(gd.node) if n.op != "Const"], "no computational"),
+    ],
+)
 def test_bad_graph_structure(edit, match):
     with pytest.raises(InputError, match=match) as e:
         from_graph_def(_edit(edit), batch_size=4)
@@ -137,15 +149,16 @@ def test_bad_graph_structure(edit, match):
 def test_cycle_is_refused():
     def close_loop(gd):
         relu = _node(gd, "Relu")
-        relu.input[0] = relu.name         # Relu feeds itself
+        relu.input[0] = relu.name  # Relu feeds itself
+
     g = _accepts_or_one_line(from_graph_def, _edit(close_loop), batch_size=4)
     assert g is None
 
 
 def test_huge_shapes_give_finite_costs():
-    g = _accepts_or_one_line(from_graph_def, _edit(lambda gd: _set_placeholder_dims(gd, [2 ** 40, 8])))
+    g = _accepts_or_one_line(from_graph_def, _edit(lambda gd: _set_placeholder_dims(gd, [2**40, 8])))
     assert g is not None
-    assert max(n.activation_bytes for n in g.nodes.values()) >= 2 ** 40 * 16 * 4
+    assert max(n.activation_bytes for n in g.nodes.values()) >= 2**40 * 16 * 4
 
 
 @pytest.mark.parametrize("bs", [0, -1, 2.5, "32", True])
@@ -155,8 +168,11 @@ def test_bad_batch_size(bs):
 
 
 @FUZZ
-@given(st.integers(0, len(PB)), st.lists(st.tuples(st.integers(0, len(PB) - 1), st.integers(0, 255)), max_size=4),
-       st.booleans())
+@given(
+    st.integers(0, len(PB)),
+    st.lists(st.tuples(st.integers(0, len(PB) - 1), st.integers(0, 255)), max_size=4),
+    st.booleans(),
+)
 def test_fuzz_pb_bytes(tmp_path_factory, cut, flips, as_text_name):
     data = bytearray(PB[:cut] if cut < len(PB) else PB)
     for i, v in flips:
@@ -170,7 +186,7 @@ _mut = st.sampled_from(["drop", "op", "input", "dims", "dtype", "rename"])
 
 
 @FUZZ
-@given(st.lists(st.tuples(_mut, st.integers(0, 50), st.integers(-2 ** 62, 2 ** 62)), min_size=1, max_size=3))
+@given(st.lists(st.tuples(_mut, st.integers(0, 50), st.integers(-(2**62), 2**62)), min_size=1, max_size=3))
 def test_fuzz_graphdef_structure(edits):
     gd = tf.compat.v1.GraphDef()
     gd.CopyFrom(GD)
@@ -208,15 +224,24 @@ def test_read_graphdef_never_unpickles(tmp_path):
 
 
 # ------------------------------------------------------ the other TF-tier reader of input: hybrid's TF_CONFIG
-@pytest.mark.parametrize("text,match", [
-    ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 5}}', "task.index 5 out of range"),
-    ('{"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}}', "duplicate address"),
-    ('{"cluster": {"worker": ["a:1"]}, "task": 5}', "missing 'task'"),
-    ('{"cluster": {"worker": "ab"}, "task": {"type": "worker", "index": 0}}', "non-empty list"),
-    ('{"cluster": {"chief": ["c:1"]}, "task": {"type": "chief", "index": 0}}', "cluster.worker is empty"),
-    ('{"a": ' + "[" * 100000, "nested too deeply"),
-    ("", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        (
+            '{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 5}}',
+            "task.index 5 out of range",
+        ),
+        (
+            '{"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}}',
+            "duplicate address",
+        ),
+        ('{"cluster": {"worker": ["a:1"]}, "task": 5}', "missing 'task'"),
+        ('{"cluster": {"worker": "ab"}, "task": {"type": "worker", "index": 0}}', "non-empty list"),
+        ('{"cluster": {"chief": ["c:1"]}, "task": {"type": "chief", "index": 0}}', "cluster.worker is empty"),
+        ('{"a": ' + "[" * 100000, "nested too deeply"),
+        ("", "not valid JSON"),
+    ],
+)
 def test_grouped_hybrid_reads_tf_config_strictly(text, match):
     from tf_commopt.distribute.hybrid import groups_from_tf_config
 
@@ -227,11 +252,14 @@ def test_grouped_hybrid_reads_tf_config_strictly(text, match):
     assert groups_from_tf_config(ok) == (["a:1", "b:1"], -1)
 
 
-@pytest.mark.parametrize("text,match", [
-    ("{not json", "not valid JSON"),
-    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}', "out of range"),
-    ('{"cluster": {"trainer": ["a:1"]}, "task": {"type": "trainer", "index": 0}}', "unknown task type"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}', "out of range"),
+        ('{"cluster": {"trainer": ["a:1"]}, "task": {"type": "trainer", "index": 0}}', "unknown task type"),
+    ],
+)
 def test_skip_correct_strategy_refuses_a_malformed_tf_config(monkeypatch, text, match):
     from tf_commopt.distribute import SkipCorrectStrategy
 
@@ -242,7 +270,10 @@ def test_skip_correct_strategy_refuses_a_malformed_tf_config(monkeypatch, text, 
 
 
 @FUZZ
-@given(st.binary(max_size=2048), st.sampled_from(["x.pb", "x.pbtxt", "saved_model.pb", "x.index", "x.keras", "x"]))
+@given(
+    st.binary(max_size=2048),
+    st.sampled_from(["x.pb", "x.pbtxt", "saved_model.pb", "x.index", "x.keras", "x"]),
+)
 def test_fuzz_file_kind_sniffing(tmp_path_factory, data, name):
     """sniff() names any bytes without raising; the loaders turn anything not a model into one line."""
     from tf_commopt.tf.file_kinds import KINDS, sniff

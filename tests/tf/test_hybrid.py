@@ -1,4 +1,5 @@
 """GroupedHybridTrainer: one hybrid step equals single-device training on the same global batch."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -60,12 +61,23 @@ def test_hybrid_step_equals_single_device_with_uneven_group_batches():
     """2 groups x 2 logical CPUs, hand-made plans, groups get 4 and 6 samples of a batch of 10."""
     model = small_model()
     plans = [
-        PartitionPlan("hand", {"x": 0, "a": 0, "b": 0, "c": 1, "res": 1, "out": 1}, [1, 0], [0, 0], [0, 0],
-                      [0, 0], 0.0, 0.0),  # stage 0 on the group's second device
-        PartitionPlan("hand", {"a": 0, "b": 1, "c": 1, "res": 1, "out": 1}, [0, 1], [0, 0], [0, 0], [0, 0], 0.0, 0.0),
+        PartitionPlan(
+            "hand",
+            {"x": 0, "a": 0, "b": 0, "c": 1, "res": 1, "out": 1},
+            [1, 0],
+            [0, 0],
+            [0, 0],
+            [0, 0],
+            0.0,
+            0.0,
+        ),  # stage 0 on the group's second device
+        PartitionPlan(
+            "hand", {"a": 0, "b": 1, "c": 1, "res": 1, "out": 1}, [0, 1], [0, 0], [0, 0], [0, 0], 0.0, 0.0
+        ),
     ]
-    strategy = GroupedHybridTrainer(devices=CPUS, capacities=[1, 1, 1, 0.5], num_groups=2, microbatches=2,
-                                     plans=plans, bandwidth_gbps=1e9)  # free links: the reference ignores them
+    strategy = GroupedHybridTrainer(
+        devices=CPUS, capacities=[1, 1, 1, 0.5], num_groups=2, microbatches=2, plans=plans, bandwidth_gbps=1e9
+    )  # free links: the reference ignores them
     assert strategy.groups == [[0, 3], [1, 2]]
     with strategy.scope():
         strategy.compile(model, optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=LOSS)
@@ -126,12 +138,26 @@ def test_executor_runs_the_simulators_streams(overlap):
 
     model = small_model()
     caps = [1, 0.5, 1, 0.25]
-    strategy = GroupedHybridTrainer(devices=CPUS, capacities=caps, groups=[[0, 1], [2, 3]], microbatches=3,
-                                     method="balanced", overlap=overlap, bucket_bytes=300)
+    strategy = GroupedHybridTrainer(
+        devices=CPUS,
+        capacities=caps,
+        groups=[[0, 1], [2, 3]],
+        microbatches=3,
+        method="balanced",
+        overlap=overlap,
+        bucket_bytes=300,
+    )
     with strategy.scope():
         strategy.compile(model, optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
-    job, fr, prog = grouped_hybrid_job(strategy.graph, Cluster.from_capacities(caps, 10.0), strategy.groups,
-                                       strategy.graph_plans, 3, overlap=overlap, bucket_bytes=300)
+    job, fr, prog = grouped_hybrid_job(
+        strategy.graph,
+        Cluster.from_capacities(caps, 10.0),
+        strategy.groups,
+        strategy.graph_plans,
+        3,
+        overlap=overlap,
+        bucket_bytes=300,
+    )
     assert job.schedule == strategy.schedule and prog == strategy.program
     assert len(prog.buckets) >= 3  # several buckets (300-byte cap), so several all-reduces
     assert overlap == (len(prog.roles) > 4)  # piece ranks only with overlap
@@ -151,8 +177,14 @@ def test_capacity_aware_partition_and_model_fit():
     """Default path: Keras importer + partitioner per group; the slow device gets the smaller segment;
     model.fit runs the hybrid step and leaves the trained weights in the user's model."""
     model = small_model()
-    strategy = GroupedHybridTrainer(devices=CPUS, capacities=[1, 0.25, 1, 0.25], groups=[[0, 1], [2, 3]],
-                                     microbatches=2, method="balanced", emulate=True)
+    strategy = GroupedHybridTrainer(
+        devices=CPUS,
+        capacities=[1, 0.25, 1, 0.25],
+        groups=[[0, 1], [2, 3]],
+        microbatches=2,
+        method="balanced",
+        emulate=True,
+    )
     with strategy.scope():
         strategy.compile(model, optimizer=keras.optimizers.SGD(0.05), loss=LOSS)
     for plan in strategy.plans:
@@ -169,8 +201,9 @@ def test_capacity_aware_partition_and_model_fit():
 
 
 def _fit_strategy(model, lr=0.05):
-    strategy = GroupedHybridTrainer(devices=CPUS, capacities=[1, 0.5, 1, 0.5], groups=[[0, 1], [2, 3]],
-                                     microbatches=2, method="balanced")
+    strategy = GroupedHybridTrainer(
+        devices=CPUS, capacities=[1, 0.5, 1, 0.5], groups=[[0, 1], [2, 3]], microbatches=2, method="balanced"
+    )
     with strategy.scope():
         strategy.compile(model, optimizer=keras.optimizers.SGD(lr), loss=LOSS, metrics=["accuracy"])
     return strategy
@@ -189,7 +222,7 @@ def test_fit_reports_metrics_from_the_steps_predictions():
     opt = keras.optimizers.SGD(0.05)
     losses, correct = [], 0
     for i in range(2):
-        xb, yb = x[16 * i:16 * (i + 1)], y[16 * i:16 * (i + 1)]
+        xb, yb = x[16 * i : 16 * (i + 1)], y[16 * i : 16 * (i + 1)]
         with tf.GradientTape() as tape:
             pred = ref(xb, training=True)
             loss = LOSS(yb, pred)
@@ -263,6 +296,7 @@ def test_executor_bucket_allreduce_does_not_wait_for_earlier_layers():
     """Overlap in the executor, structurally: with one bucket per layer, the reduced gradient of the last
     layer does not depend on the first layer's gradient (TensorFlow can run its all-reduce while the
     backward continues); with one bucket for the whole model it does."""
+
     def ancestors(t):
         seen, todo = set(), [t.op]
         while todo:
@@ -276,8 +310,9 @@ def test_executor_bucket_allreduce_does_not_wait_for_earlier_layers():
     x, y = data(8, seed=3)
     for bucket_bytes, independent in ((1.0, True), (None, False)):
         model = small_model()
-        strategy = GroupedHybridTrainer(devices=CPUS[:2], groups=[[0], [1]], microbatches=1, method="balanced",
-                                         bucket_bytes=bucket_bytes)
+        strategy = GroupedHybridTrainer(
+            devices=CPUS[:2], groups=[[0], [1]], microbatches=1, method="balanced", bucket_bytes=bucket_bytes
+        )
         with strategy.scope():
             strategy.compile(model, optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
         got = {}

@@ -12,6 +12,7 @@ Asserted: for every configuration, the measured hybrid / data-parallel ratio is 
 (relative) of the simulated one. Measured on this machine (2 cores shared with other jobs):
 docs/results/hybrid_real.jsonl and docs/results/hybrid.md.
 """
+
 import json
 import os
 import subprocess
@@ -38,20 +39,35 @@ CONFIGS = [("1,0.25", 1, 2), ("1,0.5,0.5", 1, 3), ("1,1,0.5,0.5", 2, 2)]  # capa
 @pytest.mark.parametrize("caps,groups,microbatches", CONFIGS)
 def test_simulated_ratio_matches_emulated_devices(caps, groups, microbatches):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-    cmd = [sys.executable, "-m", "experiments.hybrid_bench", "--real_only", "--json", "--real_repeats=6",
-           f"--real_capacities={caps}", f"--real_groups={groups}", f"--real_microbatches={microbatches}",
-           "--real_width=512", "--real_batch=256", "--real_base_slowdown=4", "--real_sim_costs=measured"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.hybrid_bench",
+        "--real_only",
+        "--json",
+        "--real_repeats=6",
+        f"--real_capacities={caps}",
+        f"--real_groups={groups}",
+        f"--real_microbatches={microbatches}",
+        "--real_width=512",
+        "--real_batch=256",
+        "--real_base_slowdown=4",
+        "--real_sim_costs=measured",
+    ]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     row = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
     n = len(caps.split(","))
     from tf_commopt.core.hybrid import split_batch
+
     assert row["group_batch_sizes"]["data_parallel"] == split_batch(256, [1.0] * n)
     assert len(row["group_batch_sizes"]["hybrid"]) == groups
     sim, real = row["sim_ratio_hybrid"], row["real_ratio_hybrid"]
-    print(f"\n[hybrid {caps} G={groups} M={microbatches}] real/simulated hybrid-vs-DP ratio: {real:.3f} / {sim:.3f}"
-          f" = {real / sim:.2f}; DP prop.: {row['real_ratio_data_parallel_proportional']:.3f} / "
-          f"{row['sim_ratio_data_parallel_proportional']:.3f}")
+    print(
+        f"\n[hybrid {caps} G={groups} M={microbatches}] real/simulated hybrid-vs-DP ratio: {real:.3f} / {sim:.3f}"
+        f" = {real / sim:.2f}; DP prop.: {row['real_ratio_data_parallel_proportional']:.3f} / "
+        f"{row['sim_ratio_data_parallel_proportional']:.3f}"
+    )
     assert abs(real / sim - 1) <= TOLERANCE, row
 
 
@@ -74,13 +90,22 @@ def test_exclusive_devices_changes_order_not_results():
 
     weights, controls = [], []
     for exclusive in (False, True):
-        s = GroupedHybridTrainer(devices=["/CPU:0", "/CPU:1", "/CPU:2"], capacities=[1, 0.5, 1],
-                                  groups=[[0, 1], [2]], group_weights=[1, 1], microbatches=2, method="balanced",
-                                  exclusive_devices=exclusive)
+        s = GroupedHybridTrainer(
+            devices=["/CPU:0", "/CPU:1", "/CPU:2"],
+            capacities=[1, 0.5, 1],
+            groups=[[0, 1], [2]],
+            group_weights=[1, 1],
+            microbatches=2,
+            method="balanced",
+            exclusive_devices=exclusive,
+        )
         with s.scope():
             model = build()
-            s.compile(model, optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            s.compile(
+                model,
+                optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
         for _ in range(2):
             s.train_step(x, y)
         s.sync_model()

@@ -1,5 +1,6 @@
 """Emulated slow devices overlap: two slowed computations on two devices inside one tf.function sleep
 at the same time (the emulation is made of stateless ops, so TensorFlow does not order them)."""
+
 import time
 
 import numpy as np

@@ -2,6 +2,7 @@
 misses its cancellation wake-up blocks until that thread's next scheduled optimization (up to 60 s in
 TF 2.21). tf_commopt._compat turns autotuning off where nothing is tuned: the per-device datasets of
 tf.distribute's MultiDeviceIterator (device_iterators_without_autotune) and, per dataset, no_autotune."""
+
 import time
 
 import tensorflow as tf

@@ -1,6 +1,7 @@
 """The Keras conventions users rely on, under SkipCorrectStrategy (issue 13, items 3-4): a Keras 3 model is
 refused (not trained silently without skipping), mixed_float16 with loss scaling follows the rule,
 BackupAndRestore resumes exactly, TensorBoard works (or says what to install)."""
+
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ def _global_batches(batches):
 
 
 # ---- Keras 3 ----------------------------------------------------------------------------------------
-_KERAS3_JOB = r'''
+_KERAS3_JOB = r"""
 import os, sys
 sys.path.insert(0, {root!r})
 os.environ.pop("TF_USE_LEGACY_KERAS", None)
@@ -47,14 +48,17 @@ try:
     print("TRAINED", strategy.stats()["steps"], strategy.stats()["syncs"])
 except Exception as e:
     print("ERROR", type(e).__name__, str(e))
-'''
+"""
 
 
-@pytest.mark.parametrize("late_env,build", [
-    (True, "keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])"),
-    (True, "keras.Model(*(lambda i: (i, keras.layers.Dense(2)(i)))(keras.Input((3,))))"),
-    (False, "keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])"),
-])
+@pytest.mark.parametrize(
+    "late_env,build",
+    [
+        (True, "keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])"),
+        (True, "keras.Model(*(lambda i: (i, keras.layers.Dense(2)(i)))(keras.Input((3,))))"),
+        (False, "keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])"),
+    ],
+)
 def test_keras3_under_the_strategy_is_a_one_line_error_saying_what_to_do(late_env, build):
     code = _KERAS3_JOB.format(root=ROOT, late_env=late_env, build=build)
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
@@ -71,8 +75,10 @@ def test_keras3_under_the_strategy_is_a_one_line_error_saying_what_to_do(late_en
 
 def test_keras3_check_does_not_fire_for_tf_keras_or_plain_variables():
     import keras  # Keras 3 imported beside tf-keras: the frame check is active
+
     assert int(keras.__version__.split(".")[0]) >= 3
     from tf_commopt.distribute import _keras_hooks
+
     _keras_hooks.refuse_keras3()  # plain code
     strategy = SkipCorrectStrategy(interval=2, devices=DEVICES[:2])
     with strategy.scope():
@@ -100,8 +106,12 @@ def test_mixed_float16_fit_with_loss_scaling_follows_the_rule(mixed_policy, lega
     ref = run_rule(w0, b0, batches, h, "vrl", LR)
     strategy = SkipCorrectStrategy(interval=h, correction="vrl", devices=DEVICES)
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,)),
-                                     tf.keras.layers.Activation("linear", dtype="float32")])
+        model = tf.keras.Sequential(
+            [
+                tf.keras.layers.Dense(C, input_shape=(F,)),
+                tf.keras.layers.Activation("linear", dtype="float32"),
+            ]
+        )
         model.layers[0].set_weights([w0, b0])
         sgd = tf.keras.optimizers.legacy.SGD(LR) if legacy else tf.keras.optimizers.SGD(LR)
         model.compile(sgd, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -124,20 +134,28 @@ def test_mixed_float16_fit_with_loss_scaling_follows_the_rule(mixed_policy, lega
 def test_mixed_float16_a_non_finite_gradient_on_one_replica_skips_the_step_everywhere(mixed_policy):
     strategy = SkipCorrectStrategy(interval=2, correction="vrl", devices=DEVICES)
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,), kernel_initializer="ones"),
-                                     tf.keras.layers.Activation("linear", dtype="float32")])
-        model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model = tf.keras.Sequential(
+            [
+                tf.keras.layers.Dense(C, input_shape=(F,), kernel_initializer="ones"),
+                tf.keras.layers.Activation("linear", dtype="float32"),
+            ]
+        )
+        model.compile(
+            tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
     scale0 = float(model.optimizer.loss_scale.numpy())
     x = np.ones((R * B, F), np.float32)
-    x[B:2 * B] = 7e4  # replica 1's activations overflow float16: its gradient is not finite
+    x[B : 2 * B] = 7e4  # replica 1's activations overflow float16: its gradient is not finite
     y = np.zeros(R * B, np.int64)
     model.fit(x, y, batch_size=R * B, epochs=1, shuffle=False, verbose=0)
     for i in range(R):  # no replica applied anything, and all halved the loss scale together
         np.testing.assert_array_equal(model.layers[0].kernel.values[i].numpy(), np.ones((F, C), np.float32))
     assert float(model.optimizer.loss_scale.numpy()) == scale0 / 2
     assert int(model.optimizer.iterations.numpy()) == 1
-    assert strategy.extended.correction_state(model.optimizer.inner_optimizer) is None or \
-        int(strategy.extended.correction_state(model.optimizer.inner_optimizer).local_steps.numpy()) == 0
+    assert (
+        strategy.extended.correction_state(model.optimizer.inner_optimizer) is None
+        or int(strategy.extended.correction_state(model.optimizer.inner_optimizer).local_steps.numpy()) == 0
+    )
 
 
 # ---- BackupAndRestore (one process; the 2-worker resume: tests/cluster/test_backup_and_restore_cluster.py) --
@@ -158,12 +176,21 @@ class _StopAt(tf.keras.callbacks.Callback):
 def _backup_run(backup_dir, init, epochs, stop_at=None, optimizer="sgd"):
     strategy = SkipCorrectStrategy(interval=3, devices=DEVICES, average_optimizer_state=(optimizer == "adam"))
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,),
-                                                           kernel_initializer=tf.keras.initializers.Constant(init))])
+        model = tf.keras.Sequential(
+            [
+                tf.keras.layers.Dense(
+                    C, input_shape=(F,), kernel_initializer=tf.keras.initializers.Constant(init)
+                )
+            ]
+        )
         opt = tf.keras.optimizers.Adam(0.05) if optimizer == "adam" else tf.keras.optimizers.SGD(LR)
         model.compile(opt, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    x, y = _global_batches(make_batches(5, R, B, F, C, seed=43))  # 5 steps per epoch, H = 3: backups mid-interval
-    callbacks = [tf.keras.callbacks.BackupAndRestore(str(backup_dir))] + ([_StopAt(stop_at)] if stop_at else [])
+    x, y = _global_batches(
+        make_batches(5, R, B, F, C, seed=43)
+    )  # 5 steps per epoch, H = 3: backups mid-interval
+    callbacks = [tf.keras.callbacks.BackupAndRestore(str(backup_dir))] + (
+        [_StopAt(stop_at)] if stop_at else []
+    )
     try:
         hist = model.fit(x, y, batch_size=R * B, epochs=epochs, shuffle=False, verbose=0, callbacks=callbacks)
         ran = len(hist.history["loss"])
@@ -171,7 +198,13 @@ def _backup_run(backup_dir, init, epochs, stop_at=None, optimizer="sgd"):
         ran = None
     state = strategy.extended.correction_state(model.optimizer)
     kernels = np.stack([c.numpy() for c in model.layers[0].kernel.values])
-    return ran, kernels, state.delta_numpy()[0], int(model.optimizer.iterations.numpy()), int(state.local_steps.numpy())
+    return (
+        ran,
+        kernels,
+        state.delta_numpy()[0],
+        int(model.optimizer.iterations.numpy()),
+        int(state.local_steps.numpy()),
+    )
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
@@ -179,7 +212,9 @@ def test_backup_and_restore_resumes_exactly(tmp_path, optimizer):
     _, k_whole, d_whole, t_whole, k_steps = _backup_run(tmp_path / "a", 0.1, 4, optimizer=optimizer)
     ran, _, d_cut, t_cut, k_cut = _backup_run(tmp_path / "b", 0.1, 4, stop_at=2, optimizer=optimizer)
     assert ran is None and t_cut == 10 and k_cut == 1 and np.abs(d_cut).max() > 1e-3  # backed up mid-interval
-    ran, k_res, d_res, t_res, k_steps_res = _backup_run(tmp_path / "b", 0.0, 4, optimizer=optimizer)  # new model
+    ran, k_res, d_res, t_res, k_steps_res = _backup_run(
+        tmp_path / "b", 0.0, 4, optimizer=optimizer
+    )  # new model
     assert ran == 2 and t_res == t_whole == 20 and k_steps_res == k_steps
     np.testing.assert_allclose(k_res, k_whole, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(d_res, d_whole, rtol=1e-5, atol=1e-5)
@@ -200,19 +235,29 @@ def test_tensorboard_callback_writes_scalars_or_fails_at_once_saying_what_to_ins
     strategy = SkipCorrectStrategy(interval=2, devices=DEVICES)
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,))])
-        model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
     x, y = _global_batches(make_batches(4, R, B, F, C, seed=3))
-    fit = lambda: model.fit(x, y, batch_size=R * B, epochs=2, verbose=0,  # noqa: E731
-                            callbacks=[tf.keras.callbacks.TensorBoard(str(tmp_path / "tb"))])
+    fit = lambda: model.fit(
+        x,
+        y,
+        batch_size=R * B,
+        epochs=2,
+        verbose=0,  # noqa: E731
+        callbacks=[tf.keras.callbacks.TensorBoard(str(tmp_path / "tb"))],
+    )
     if _tensorboard_installed():
         fit()
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
         acc = EventAccumulator(str(tmp_path / "tb" / "train"), size_guidance={"tensors": 0})
         acc.Reload()
         assert [e.step for e in acc.Tensors("epoch_loss")] == [0, 1]
         assert strategy.stats()["syncs"] == 4
     else:
         from tf_commopt.errors import InputError
+
         with pytest.raises(InputError) as info:
             fit()
         assert str(info.value).count("\n") == 0 and "pip install tensorboard" in str(info.value)
@@ -220,22 +265,32 @@ def test_tensorboard_callback_writes_scalars_or_fails_at_once_saying_what_to_ins
 
 
 def test_without_tensorboard_the_callback_is_a_one_line_error_before_training():
-    code = ("import sys; sys.modules['tensorboard'] = None\n"  # as if not installed
-            "import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'\n"
-            "import numpy as np, tensorflow as tf\n"
-            "from tf_commopt.distribute import SkipCorrectStrategy\n"
-            "s = SkipCorrectStrategy(interval=2)\n"
-            "with s.scope():\n"
-            "    m = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))]); m.compile('sgd', 'mse')\n"
-            "try:\n"
-            "    m.fit(np.ones((8, 3)), np.ones((8, 2)), batch_size=4, epochs=2, verbose=0,\n"
-            "          callbacks=[tf.keras.callbacks.TensorBoard('/tmp/unused_tb')])\n"
-            "    print('TRAINED')\n"
-            "except Exception as e:\n"
-            "    print('ERROR', type(e).__name__, e, s.stats()['steps'])\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT))
+    code = (
+        "import sys; sys.modules['tensorboard'] = None\n"  # as if not installed
+        "import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'\n"
+        "import numpy as np, tensorflow as tf\n"
+        "from tf_commopt.distribute import SkipCorrectStrategy\n"
+        "s = SkipCorrectStrategy(interval=2)\n"
+        "with s.scope():\n"
+        "    m = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))]); m.compile('sgd', 'mse')\n"
+        "try:\n"
+        "    m.fit(np.ones((8, 3)), np.ones((8, 2)), batch_size=4, epochs=2, verbose=0,\n"
+        "          callbacks=[tf.keras.callbacks.TensorBoard('/tmp/unused_tb')])\n"
+        "    print('TRAINED')\n"
+        "except Exception as e:\n"
+        "    print('ERROR', type(e).__name__, e, s.stats()['steps'])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT),
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("ERROR", "TRAINED"))]
     assert len(lines) == 1, proc.stdout + proc.stderr[-2000:]
-    assert lines[0].startswith("ERROR InputError TensorBoard: tf.keras.callbacks.TensorBoard needs the tensorboard"), lines
+    assert lines[0].startswith(
+        "ERROR InputError TensorBoard: tf.keras.callbacks.TensorBoard needs the tensorboard"
+    ), lines
     assert "pip install tensorboard" in lines[0] and lines[0].endswith(" 0")

@@ -1,6 +1,7 @@
 """Wrap, don't patch: SkipCorrectStrategy reaches only the tf-keras optimizers and models built under its
 scope; after creating and training with one, a model built outside any SkipCorrect scope is stock tf-keras
 (the same class methods, bit-identical training to a process that never imported tf_commopt)."""
+
 import os
 import subprocess
 import sys
@@ -24,20 +25,24 @@ def train_outside(legacy):
     return [w.tolist() for w in model.get_weights()]
 """
 
-_PREAMBLE = ("import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'\n"
-             "import json, numpy as np, tensorflow as tf, tf_keras\n"
-             "from tf_keras.src.optimizers import optimizer as o; from tf_keras.src.optimizers.legacy import optimizer_v2 as o2\n"
-             "from tf_keras.src.engine import training as t; from tf_keras.src import callbacks as cb\n"
-             "from tf_keras.src.mixed_precision import loss_scale_optimizer as lso\n"
-             "def methods():\n"
-             "    return [o.Optimizer.apply_gradients, o.Optimizer.aggregate_gradients, o2.OptimizerV2.apply_gradients,\n"
-             "            o2.OptimizerV2._aggregate_gradients, tf_keras.optimizers.SGD.apply_gradients,\n"
-             "            t.Model.fit, t.Model.evaluate, t.Model.predict, t.Model.save, t.Model.save_weights,\n"
-             "            lso.LossScaleOptimizerV3.apply_gradients, lso.LossScaleOptimizer.apply_gradients,\n"
-             "            cb.BackupAndRestore.on_train_begin, cb.TensorBoard.on_train_begin]\n"
-             "stock = methods()\n" + _TRAIN_OUTSIDE)
+_PREAMBLE = (
+    "import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'\n"
+    "import json, numpy as np, tensorflow as tf, tf_keras\n"
+    "from tf_keras.src.optimizers import optimizer as o; from tf_keras.src.optimizers.legacy import optimizer_v2 as o2\n"
+    "from tf_keras.src.engine import training as t; from tf_keras.src import callbacks as cb\n"
+    "from tf_keras.src.mixed_precision import loss_scale_optimizer as lso\n"
+    "def methods():\n"
+    "    return [o.Optimizer.apply_gradients, o.Optimizer.aggregate_gradients, o2.OptimizerV2.apply_gradients,\n"
+    "            o2.OptimizerV2._aggregate_gradients, tf_keras.optimizers.SGD.apply_gradients,\n"
+    "            t.Model.fit, t.Model.evaluate, t.Model.predict, t.Model.save, t.Model.save_weights,\n"
+    "            lso.LossScaleOptimizerV3.apply_gradients, lso.LossScaleOptimizer.apply_gradients,\n"
+    "            cb.BackupAndRestore.on_train_begin, cb.TensorBoard.on_train_begin]\n"
+    "stock = methods()\n" + _TRAIN_OUTSIDE
+)
 
-_WITH_SC = _PREAMBLE + """
+_WITH_SC = (
+    _PREAMBLE
+    + """
 from tf_commopt.distribute import SkipCorrectStrategy
 s = SkipCorrectStrategy(interval=2, devices=["/cpu:0"])
 with s.scope():
@@ -51,18 +56,27 @@ assert lso.strategy_supports_loss_scaling()  # the one module-level hook: tf-ker
 print("WEIGHTS", json.dumps([train_outside(False), train_outside(True)]))
 assert all(a is b for a, b in zip(methods(), stock))
 """
+)
 
-_WITHOUT = _PREAMBLE + """
+_WITHOUT = (
+    _PREAMBLE
+    + """
 import sys
 print("WEIGHTS", json.dumps([train_outside(False), train_outside(True)]))
 assert not any(k.startswith("tf_commopt") for k in sys.modules)
 """
+)
 
 
 def _run(code):
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT,
-                                   CUDA_VISIBLE_DEVICES=""))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES=""),
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("WEIGHTS")]
     assert proc.returncode == 0 and len(lines) == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
     return lines[0]

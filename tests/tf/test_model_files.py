@@ -4,19 +4,23 @@ References: ``from_keras_model`` of the same in-memory model (an independent pat
 graph, each layer traced alone), the model's own weight counts, and the files TensorFlow writes.
 One small tf-keras application (MobileNetV2, alpha 0.35, 64x64) is built and saved once per module.
 """
+
 import json
 import os
-import warnings
 
+import keras as keras3
 import pytest
 import tensorflow as tf
 import tf_keras
-import keras as keras3
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from tf_commopt.errors import InputError
 from tf_commopt.tf.file_kinds import sniff
-from tf_commopt.tf.graph_import import CostEstimateWarning, from_graph_def, from_graphdef_file, from_keras_model
+from tf_commopt.tf.graph_import import (
+    CostEstimateWarning,
+    from_graphdef_file,
+    from_keras_model,
+)
 from tf_commopt.tf.model_files import from_model_file, from_saved_model, load_graph
 
 pytestmark = pytest.mark.filterwarnings("ignore::tf_commopt.tf.op_costs.CostEstimateWarning")
@@ -32,7 +36,7 @@ def exported(tmp_path_factory):
     m.save(str(d / "m.keras"))
     m.save(str(d / "m.h5"))
     cf = tf.function(lambda x: m(x, training=False)).get_concrete_function(tf.TensorSpec([B, 64, 64, 3]))
-    tf.io.write_graph(cf.graph.as_graph_def(), str(d), "bare.pb", as_text=False)            # what the issue tried
+    tf.io.write_graph(cf.graph.as_graph_def(), str(d), "bare.pb", as_text=False)  # what the issue tried
     tf.io.write_graph(cf.graph.as_graph_def(add_shapes=True), str(d), "shapes.pb", as_text=False)
     tf.io.write_graph(convert_variables_to_constants_v2(cf).graph, str(d), "frozen.pb", as_text=False)
     mg = tf.compat.v1.train.export_meta_graph(graph_def=cf.graph.as_graph_def(), graph=cf.graph)
@@ -50,8 +54,10 @@ def test_saved_model_imports_with_real_shapes(exported):
     # op level reads every variable once: trainable + BatchNorm moving statistics
     assert g.total_param_bytes() == exported["all_weight_bytes"]
     conv = g["mobilenetv2_0.35_64/Conv1/Conv2D"]
-    assert conv.activation_bytes == 4 * B * 32 * 32 * 16     # 64x64 stride 2, 16 filters (alpha 0.35)
-    grouped = from_saved_model(os.path.join(exported["sm"], "saved_model.pb"), batch_size=B, group_by_scope=True)
+    assert conv.activation_bytes == 4 * B * 32 * 32 * 16  # 64x64 stride 2, 16 filters (alpha 0.35)
+    grouped = from_saved_model(
+        os.path.join(exported["sm"], "saved_model.pb"), batch_size=B, group_by_scope=True
+    )
     assert grouped.total_ms() == pytest.approx(g.total_ms())
 
 
@@ -59,7 +65,7 @@ def test_saved_model_errors(exported):
     with pytest.raises(InputError, match=r"no signature 'train'; signatures: serving_default"):
         from_saved_model(exported["sm"], "train", batch_size=B)
     with pytest.raises(InputError, match=r"input '\w+' has shape \(None, 64, 64, 3\): pass batch_size") as e:
-        from_saved_model(exported["sm"])                       # batch unknown, no batch_size
+        from_saved_model(exported["sm"])  # batch unknown, no batch_size
     assert "\n" not in str(e.value)
     with pytest.raises(InputError, match=r"m\.h5: not a SavedModel directory: this is an HDF5 file"):
         from_saved_model(exported["dir"] / "m.h5")
@@ -81,7 +87,12 @@ def test_keras3_archive_is_loaded_with_keras3(tmp_path):
     h = L.Conv2D(4, 3, padding="same", name="c")(x)
     m = keras3.Model(x, L.Dense(2, name="d")(L.GlobalAveragePooling2D(name="g")(L.Add(name="a")([h, h]))))
     m.save(str(tmp_path / "k3.keras"))
-    assert json.loads(__import__("zipfile").ZipFile(tmp_path / "k3.keras").read("metadata.json"))["keras_version"][0] == "3"
+    assert (
+        json.loads(__import__("zipfile").ZipFile(tmp_path / "k3.keras").read("metadata.json"))[
+            "keras_version"
+        ][0]
+        == "3"
+    )
     g = from_model_file(tmp_path / "k3.keras", batch_size=2)
     ref = from_keras_model(m, batch_size=2)
     assert set(g.edges) == set(ref.edges) and g.total_ms() == pytest.approx(ref.total_ms())
@@ -97,21 +108,28 @@ def test_tf2_forward_graphdef_costs_match_the_keras_import(exported):
         from_graphdef_file(d / "bare.pb")
     with pytest.warns(CostEstimateWarning, match="unknown shape"):
         est = from_graphdef_file(d / "bare.pb", unknown_shapes="estimate")
-    assert est.total_ms() < 0.1 * ref.total_ms()               # what estimates without shapes are worth
+    assert est.total_ms() < 0.1 * ref.total_ms()  # what estimates without shapes are worth
     for name in ("shapes.pb", "frozen.pb"):
         g = from_graphdef_file(d / name)
-        assert abs(g.total_ms() - ref.total_ms()) <= 0.25 * ref.total_ms(), (name, g.total_ms(), ref.total_ms())
+        assert abs(g.total_ms() - ref.total_ms()) <= 0.25 * ref.total_ms(), (
+            name,
+            g.total_ms(),
+            ref.total_ms(),
+        )
 
 
-@pytest.mark.parametrize("fname,kind,match", [
-    ("sm", "savedmodel", "this is a SavedModel directory; use from_saved_model"),
-    ("sm/saved_model.pb", "savedmodel_pb", "this is a SavedModel's saved_model.pb"),
-    ("m.meta", "metagraph", "this is a MetaGraphDef"),
-    ("m.h5", "h5", "this is an HDF5 file"),
-    ("m.keras", "keras", "this is a Keras .keras archive"),
-    ("ckpt", "checkpoint_dir", "this is a checkpoint directory"),
-    ("ckpt/c.index", "checkpoint", "this is a TensorFlow checkpoint"),
-])
+@pytest.mark.parametrize(
+    "fname,kind,match",
+    [
+        ("sm", "savedmodel", "this is a SavedModel directory; use from_saved_model"),
+        ("sm/saved_model.pb", "savedmodel_pb", "this is a SavedModel's saved_model.pb"),
+        ("m.meta", "metagraph", "this is a MetaGraphDef"),
+        ("m.h5", "h5", "this is an HDF5 file"),
+        ("m.keras", "keras", "this is a Keras .keras archive"),
+        ("ckpt", "checkpoint_dir", "this is a checkpoint directory"),
+        ("ckpt/c.index", "checkpoint", "this is a TensorFlow checkpoint"),
+    ],
+)
 def test_graphdef_reader_names_what_a_file_is(exported, fname, kind, match):
     path = str(exported["dir"] / fname)
     assert sniff(path)[0] == kind
@@ -142,8 +160,22 @@ def test_load_graph_dispatch(exported):
 def test_partition_cli_takes_a_saved_model(exported, capsys):
     from tf_commopt.partition.__main__ import main
 
-    rc = main(["--profile", exported["sm"], "--stages", "2", "--method", "balanced", "--batch-size", str(B),
-               "--device", "h200", "--bandwidth-gbps", "1000"])
+    rc = main(
+        [
+            "--profile",
+            exported["sm"],
+            "--stages",
+            "2",
+            "--method",
+            "balanced",
+            "--batch-size",
+            str(B),
+            "--device",
+            "h200",
+            "--bandwidth-gbps",
+            "1000",
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 0, err
     plan = json.loads(out)
@@ -158,8 +190,26 @@ def test_sim_cli_takes_a_keras_file(exported, tmp_path, capsys):
     from tf_commopt.sim.cli import main as sim
 
     keras_file = str(exported["dir"] / "m.keras")
-    assert part(["--profile", keras_file, "--stages", "2", "--method", "balanced", "--batch-size", str(B),
-                 "--bandwidth-gbps", "1000", "--out", str(tmp_path / "p.json"), "--quiet"]) == 0
+    assert (
+        part(
+            [
+                "--profile",
+                keras_file,
+                "--stages",
+                "2",
+                "--method",
+                "balanced",
+                "--batch-size",
+                str(B),
+                "--bandwidth-gbps",
+                "1000",
+                "--out",
+                str(tmp_path / "p.json"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     # the plan carries its schedule and micro-batches (gpipe, 4 x stages); sim uses them
     assert sim(["--profile", keras_file, "--plan", str(tmp_path / "p.json"), "--batch-size", str(B)]) == 0

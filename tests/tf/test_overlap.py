@@ -1,6 +1,7 @@
 """SkipCorrectStrategy(overlap=True) against a plain-numpy implementation of the overlapped rule
 (tests/tf/sc_reference.run_overlap_rule): custom loops (none, vrl, gradient with momentum, a
 ``strategy.sync()`` mid-run) and ``model.fit`` (the end of fit applies the in-flight mean)."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,8 +22,12 @@ def _init(seed=7):
 def _check(strategy, opt, w, b, ref, t, correction):
     rw, rb, rdw, rdb = ref[t]
     for i in range(R):
-        np.testing.assert_allclose(w.values[i].numpy(), rw[i], rtol=1e-5, atol=1e-5, err_msg=f"w step {t + 1} rep {i}")
-        np.testing.assert_allclose(b.values[i].numpy(), rb[i], rtol=1e-5, atol=1e-5, err_msg=f"b step {t + 1} rep {i}")
+        np.testing.assert_allclose(
+            w.values[i].numpy(), rw[i], rtol=1e-5, atol=1e-5, err_msg=f"w step {t + 1} rep {i}"
+        )
+        np.testing.assert_allclose(
+            b.values[i].numpy(), rb[i], rtol=1e-5, atol=1e-5, err_msg=f"b step {t + 1} rep {i}"
+        )
     if correction != "none":
         dw, db = strategy.extended.correction_state(opt).delta_numpy()
         np.testing.assert_allclose(dw, np.stack(rdw), rtol=1e-4, atol=1e-4, err_msg=f"delta step {t + 1}")
@@ -30,14 +35,23 @@ def _check(strategy, opt, w, b, ref, t, correction):
         np.testing.assert_allclose(dw.sum(axis=0), 0.0, atol=1e-4)  # Σ_i Δ_i = 0 with the stale snapshot too
 
 
-@pytest.mark.parametrize("correction,interval,momentum", [("none", 2, 0.0), ("vrl", 3, 0.0),
-                                                          ("gradient", 2, 0.9)])
+@pytest.mark.parametrize(
+    "correction,interval,momentum", [("none", 2, 0.0), ("vrl", 3, 0.0), ("gradient", 2, 0.9)]
+)
 def test_custom_loop_follows_the_numpy_overlap_rule_every_step(correction, interval, momentum):
     steps, sync_after = 11, (8,)
     w0, b0 = _init()
     batches = make_batches(steps, R, B, F, C, seed=interval + 31)
-    ref = run_overlap_rule(w0, b0, batches, interval, correction, LR, sync_after=sync_after,
-                           make_opt=lambda: _NumpyOpt("sgd", LR, momentum=momentum))
+    ref = run_overlap_rule(
+        w0,
+        b0,
+        batches,
+        interval,
+        correction,
+        LR,
+        sync_after=sync_after,
+        make_opt=lambda: _NumpyOpt("sgd", LR, momentum=momentum),
+    )
     strategy = SkipCorrectStrategy(interval=interval, correction=correction, devices=DEVICES, overlap=True)
     assert strategy.overlap
     with strategy.scope():
@@ -69,8 +83,11 @@ def test_fit_follows_the_rule_and_drains_at_the_end():
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,))])
         model.layers[0].set_weights([w0, b0])
-        model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      steps_per_execution=2)
+        model.compile(
+            tf.keras.optimizers.SGD(LR),
+            tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            steps_per_execution=2,
+        )
     x = np.concatenate([np.concatenate([r[0] for r in row]) for row in batches])
     y = np.concatenate([np.concatenate([r[1] for r in row]) for row in batches])
     model.fit(x, y, batch_size=R * B, epochs=1, shuffle=False, verbose=0)
@@ -98,11 +115,13 @@ def test_auto_with_overlap_hides_the_communication():
     # H = clip(ceil(t_comm / t_comp), 1, max): the background all-reduces' median against the steps'
     from tf_commopt.core.interval import overlap_interval
 
-    strategy = SkipCorrectStrategy(interval="auto", devices=DEVICES[:2], max_interval=64, auto_probe_interval=4,
-                                   overlap=True)
+    strategy = SkipCorrectStrategy(
+        interval="auto", devices=DEVICES[:2], max_interval=64, auto_probe_interval=4, overlap=True
+    )
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation="relu", input_shape=(64,)),
-                                     tf.keras.layers.Dense(4)])
+        model = tf.keras.Sequential(
+            [tf.keras.layers.Dense(256, activation="relu", input_shape=(64,)), tf.keras.layers.Dense(4)]
+        )
         model.compile(tf.keras.optimizers.SGD(0.01), "mse")
     rng = np.random.RandomState(0)
     x, y = rng.rand(320, 64).astype(np.float32), rng.rand(320, 4).astype(np.float32)

@@ -1,4 +1,5 @@
 """Bad input to the parameter-server variant: one-line errors before any cluster is contacted."""
+
 import json
 
 import numpy as np
@@ -14,12 +15,19 @@ def _env(monkeypatch, task="chief", cluster=CLUSTER):
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": task, "index": 0}}))
 
 
-@pytest.mark.parametrize("kwargs,where", [
-    ({"interval": 0}, "interval"), ({"interval": 2.5}, "interval"), ({"interval": True}, "interval"),
-    ({"correction": "scaffold"}, "correction"), ({"interval": "fast"}, "interval"),
-    ({"interval": "auto", "probe_rounds": 1}, "probe_rounds"), ({"learning_rate": 0}, "learning_rate"),
-    ({"momentum": 1.0}, "momentum"),
-])
+@pytest.mark.parametrize(
+    "kwargs,where",
+    [
+        ({"interval": 0}, "interval"),
+        ({"interval": 2.5}, "interval"),
+        ({"interval": True}, "interval"),
+        ({"correction": "scaffold"}, "correction"),
+        ({"interval": "fast"}, "interval"),
+        ({"interval": "auto", "probe_rounds": 1}, "probe_rounds"),
+        ({"learning_rate": 0}, "learning_rate"),
+        ({"momentum": 1.0}, "momentum"),
+    ],
+)
 def test_bad_arguments(kwargs, where):
     with pytest.raises(InputError) as e:
         psc.ParameterServerSkipCorrect(**kwargs)
@@ -50,19 +58,24 @@ def test_array_batch_fn_checks_and_rows():
     bx, by = fn(1, 2)
     assert by.numpy().tolist() == [9, 1] and bx.numpy()[:, 0].tolist() == [9.0, 1.0]
     # explicit shards, cut to the shortest (3 rows): shard 0 = rows 8, 0, 4
-    fn = psc.array_batch_fn(np.arange(10.0)[:, None], np.arange(10), 2, 2, shard_indices=[[8, 0, 4, 6], [1, 2, 3]])
+    fn = psc.array_batch_fn(
+        np.arange(10.0)[:, None], np.arange(10), 2, 2, shard_indices=[[8, 0, 4, 6], [1, 2, 3]]
+    )
     assert fn(0, 1)[1].numpy().tolist() == [4, 8] and fn(1, 0)[1].numpy().tolist() == [1, 2]
     with pytest.raises(InputError, match="shard_indices has 1 shards, num_shards is 2"):
         psc.array_batch_fn(np.zeros((4, 1)), np.zeros(4), 2, 1, shard_indices=[[0, 1]])
 
 
-@pytest.mark.parametrize("flags,where", [
-    ({"strategy": "single"}, "--strategy"),
-    ({"strategy": "skip_correct", "warmup_steps": 3}, "--warmup_steps"),
-    ({"strategy": "ssgd", "learning_rate": 0.0}, "--learning_rate"),
-    ({"strategy": "ssgd", "batch_size": 63}, "--batch_size"),
-    ({"strategy": "skip_correct", "overlap": True}, "--overlap"),
-])
+@pytest.mark.parametrize(
+    "flags,where",
+    [
+        ({"strategy": "single"}, "--strategy"),
+        ({"strategy": "skip_correct", "warmup_steps": 3}, "--warmup_steps"),
+        ({"strategy": "ssgd", "learning_rate": 0.0}, "--learning_rate"),
+        ({"strategy": "ssgd", "batch_size": 63}, "--batch_size"),
+        ({"strategy": "skip_correct", "overlap": True}, "--overlap"),
+    ],
+)
 def test_runner_refuses_unsupported_flags_on_ps_cluster(monkeypatch, flags, where):
     from experiments.models import build_model
     from experiments.ps_train import run_training
@@ -79,9 +92,11 @@ def test_library_does_not_import_the_runner():
     import subprocess
     import sys
 
-    code = ("import sys; import tf_commopt.distribute.parameter_server as p; "
-            "print(sorted(m for m in sys.modules if m.startswith('experiments') or m.endswith('ps_runner')), "
-            "hasattr(p, 'run_training'))")
+    code = (
+        "import sys; import tf_commopt.distribute.parameter_server as p; "
+        "print(sorted(m for m in sys.modules if m.startswith('experiments') or m.endswith('ps_runner')), "
+        "hasattr(p, 'run_training'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "[] False", out.stderr[-500:]
 

@@ -1,4 +1,5 @@
 """Pipeline execution of a PartitionPlan: GPipe gradients and updates equal plain training to 1e-5."""
+
 import warnings
 
 import numpy as np
@@ -15,10 +16,16 @@ CPUS = ["/CPU:0", "/CPU:1", "/CPU:2", "/CPU:3"]
 
 
 def make_plan(stage_of_node, num_stages, devices=None):
-    return PartitionPlan(method="hand", stage_of_node=dict(stage_of_node),
-                         device_of_stage=list(devices if devices is not None else range(num_stages)),
-                         stage_compute_ms=[0.0] * num_stages, stage_comm_ms=[0.0] * num_stages,
-                         stage_memory_bytes=[0.0] * num_stages, objective=0.0, comm_bytes=0.0)
+    return PartitionPlan(
+        method="hand",
+        stage_of_node=dict(stage_of_node),
+        device_of_stage=list(devices if devices is not None else range(num_stages)),
+        stage_compute_ms=[0.0] * num_stages,
+        stage_comm_ms=[0.0] * num_stages,
+        stage_memory_bytes=[0.0] * num_stages,
+        objective=0.0,
+        comm_bytes=0.0,
+    )
 
 
 def residual_model():
@@ -51,8 +58,18 @@ def branchy_model():
     o2 = keras.layers.Dense(1, name="o2")(keras.layers.Multiply(name="mul")([b1, b2]))
     model = keras.Model([x, z], [o1, o2], name="branchy")
     # the shared layer's two calls ("shared", "shared@1" as the Keras importer names them) in two stages
-    plan = {"stem": 0, "b1": 0, "b2a": 1, "b3a": 1, "shared": 1, "shared@1": 2, "cat": 2, "mul": 2, "o1": 2,
-            "o2": 2}
+    plan = {
+        "stem": 0,
+        "b1": 0,
+        "b2a": 1,
+        "b3a": 1,
+        "shared": 1,
+        "shared@1": 2,
+        "cat": 2,
+        "mul": 2,
+        "o1": 2,
+        "o2": 2,
+    }
     mse = keras.losses.MeanSquaredError()
 
     def loss(y, preds):
@@ -63,9 +80,14 @@ def branchy_model():
 
 def sequential_model():
     keras.utils.set_random_seed(3)
-    model = keras.Sequential([keras.layers.Dense(7, activation="relu", input_shape=(4,), name="s0"),
-                              keras.layers.Dense(7, activation="tanh", name="s1"),
-                              keras.layers.Dense(1, name="s2")], name="seq")
+    model = keras.Sequential(
+        [
+            keras.layers.Dense(7, activation="relu", input_shape=(4,), name="s0"),
+            keras.layers.Dense(7, activation="tanh", name="s1"),
+            keras.layers.Dense(1, name="s2"),
+        ],
+        name="seq",
+    )
     return model, make_plan({"s0": 0, "s1": 1, "s2": 1}, 2), keras.losses.MeanSquaredError(), "reg"
 
 
@@ -102,8 +124,14 @@ def test_gpipe_equals_plain_training(builder, m):
     x, y = batch(kind)
     ref_loss, ref_g, ref_w = reference_step(model, loss_fn, x, y, lr=0.1)
 
-    pipe = Pipeline(model, plan, devices=CPUS, microbatches=m, loss=loss_fn,
-                    optimizer=keras.optimizers.SGD(0.1, momentum=0.9))
+    pipe = Pipeline(
+        model,
+        plan,
+        devices=CPUS,
+        microbatches=m,
+        loss=loss_fn,
+        optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+    )
     loss, grads = tf.function(pipe.compute_gradients)(x, y)
     assert abs(float(loss) - ref_loss) < 1e-5
     assert len(grads) == len(ref_g)

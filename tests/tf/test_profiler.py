@@ -1,16 +1,24 @@
 """Measured costs: per-layer profile, device capacity, emulated slow devices (logical CPUs of conftest)."""
+
 import time
 
+import keras as keras3
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-import keras as keras3
 
 from tf_commopt.errors import InputError
 from tf_commopt.tf.graph_import import from_keras_model
-from tf_commopt.tf.profiler import (device_capacity, measure_roofline, profile_keras_model, relative_capacities,
-                                    model_capacities, slowdowns, time_keras_model)
+from tf_commopt.tf.profiler import (
+    device_capacity,
+    measure_roofline,
+    model_capacities,
+    profile_keras_model,
+    relative_capacities,
+    slowdowns,
+    time_keras_model,
+)
 from tf_commopt.tf.slowdown import clear_slowdowns, get_slowdown, set_slowdown, slowed
 
 pytestmark = pytest.mark.filterwarnings("ignore::tf_commopt.tf.op_costs.CostEstimateWarning")
@@ -62,10 +70,12 @@ def test_profile_bad_arguments():
 
 def _sleepy(ms):
     """Work of a known, load-independent duration: ``ms`` of sleeping inside the graph."""
+
     def work(x):
         done = tf.py_function(lambda: time.sleep(ms / 1e3) or 0.0, [], tf.float32)
         with tf.control_dependencies([done]):
             return x * 2.0
+
     return work
 
 
@@ -103,7 +113,11 @@ def test_slowdown_registry():
 def _registry_checks():
     clear_slowdowns()
     set_slowdown("/CPU:2", 2.5)
-    assert get_slowdown("/device:CPU:2") == 2.5 and get_slowdown("cpu:2") == 2.5 and get_slowdown("/CPU:0") == 1.0
+    assert (
+        get_slowdown("/device:CPU:2") == 2.5
+        and get_slowdown("cpu:2") == 2.5
+        and get_slowdown("/CPU:0") == 1.0
+    )
     with slowdowns({"/CPU:0": 4.0}):
         assert get_slowdown("/CPU:0") == 4.0 and get_slowdown("/CPU:2") == 2.5
     assert get_slowdown("/CPU:0") == 1.0

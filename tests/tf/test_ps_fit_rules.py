@@ -5,6 +5,7 @@ and to a tensor by the rule (``UpdateRule.apply`` with the rule's slots, lr at t
 the step and t = step + 1), for 6 steps, starting at a non-zero ``iterations`` (schedules and Adam's
 bias correction see the global step).
 """
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -60,18 +61,24 @@ def test_rule_names_and_slots():
     assert update_rule(tf_keras.optimizers.SGD(0.1)).slots == ()
     assert update_rule(tf_keras.optimizers.Adam()).slots == ("m", "v")
     assert update_rule(tf_keras.optimizers.RMSprop(momentum=0.5, centered=True)).slots == (
-        "velocity", "momentum", "average_gradient")
+        "velocity",
+        "momentum",
+        "average_gradient",
+    )
     r = update_rule(tf_keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True))
     assert (r.momentum, r.nesterov, r.constant_lr) == (0.9, True, pytest.approx(0.1))
 
 
-@pytest.mark.parametrize("make,words", [
-    (lambda: tf_keras.optimizers.Adamax(0.01), "Adamax"),
-    (lambda: tf_keras.optimizers.legacy.Adam(0.01), "legacy"),
-    (lambda: tf_keras.optimizers.SGD(0.1, clipnorm=1.0), "clipnorm"),
-    (lambda: tf_keras.optimizers.Adam(0.01, weight_decay=0.1), "weight_decay"),
-    (lambda: tf_keras.optimizers.Adam(0.01, use_ema=True), "use_ema"),
-])
+@pytest.mark.parametrize(
+    "make,words",
+    [
+        (lambda: tf_keras.optimizers.Adamax(0.01), "Adamax"),
+        (lambda: tf_keras.optimizers.legacy.Adam(0.01), "legacy"),
+        (lambda: tf_keras.optimizers.SGD(0.1, clipnorm=1.0), "clipnorm"),
+        (lambda: tf_keras.optimizers.Adam(0.01, weight_decay=0.1), "weight_decay"),
+        (lambda: tf_keras.optimizers.Adam(0.01, use_ema=True), "use_ema"),
+    ],
+)
 def test_unsupported_optimizer_is_one_line_error(make, words):
     with pytest.raises(InputError) as e:
         update_rule(make())

@@ -1,4 +1,5 @@
 """SkipCorrectStrategy under tf-keras: fit/evaluate/predict/save, SSGD and single-device equivalences."""
+
 import os
 
 import numpy as np
@@ -37,8 +38,15 @@ def test_fit_follows_the_rule_then_evaluate_predict_see_the_global_model(tmp_pat
     with strategy.scope():
         model = _softmax_model(w0, b0, tf.keras.optimizers.SGD(LR))
     x, y = _global_batches(batches)
-    hist = model.fit(x, y, batch_size=R * B, epochs=1, shuffle=False, verbose=0,
-                     callbacks=[SkipCorrectTelemetry(log_dir=str(tmp_path / "tb"))])
+    hist = model.fit(
+        x,
+        y,
+        batch_size=R * B,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[SkipCorrectTelemetry(log_dir=str(tmp_path / "tb"))],
+    )
     kernel = model.layers[0].kernel
     rw = ref[-1][0]
     for i in range(R):  # step 7 is one step after the sync at 6: replicas differ
@@ -63,7 +71,9 @@ def test_fit_follows_the_rule_then_evaluate_predict_see_the_global_model(tmp_pat
     assert loss == pytest.approx(ref_loss, rel=1e-5)
     for c in kernel.values:
         np.testing.assert_allclose(c.numpy(), wbar, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(model.predict(xe, batch_size=R * B, verbose=0), xe @ wbar + bbar, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        model.predict(xe, batch_size=R * B, verbose=0), xe @ wbar + bbar, rtol=1e-4, atol=1e-5
+    )
 
     # the saved model is the global model and loads without any strategy
     model.save(str(tmp_path / "m.keras"))
@@ -87,14 +97,17 @@ def test_interval_one_none_equals_mirrored_ssgd_in_fit(momentum):
     weights = {}
     for name in ("sc", "mirrored"):
         if name == "sc":
-            strategy = SkipCorrectStrategy(interval=1, correction="none", average_optimizer_state=True,
-                                           devices=DEVICES)
+            strategy = SkipCorrectStrategy(
+                interval=1, correction="none", average_optimizer_state=True, devices=DEVICES
+            )
         else:
             strategy = fresh_mirrored(DEVICES)
         with strategy.scope():
             model = _mlp(3)
-            model.compile(tf.keras.optimizers.SGD(LR, momentum=momentum),
-                          tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            model.compile(
+                tf.keras.optimizers.SGD(LR, momentum=momentum),
+                tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
         model.fit(x, y, batch_size=R * B, epochs=1, shuffle=False, verbose=0)
         weights[name] = model.get_weights()
     for a, b in zip(weights["sc"], weights["mirrored"]):
@@ -104,8 +117,9 @@ def test_interval_one_none_equals_mirrored_ssgd_in_fit(momentum):
 def test_identical_data_on_every_replica_equals_single_device_adam():
     rng = np.random.RandomState(4)
     data = [(rng.randn(B, F).astype(np.float32), rng.randint(0, C, B).astype(np.int32)) for _ in range(7)]
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                            reduction=tf.keras.losses.Reduction.NONE)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction=tf.keras.losses.Reduction.NONE
+    )
     single = _mlp(9)
     opt1 = tf.keras.optimizers.Adam(0.05)
     for xb, yb in data:
@@ -123,7 +137,10 @@ def test_identical_data_on_every_replica_equals_single_device_adam():
         def fn():
             with tf.GradientTape() as tape:
                 loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb)), global_batch_size=R * B)
-            opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+            opt.apply_gradients(
+                zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+            )
+
         strategy.run(fn)
 
     for xb, yb in data:
@@ -137,16 +154,20 @@ def test_identical_data_on_every_replica_equals_single_device_adam():
 def test_batchnorm_statistics_and_slots_are_averaged_at_sync():
     batches = make_batches(4, R, B, F, C, seed=8)
     x, y = _global_batches(batches)
-    strategy = SkipCorrectStrategy(interval=2, correction="none", average_optimizer_state=True, devices=DEVICES)
+    strategy = SkipCorrectStrategy(
+        interval=2, correction="none", average_optimizer_state=True, devices=DEVICES
+    )
     with strategy.scope():
         model = _mlp(1, bn=True)
-        model.compile(tf.keras.optimizers.SGD(LR, momentum=0.9),
-                      tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(x[:3 * R * B], y[:3 * R * B], batch_size=R * B, epochs=1, shuffle=False, verbose=0)
+        model.compile(
+            tf.keras.optimizers.SGD(LR, momentum=0.9),
+            tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    model.fit(x[: 3 * R * B], y[: 3 * R * B], batch_size=R * B, epochs=1, shuffle=False, verbose=0)
     bn = model.layers[1]
     comps = np.stack([c.numpy() for c in bn.moving_mean.values])
     assert np.abs(comps[1] - comps[0]).max() > 1e-6  # step 3 is local: the statistics differ again
-    model.fit(x[3 * R * B:], y[3 * R * B:], batch_size=R * B, epochs=1, shuffle=False, verbose=0)
+    model.fit(x[3 * R * B :], y[3 * R * B :], batch_size=R * B, epochs=1, shuffle=False, verbose=0)
     comps = np.stack([c.numpy() for c in bn.moving_mean.values])  # step 4 synced
     np.testing.assert_allclose(comps, np.broadcast_to(comps.mean(0), comps.shape), atol=1e-6)
     slots = [v for v in model.optimizer.variables() if v.dtype.is_floating and v.shape.rank]
@@ -172,10 +193,19 @@ def test_auto_interval_policy_hook_sets_h_from_measured_times():
     x, y = _global_batches(batches)
     strategy = SkipCorrectStrategy(interval="auto", correction="vrl", devices=DEVICES)
     with strategy.scope():
-        model = _softmax_model(np.zeros((F, C), np.float32), np.zeros(C, np.float32), tf.keras.optimizers.SGD(LR))
+        model = _softmax_model(
+            np.zeros((F, C), np.float32), np.zeros(C, np.float32), tf.keras.optimizers.SGD(LR)
+        )
     policy = _RecordingPolicy(3)
-    model.fit(x, y, batch_size=R * B, epochs=1, shuffle=False, verbose=0,
-              callbacks=[SkipCorrectTelemetry(interval_policy=policy, policy_after_steps=3)])
+    model.fit(
+        x,
+        y,
+        batch_size=R * B,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[SkipCorrectTelemetry(interval_policy=policy, policy_after_steps=3)],
+    )
     assert len(policy.calls) == 1 and policy.calls[0][0] > 0 and policy.calls[0][1] > 0
     # H = 1 for steps 1-2 (2 warm-up syncs); step 3 starts the built-in probe (H = 4, k = 1); the policy
     # then sets H = 3, which ends the built-in selection: syncs after steps 5, 8 and 11
@@ -196,6 +226,8 @@ def test_steps_per_execution_keeps_the_exact_rule_and_rhythm(spe):
     x, y = _global_batches(batches)
     model.fit(x, y, batch_size=R * B, epochs=1, shuffle=False, verbose=0)
     for i in range(R):  # step 10 is one step after the sync at 9
-        np.testing.assert_allclose(model.layers[0].kernel.values[i].numpy(), ref[-1][0][i], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            model.layers[0].kernel.values[i].numpy(), ref[-1][0][i], rtol=1e-5, atol=1e-5
+        )
     st = strategy.stats()
     assert st["steps"] == steps and st["syncs"] == steps // h

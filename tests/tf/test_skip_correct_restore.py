@@ -1,5 +1,6 @@
 """Save mid-interval, restore in a new process, continue: equals the run that saved and continued
 (a fixed H, and interval="auto" after H was chosen: the restored run keeps H and does not measure again)."""
+
 import os
 import subprocess
 import sys
@@ -25,17 +26,32 @@ def build(replicas, auto_ratio=None):
     """auto_ratio=None: interval=H. Otherwise interval="auto" with target_ratio=auto_ratio and a cap of H:
     1e-9 makes the first-iteration rule choose H whatever the timings, 1e9 makes it choose 1."""
     from tf_commopt.distribute import SkipCorrectStrategy
+
     devices = ["/cpu:%d" % i for i in range(replicas)]
     if auto_ratio is None:
         strategy = SkipCorrectStrategy(interval=H, correction="vrl", devices=devices)
     else:
-        strategy = SkipCorrectStrategy(interval="auto", correction="vrl", devices=devices, target_ratio=auto_ratio,
-                                       max_interval=H, auto_warmup_steps=1,
-                                       auto_probe_interval=1, auto_measure_syncs=1)
+        strategy = SkipCorrectStrategy(
+            interval="auto",
+            correction="vrl",
+            devices=devices,
+            target_ratio=auto_ratio,
+            max_interval=H,
+            auto_warmup_steps=1,
+            auto_probe_interval=1,
+            auto_measure_syncs=1,
+        )
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,),
-                                                           kernel_initializer=tf.keras.initializers.Constant(0.1))])
-        model.compile(tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model = tf.keras.Sequential(
+            [
+                tf.keras.layers.Dense(
+                    C, input_shape=(F,), kernel_initializer=tf.keras.initializers.Constant(0.1)
+                )
+            ]
+        )
+        model.compile(
+            tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
     return strategy, model
 
 
@@ -53,8 +69,13 @@ def test_restore_in_new_process_continues_exactly(tmp_path):
     assert np.abs(delta).max() > 1e-3
 
     out = str(tmp_path / "resumed.npz")
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "tf", "sc_restore_job.py"), ckpt, out],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tests", "tf", "sc_restore_job.py"), ckpt, out],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = np.load(out)
     assert int(got["iterations"]) == 10
@@ -82,8 +103,13 @@ def test_auto_interval_restored_in_new_process_keeps_h_and_does_not_measure_agai
 
     # the new process asks for target_ratio=1e9: measuring again would choose H = 1 and change the weights
     out = str(tmp_path / "resumed_auto.npz")
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "tf", "sc_restore_job.py"), ckpt, out, "auto"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tests", "tf", "sc_restore_job.py"), ckpt, out, "auto"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = np.load(out)
     assert int(got["iterations"]) == 10
@@ -103,15 +129,32 @@ def test_runner_backup_resume_keeps_the_auto_interval(tmp_path):
 
     from experiments import train
 
-    kw = dict(strategy="skip_correct", replicas=2, model="mlp", batch_size=100, momentum=0.0, learning_rate=0.1,
-              interval="auto", max_interval=H, auto_probe_interval=4, seed=1)
+    kw = dict(
+        strategy="skip_correct",
+        replicas=2,
+        model="mlp",
+        batch_size=100,
+        momentum=0.0,
+        learning_rate=0.1,
+        interval="auto",
+        max_interval=H,
+        auto_probe_interval=4,
+        seed=1,
+    )
     # 40 steps per epoch; H is chosen after 2 + 3 x 4 = 14 steps; the epoch-1 backup is mid-interval (k = 1)
-    whole = train.run(train.Config(epochs=2, target_ratio=1e-9, backup_dir=str(tmp_path / "a"), **kw), out=io.StringIO())
-    part = train.run(train.Config(epochs=1, target_ratio=1e-9, backup_dir=str(tmp_path / "b"), **kw), out=io.StringIO())
-    resumed = train.run(train.Config(epochs=2, target_ratio=1e9, backup_dir=str(tmp_path / "b"), **kw),
-                        out=io.StringIO())
+    whole = train.run(
+        train.Config(epochs=2, target_ratio=1e-9, backup_dir=str(tmp_path / "a"), **kw), out=io.StringIO()
+    )
+    part = train.run(
+        train.Config(epochs=1, target_ratio=1e-9, backup_dir=str(tmp_path / "b"), **kw), out=io.StringIO()
+    )
+    resumed = train.run(
+        train.Config(epochs=2, target_ratio=1e9, backup_dir=str(tmp_path / "b"), **kw), out=io.StringIO()
+    )
     assert whole.record["interval"] == part.record["interval"] == H
-    assert resumed.record["resumed_after_epoch"] == 1 and resumed.record["steps"] == whole.record["steps"] == 80
+    assert (
+        resumed.record["resumed_after_epoch"] == 1 and resumed.record["steps"] == whole.record["steps"] == 80
+    )
     assert resumed.record["interval"] == H and resumed.record["interval_overhead_s"] == 0.0
     assert resumed.record["interval_t_comm_s"] == part.record["interval_t_comm_s"]
     for a, b in zip(whole.model.get_weights(), resumed.model.get_weights()):

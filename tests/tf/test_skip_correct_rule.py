@@ -1,4 +1,5 @@
 """SkipCorrectStrategy against a plain-numpy implementation of the rule (custom training loop)."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -40,12 +41,16 @@ def test_per_replica_variables_match_numpy_every_step(interval, correction):
     def check(t, w, b, opt):
         rw, rb, rdw, rdb = ref[t]
         for i in range(R):
-            np.testing.assert_allclose(w.values[i].numpy(), rw[i], rtol=1e-5, atol=1e-5, err_msg=f"w step {t+1} rep {i}")
-            np.testing.assert_allclose(b.values[i].numpy(), rb[i], rtol=1e-5, atol=1e-5, err_msg=f"b step {t+1} rep {i}")
+            np.testing.assert_allclose(
+                w.values[i].numpy(), rw[i], rtol=1e-5, atol=1e-5, err_msg=f"w step {t + 1} rep {i}"
+            )
+            np.testing.assert_allclose(
+                b.values[i].numpy(), rb[i], rtol=1e-5, atol=1e-5, err_msg=f"b step {t + 1} rep {i}"
+            )
         state = strategy.extended.correction_state(opt)
         if correction == "vrl":
             dw, db = state.delta_numpy()
-            np.testing.assert_allclose(dw, np.stack(rdw), rtol=1e-4, atol=1e-4, err_msg=f"delta step {t+1}")
+            np.testing.assert_allclose(dw, np.stack(rdw), rtol=1e-4, atol=1e-4, err_msg=f"delta step {t + 1}")
             np.testing.assert_allclose(db, np.stack(rdb), rtol=1e-4, atol=1e-4)
             np.testing.assert_allclose(dw.sum(axis=0), 0.0, atol=1e-4)
             np.testing.assert_allclose(db.sum(axis=0), 0.0, atol=1e-4)
@@ -70,7 +75,9 @@ def test_legacy_optimizer_follows_the_rule_too():
 
     def check(t, w, b, opt):
         for i in range(R):
-            np.testing.assert_allclose(w.values[i].numpy(), ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t+1}")
+            np.testing.assert_allclose(
+                w.values[i].numpy(), ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t + 1}"
+            )
 
     _custom_loop(strategy, batches, w0, b0, check, make_opt=tf.keras.optimizers.legacy.SGD)
     assert strategy.stats()["syncs"] == 2
@@ -84,11 +91,15 @@ def test_momentum_with_local_slots_and_effective_correction_lr():
 
     def check(t, w, b, opt):
         for i in range(R):
-            np.testing.assert_allclose(w.values[i].numpy(), ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t+1}")
+            np.testing.assert_allclose(
+                w.values[i].numpy(), ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t + 1}"
+            )
         dw, _ = strategy.extended.correction_state(opt).delta_numpy()
         np.testing.assert_allclose(dw, np.stack(ref[t][2]), rtol=1e-4, atol=1e-4)
 
-    _custom_loop(strategy, batches, w0, b0, check, make_opt=lambda lr: tf.keras.optimizers.SGD(lr, momentum=0.5))
+    _custom_loop(
+        strategy, batches, w0, b0, check, make_opt=lambda lr: tf.keras.optimizers.SGD(lr, momentum=0.5)
+    )
 
 
 def test_warmup_is_synchronous_then_local():
@@ -99,7 +110,9 @@ def test_warmup_is_synchronous_then_local():
 
     def check(t, w, b, opt):
         for i in range(R):
-            np.testing.assert_allclose(w.values[i].numpy(), ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t+1}")
+            np.testing.assert_allclose(
+                w.values[i].numpy(), ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t + 1}"
+            )
 
     _custom_loop(strategy, batches, w0, b0, check)
     # two SSGD steps all-reduce the gradients (w and b), then syncs at t = 5 and t = 8
@@ -112,8 +125,10 @@ def test_interval_one_none_is_ssgd_and_cross_replica_read_is_mean():
     w0, b0 = _init()
     batches = make_batches(4, R, B, F, C, seed=3)
     finals = {}
-    for name, strategy in (("sc", SkipCorrectStrategy(interval=1, correction="none", devices=DEVICES)),
-                           ("mirrored", fresh_mirrored(DEVICES))):
+    for name, strategy in (
+        ("sc", SkipCorrectStrategy(interval=1, correction="none", devices=DEVICES)),
+        ("mirrored", fresh_mirrored(DEVICES)),
+    ):
         w, b, _ = _custom_loop(strategy, batches, w0, b0, lambda *a: None)
         finals[name] = (w.numpy(), b.numpy())
     np.testing.assert_allclose(finals["sc"][0], finals["mirrored"][0], rtol=1e-5, atol=1e-5)

@@ -3,6 +3,7 @@
 The break-even bandwidth is checked against the project's own objective (core.partition.api.evaluate):
 just above it the named 2-stage split beats one stage, just below it it does not.
 """
+
 import json
 
 import pytest
@@ -21,23 +22,31 @@ def _split_objective(g, cut_after, bw, lat=0.0):
 
 
 def test_chain_closed_form():
-    g = CostGraph([Node("a", 1, 2, activation_bytes=12.5e6), Node("b", 2, 4, activation_bytes=1e6), Node("c", 1, 2)],
-                  [("a", "b"), ("b", "c")])
+    g = CostGraph(
+        [Node("a", 1, 2, activation_bytes=12.5e6), Node("b", 2, 4, activation_bytes=1e6), Node("c", 1, 2)],
+        [("a", "b"), ("b", "c")],
+    )
     r = break_even(g)
     # cut after a: 2 * 12.5e6 B / (12 - 3) ms; cut after b: 2 * 1e6 / (12 - 9) ms -> the second is cheaper
     assert r["cut_after"] == "b" and r["cut_bytes"] == 1e6
     assert r["bandwidth_gbps"] == pytest.approx(2 * 1e6 / 3 * 8e-6)
-    r_lat = break_even(g, latency_ms=1.0)       # slack 3 - 2 ms
+    r_lat = break_even(g, latency_ms=1.0)  # slack 3 - 2 ms
     assert r_lat["bandwidth_gbps"] == pytest.approx(2 * 1e6 / 1 * 8e-6)
 
 
 def test_skip_connections_count_on_every_cut_they_cross():
-    g = CostGraph([Node("x", 0, 0, activation_bytes=5e6), Node("y", 1, 1, activation_bytes=1e6),
-                   Node("z", 1, 1)], [("x", "y"), ("y", "z"), ("x", "z")])
-    r = break_even(g)                                         # a cut after the zero-cost input moves no compute
-    assert r["cut_after"] == "y" and r["cut_bytes"] == 6e6   # x's tensor is relayed past y
+    g = CostGraph(
+        [Node("x", 0, 0, activation_bytes=5e6), Node("y", 1, 1, activation_bytes=1e6), Node("z", 1, 1)],
+        [("x", "y"), ("y", "z"), ("x", "z")],
+    )
+    r = break_even(g)  # a cut after the zero-cost input moves no compute
+    assert r["cut_after"] == "y" and r["cut_bytes"] == 6e6  # x's tensor is relayed past y
     assert r["bandwidth_gbps"] == pytest.approx(2 * 6e6 / 2 * 8e-6)
-    assert _split_objective(g, "y", r["bandwidth_gbps"] * 1.01) < 4 < _split_objective(g, "y", r["bandwidth_gbps"] * 0.99)
+    assert (
+        _split_objective(g, "y", r["bandwidth_gbps"] * 1.01)
+        < 4
+        < _split_objective(g, "y", r["bandwidth_gbps"] * 0.99)
+    )
 
 
 @pytest.mark.parametrize("model", ["resnet50.fp32", "vgg16.bf16"])
@@ -55,8 +64,22 @@ def test_cli_says_why_stages_are_idle(capsys):
 
     g = load_profile("h200/resnet50.fp32")
     be = break_even(g)["bandwidth_gbps"]
-    assert main(["--profile", "h200/resnet50.fp32", "--stages", "8", "--method", "local",
-                 "--bandwidth-gbps", str(be / 10), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "--profile",
+                "h200/resnet50.fp32",
+                "--stages",
+                "8",
+                "--method",
+                "local",
+                "--bandwidth-gbps",
+                str(be / 10),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     plan = json.loads(out)
     assert plan["extra"]["busy_stages"] == 1 and len(plan["extra"]["idle_stages"]) == 7
@@ -68,8 +91,22 @@ def test_cli_says_why_stages_are_idle(capsys):
 def test_busy_plans_say_nothing(capsys):
     from tf_commopt.partition.__main__ import main
 
-    assert main(["--profile", "h200/resnet50.fp32", "--stages", "2", "--method", "balanced",
-                 "--bandwidth-gbps", "1000", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "--profile",
+                "h200/resnet50.fp32",
+                "--stages",
+                "2",
+                "--method",
+                "balanced",
+                "--bandwidth-gbps",
+                "1000",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert "busy_stages" not in json.loads(out)["extra"] and err == ""
 

@@ -4,8 +4,6 @@ updates land on the variable's node, nothing is counted twice.
 References: closed-form FLOPs of a dense network's backward (dW = X^T dY, dX = dY W^T) and of a
 hand-written SGD update; the same model's forward-only graph; the model's own parameter count.
 """
-import os
-import warnings
 
 import pytest
 import tensorflow as tf
@@ -15,7 +13,7 @@ from tf_commopt.tf.graph_import import Roofline, from_concrete_function
 from tf_commopt.tf.train_graph import classify
 
 pytestmark = pytest.mark.filterwarnings("ignore::tf_commopt.tf.op_costs.CostEstimateWarning")
-FLOPS_ONLY = Roofline(peak_gflops=1.0, mem_gbps=1e15)   # forward_ms * 1e6 == FLOPs
+FLOPS_ONLY = Roofline(peak_gflops=1.0, mem_gbps=1e15)  # forward_ms * 1e6 == FLOPs
 B = 4
 
 
@@ -41,7 +39,7 @@ def test_dense_step_backward_is_the_closed_form(tape):
             with tf.GradientTape() as tp:
                 loss = tf.reduce_mean(tf.square(m(x) - t))
             grads = tp.gradient(loss, m.trainable_variables)
-        else:                                                  # TF1-style: the "gradients" name scope
+        else:  # TF1-style: the "gradients" name scope
             loss = tf.reduce_mean(tf.square(m(x) - t))
             grads = tf.gradients(loss, m.trainable_variables)
         with tf.name_scope("sgd"):
@@ -51,15 +49,23 @@ def test_dense_step_backward_is_the_closed_form(tape):
 
     cf = step.get_concrete_function(tf.TensorSpec([B, 6]), tf.TensorSpec([B, 3]))
     g = from_concrete_function(cf, roofline=FLOPS_ONLY, unknown_flops="zero")
-    fwd = from_concrete_function(tf.function(lambda x, t: tf.reduce_mean(tf.square(m(x) - t))).get_concrete_function(
-        tf.TensorSpec([B, 6]), tf.TensorSpec([B, 3])), roofline=FLOPS_ONLY, unknown_flops="zero")
-    assert set(g.nodes) == set(fwd.nodes) and set(g.edges) == set(fwd.edges)   # gradient/optimizer ops are not nodes
+    fwd = from_concrete_function(
+        tf.function(lambda x, t: tf.reduce_mean(tf.square(m(x) - t))).get_concrete_function(
+            tf.TensorSpec([B, 6]), tf.TensorSpec([B, 3])
+        ),
+        roofline=FLOPS_ONLY,
+        unknown_flops="zero",
+    )
+    assert set(g.nodes) == set(fwd.nodes) and set(g.edges) == set(
+        fwd.edges
+    )  # gradient/optimizer ops are not nodes
     # fc1: dW = X^T dY (2*6*4*5); no dX (the input needs none); update: 0.1 * dW (30 multiplies)
     assert _flops(g, "m/fc1/MatMul") == (2 * B * 6 * 5, 2 * 6 * B * 5 + 6 * 5)
     # fc2: dW (2*5*4*3) + dX (2*4*3*5) + update (15)
     assert _flops(g, "m/fc2/MatMul") == (2 * B * 5 * 3, 2 * 5 * B * 3 + 2 * B * 3 * 5 + 5 * 3)
     assert g["m/fc2/BiasAdd"].backward_ms * 1e6 == pytest.approx(
-        fwd["m/fc2/BiasAdd"].forward_ms * 1e6 / (B * 3) * (B - 1) * 3 + 3, abs=3)      # BiasAddGrad + update
+        fwd["m/fc2/BiasAdd"].forward_ms * 1e6 / (B * 3) * (B - 1) * 3 + 3, abs=3
+    )  # BiasAddGrad + update
     assert g.total_param_bytes() == fwd.total_param_bytes() == 4 * m.count_params()
 
 
@@ -78,14 +84,17 @@ def test_keras_optimizer_ops_are_attributed_to_their_variables():
     kinds = classify(cf.graph.get_operations())
     tape_ops = [o for o in cf.graph.get_operations() if o.name.startswith("gradient_tape/")]
     assert {kinds[o.name] for o in tape_ops} <= {"gradient", "dead"}
-    assert [kinds[o.name] for o in tape_ops if o.type == "MatMul"] == ["gradient"] * 3   # dW1, dW2, dX2
-    assert {kinds[o.name] for o in cf.graph.get_operations() if o.name.startswith("Adam/") and o.type == "Sqrt"} \
-        == {"optimizer"}
+    assert [kinds[o.name] for o in tape_ops if o.type == "MatMul"] == ["gradient"] * 3  # dW1, dW2, dX2
+    assert {
+        kinds[o.name] for o in cf.graph.get_operations() if o.name.startswith("Adam/") and o.type == "Sqrt"
+    } == {"optimizer"}
     g = from_concrete_function(cf, roofline=FLOPS_ONLY, unknown_flops="zero")
     # Adam touches every element of a variable a fixed number of times: the kernels' shares scale with size
     opt1 = g["m/fc1/MatMul"].backward_ms * 1e6 - (2 * 6 * B * 5)
     opt2 = g["m/fc2/MatMul"].backward_ms * 1e6 - (2 * 5 * B * 3 + 2 * B * 3 * 5)
-    assert 5 * 30 < opt1 < 30 * 30 and opt1 / opt2 == pytest.approx(30 / 15, rel=0.05)   # a few FLOPs per element
+    assert 5 * 30 < opt1 < 30 * 30 and opt1 / opt2 == pytest.approx(
+        30 / 15, rel=0.05
+    )  # a few FLOPs per element
     assert g.total_param_bytes() == 4 * m.count_params()
 
 

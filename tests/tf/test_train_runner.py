@@ -2,6 +2,7 @@
 
 In-process runs use the 4 logical CPUs that tests/tf/conftest.py configures.
 """
+
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ def _run(**kw):
     buf = io.StringIO()
     res = train.run(train.Config(**kw), out=buf)
     last = buf.getvalue().strip().splitlines()[-1]
-    assert json.loads(last) == json.loads(json.dumps(res.record))   # the last printed line is the record
+    assert json.loads(last) == json.loads(json.dumps(res.record))  # the last printed line is the record
     return res
 
 
@@ -45,8 +46,16 @@ def test_ssgd_on_4_replicas_equals_single_device_training():
 
 
 def test_record_fields_test_accuracy_recomputed_in_numpy_and_allreduce_bench():
-    res = _run(strategy="ssgd", replicas=2, model="cnn", steps=30, batch_size=64, learning_rate=0.02,
-               bench_allreduce_mb=1.0, bench_repeats=1)
+    res = _run(
+        strategy="ssgd",
+        replicas=2,
+        model="cnn",
+        steps=30,
+        batch_size=64,
+        learning_rate=0.02,
+        bench_allreduce_mb=1.0,
+        bench_repeats=1,
+    )
     rec = res.record
     assert REQUIRED <= set(rec)
     assert rec["strategy"] == "ssgd" and rec["replicas"] == 2 and rec["steps"] == 30 and rec["wall_s"] > 0
@@ -56,15 +65,19 @@ def test_record_fields_test_accuracy_recomputed_in_numpy_and_allreduce_bench():
     d = load_dataset("mnist", seed=0)
     logits = res.model.predict(d.x_test, batch_size=500, verbose=0)
     assert rec["test_accuracy"] == pytest.approx(float(np.mean(logits.argmax(1) == d.y_test)), abs=1e-6)
-    assert rec["test_accuracy"] > 0.3                               # 30 steps of a CNN beat chance (0.1)
+    assert rec["test_accuracy"] > 0.3  # 30 steps of a CNN beat chance (0.1)
     # the benchmark checks the reduced value itself (1 + 2 = 3 on every element it reads)
-    assert rec["allreduce_mb"] == pytest.approx(1.0) and rec["allreduce_s"] > 0 and rec["allreduce_busbw_mbit"] > 0
+    assert (
+        rec["allreduce_mb"] == pytest.approx(1.0)
+        and rec["allreduce_s"] > 0
+        and rec["allreduce_busbw_mbit"] > 0
+    )
 
 
 def test_models():
     assert build_model("mlp", (28, 28, 1), 10).count_params() == 784 * 128 + 128 + 128 * 10 + 10
     big = build_model("big_mlp", (28, 28, 1), 10)
-    assert 30e6 < param_bytes(big) < 60e6                          # tens of MB for comm benchmarks
+    assert 30e6 < param_bytes(big) < 60e6  # tens of MB for comm benchmarks
     with pytest.raises(InputError, match="--model"):
         build_model("resnet9000", (28, 28, 1), 10)
 
@@ -82,32 +95,52 @@ def test_skip_correct_strategies_run_or_say_what_is_missing():
 
 
 def test_cli_prints_progress_summary_and_json_last(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "experiments.train", "--strategy=single", "--model=mlp",
-                        "--steps=5", f"--model_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.train",
+            "--strategy=single",
+            "--model=mlp",
+            "--steps=5",
+            f"--model_dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     lines = p.stdout.strip().splitlines()
     rec = json.loads(lines[-1])
     assert REQUIRED <= set(rec) and rec["steps"] == 5 and rec["strategy"] == "single"
-    assert "5/5 [====" in p.stdout                                   # the Keras progress bar
+    assert "5/5 [====" in p.stdout  # the Keras progress bar
     assert "test accuracy" in lines[-2]
     assert json.load(open(tmp_path / "result.json")) == rec
     assert (tmp_path / "model.weights.h5").exists()
 
 
-@pytest.mark.parametrize("flag,needle", [
-    ("--strategy=fastest", "--strategy"),
-    ("--replicas=0", "--replicas"),
-    ("--replicas=many", "replicas"),
-    ("--dataset=imagenet", "--dataset"),
-    ("--model=resnet9000", "--model"),
-    ("--interval=sometimes", "--interval"),
-    ("--batch_size=0", "--batch_size"),
-    ("--no_such_flag=1", "no_such_flag"),
-])
+@pytest.mark.parametrize(
+    "flag,needle",
+    [
+        ("--strategy=fastest", "--strategy"),
+        ("--replicas=0", "--replicas"),
+        ("--replicas=many", "replicas"),
+        ("--dataset=imagenet", "--dataset"),
+        ("--model=resnet9000", "--model"),
+        ("--interval=sometimes", "--interval"),
+        ("--batch_size=0", "--batch_size"),
+        ("--no_such_flag=1", "no_such_flag"),
+    ],
+)
 def test_bad_flags_one_line_exit_2(flag, needle):
-    p = subprocess.run([sys.executable, "-m", "experiments.train", flag], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "experiments.train", flag],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and needle in p.stderr, p.stderr
     assert "Traceback" not in p.stderr

@@ -8,6 +8,7 @@ Example:
     >>> CostGraph([Node("x", 1.0, 1.0)], []).topological_order()
     ['x']
 """
+
 from tf_commopt.core.costgraph import CostGraph, Node
 
 __all__ = ["CostGraph", "Node"]

@@ -17,10 +17,11 @@ Example:
     >>> g.total_ms()
     7.2
 """
+
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from tf_commopt.errors import GraphError
@@ -168,7 +169,7 @@ class CostGraph:
             pos[n] = len(path)
             path.append(n)
             n = next(p for p in self._pred[n] if p in candidates)
-        cyc = path[pos[n]:]
+        cyc = path[pos[n] :]
         cyc.reverse()
         return cyc + [cyc[0]]
 
@@ -219,9 +220,14 @@ class CostGraph:
         g = nx.DiGraph(name=self.name)
         for n in self._topo:
             node = self._nodes[n]
-            g.add_node(n, forward_ms=node.forward_ms, backward_ms=node.backward_ms,
-                       param_bytes=node.param_bytes, activation_bytes=node.activation_bytes,
-                       label=node.label)
+            g.add_node(
+                n,
+                forward_ms=node.forward_ms,
+                backward_ms=node.backward_ms,
+                param_bytes=node.param_bytes,
+                activation_bytes=node.activation_bytes,
+                label=node.label,
+            )
         g.add_edges_from(self._edges)
         return g
 

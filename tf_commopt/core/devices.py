@@ -13,6 +13,7 @@ Example:
     >>> Cluster.from_capacities([1, 1, 0.5]).capacities
     [1.0, 1.0, 0.5]
 """
+
 from __future__ import annotations
 
 import math
@@ -41,10 +42,17 @@ class Device:
     kind: Optional[str] = None
 
     def __post_init__(self):
-        if not (isinstance(self.capacity, (int, float)) and math.isfinite(self.capacity) and self.capacity > 0):
-            raise InputError(f"capacity must be a positive finite number, got {self.capacity!r}", where=f"device {self.name!r}")
+        if not (
+            isinstance(self.capacity, (int, float)) and math.isfinite(self.capacity) and self.capacity > 0
+        ):
+            raise InputError(
+                f"capacity must be a positive finite number, got {self.capacity!r}",
+                where=f"device {self.name!r}",
+            )
         if self.memory_bytes is not None and not (math.isfinite(self.memory_bytes) and self.memory_bytes > 0):
-            raise InputError(f"memory_bytes must be positive, got {self.memory_bytes!r}", where=f"device {self.name!r}")
+            raise InputError(
+                f"memory_bytes must be positive, got {self.memory_bytes!r}", where=f"device {self.name!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,9 @@ class Link:
 
     def __post_init__(self):
         if not (math.isfinite(self.bandwidth_gbps) and self.bandwidth_gbps > 0):
-            raise InputError(f"bandwidth must be a positive finite number of Gbit/s, got {self.bandwidth_gbps!r}")
+            raise InputError(
+                f"bandwidth must be a positive finite number of Gbit/s, got {self.bandwidth_gbps!r}"
+            )
         if not (math.isfinite(self.latency_ms) and self.latency_ms >= 0):
             raise InputError(f"latency must be a non-negative finite number of ms, got {self.latency_ms!r}")
 
@@ -103,22 +113,36 @@ class Cluster:
         return self.links.get((a, b)) or self.links.get((b, a)) or self.default_link
 
     @classmethod
-    def homogeneous(cls, n: int, bandwidth_gbps: float = 10.0, latency_ms: float = 0.0,
-                    memory_bytes: Optional[float] = None) -> "Cluster":
+    def homogeneous(
+        cls,
+        n: int,
+        bandwidth_gbps: float = 10.0,
+        latency_ms: float = 0.0,
+        memory_bytes: Optional[float] = None,
+    ) -> "Cluster":
         if not isinstance(n, int) or n < 1:
             raise InputError(f"number of devices must be a positive integer, got {n!r}")
         return cls([Device(f"dev{i}", 1.0, memory_bytes) for i in range(n)], Link(bandwidth_gbps, latency_ms))
 
     @classmethod
-    def from_capacities(cls, capacities: Sequence[float], bandwidth_gbps: float = 10.0,
-                        latency_ms: float = 0.0, kinds: Optional[Sequence[Optional[str]]] = None,
-                        memory_bytes: Optional[Sequence[Optional[float]]] = None) -> "Cluster":
+    def from_capacities(
+        cls,
+        capacities: Sequence[float],
+        bandwidth_gbps: float = 10.0,
+        latency_ms: float = 0.0,
+        kinds: Optional[Sequence[Optional[str]]] = None,
+        memory_bytes: Optional[Sequence[Optional[float]]] = None,
+    ) -> "Cluster":
         caps = list(capacities)
         if kinds is not None and len(kinds) != len(caps):
             raise InputError(f"{len(kinds)} kinds for {len(caps)} capacities")
         devs = [
-            Device(f"dev{i}", float(c), None if memory_bytes is None else memory_bytes[i],
-                   None if kinds is None else kinds[i])
+            Device(
+                f"dev{i}",
+                float(c),
+                None if memory_bytes is None else memory_bytes[i],
+                None if kinds is None else kinds[i],
+            )
             for i, c in enumerate(caps)
         ]
         return cls(devs, Link(bandwidth_gbps, latency_ms))

@@ -46,19 +46,40 @@ PyTorch DDP (Li et al., VLDB 2020). The exact rules:
   backward as one call (piece ranks' ``Backward`` are its parts) and issues each bucket's all-reduce
   on its gradients, which TensorFlow starts as soon as they exist.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tf_commopt.core.schedule import (
-    AllReduce, Backward, Forward, OptimizerStep, RecvAct, RecvGrad, Schedule, SendAct, SendGrad,
+    AllReduce,
+    Backward,
+    Forward,
+    OptimizerStep,
+    RecvAct,
+    RecvGrad,
+    Schedule,
+    SendAct,
+    SendGrad,
 )
 from tf_commopt.errors import InputError, PlanError
 
-__all__ = ["snake_groups", "contiguous_groups", "GROUPINGS", "check_groups", "split_batch", "batch_fractions",
-           "Bucket", "RankRole", "HybridProgram", "make_buckets", "hybrid_program", "DEFAULT_BUCKET_BYTES",
-           "overlap_fraction"]
+__all__ = [
+    "snake_groups",
+    "contiguous_groups",
+    "GROUPINGS",
+    "check_groups",
+    "split_batch",
+    "batch_fractions",
+    "Bucket",
+    "RankRole",
+    "HybridProgram",
+    "make_buckets",
+    "hybrid_program",
+    "DEFAULT_BUCKET_BYTES",
+    "overlap_fraction",
+]
 
 DEFAULT_BUCKET_BYTES = 25e6  # PyTorch DDP's default bucket_cap_mb = 25
 
@@ -66,8 +87,10 @@ DEFAULT_BUCKET_BYTES = 25e6  # PyTorch DDP's default bucket_cap_mb = 25
 # ----------------------------------------------------------------------------- groups and split
 def _check_groups_count(n: int, num_groups: int) -> None:
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or not 1 <= num_groups <= n:
-        raise InputError(f"num_groups must be an integer in 1..{n} (the number of devices), got {num_groups!r}",
-                         where="num_groups")
+        raise InputError(
+            f"num_groups must be an integer in 1..{n} (the number of devices), got {num_groups!r}",
+            where="num_groups",
+        )
 
 
 def snake_groups(speeds: Sequence[float], num_groups: int) -> List[List[int]]:
@@ -99,7 +122,7 @@ def contiguous_groups(speeds: Sequence[float], num_groups: int) -> List[List[int
     out, k = [], 0
     for g in range(num_groups):
         size = q + (1 if g < r else 0)
-        out.append(sorted(order[k:k + size]))
+        out.append(sorted(order[k : k + size]))
         k += size
     return out
 
@@ -116,8 +139,11 @@ def check_groups(groups: Sequence[Sequence[int]], n: int) -> List[List[int]]:
     gs = [[int(i) for i in g] for g in groups]
     flat = [i for g in gs for i in g]
     if not gs or any(not g for g in gs) or len(flat) != len(set(flat)) or any(not 0 <= i < n for i in flat):
-        raise InputError(f"groups must be non-empty, disjoint lists of device indices in 0..{n - 1}, got "
-                         f"{[list(g) for g in groups]!r}", where="groups")
+        raise InputError(
+            f"groups must be non-empty, disjoint lists of device indices in 0..{n - 1}, got "
+            f"{[list(g) for g in groups]!r}",
+            where="groups",
+        )
     return gs
 
 
@@ -170,10 +196,13 @@ class Bucket:
     nbytes: float
 
 
-def make_buckets(order: Sequence[str], param_bytes: Mapping[str, float],
-                 stage_of_node: Sequence[Mapping[str, int]],
-                 bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
-                 keep: Optional[Callable[[Tuple[int, ...]], bool]] = None) -> List[Bucket]:
+def make_buckets(
+    order: Sequence[str],
+    param_bytes: Mapping[str, float],
+    stage_of_node: Sequence[Mapping[str, int]],
+    bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
+    keep: Optional[Callable[[Tuple[int, ...]], bool]] = None,
+) -> List[Bucket]:
     """The gradient buckets (see module docstring); ``keep(stage tuple)`` says whether a tuple is held by
     more than one rank (default: more than one group).
 
@@ -213,8 +242,10 @@ def make_buckets(order: Sequence[str], param_bytes: Mapping[str, float],
     closed += [(first[k], k, nodes) for k, nodes in open_.items()]
     closed = [c for c in closed if keep(c[1])]
     closed.sort(key=lambda t: (-t[0], t[1]))
-    return [Bucket(f"grads{i}", key, tuple(nodes), float(sum(param_bytes[v] for v in nodes)))
-            for i, (_, key, nodes) in enumerate(closed)]
+    return [
+        Bucket(f"grads{i}", key, tuple(nodes), float(sum(param_bytes[v] for v in nodes)))
+        for i, (_, key, nodes) in enumerate(closed)
+    ]
 
 
 # ----------------------------------------------------------------------------- the program
@@ -279,32 +310,44 @@ def overlap_fraction(a: Sequence[float], i: int, b: Sequence[float], j: int) -> 
     return max(0.0, min(lo_a + a[i], lo_b + b[j]) - max(lo_a, lo_b))
 
 
-def _check_shares(replica_shares: Optional[Sequence[Sequence[Sequence[float]]]], P: Sequence[int]
-                  ) -> List[List[Tuple[float, ...]]]:
+def _check_shares(
+    replica_shares: Optional[Sequence[Sequence[Sequence[float]]]], P: Sequence[int]
+) -> List[List[Tuple[float, ...]]]:
     if replica_shares is None:
         return [[(1.0,)] * p for p in P]
     if len(replica_shares) != len(P):
-        raise InputError(f"replica_shares has {len(replica_shares)} groups, expected {len(P)}", where="replica_shares")
+        raise InputError(
+            f"replica_shares has {len(replica_shares)} groups, expected {len(P)}", where="replica_shares"
+        )
     out = []
     for g, (sh, p) in enumerate(zip(replica_shares, P)):
         if len(sh) != p:
-            raise InputError(f"group {g}: {len(sh)} stages of replica shares for {p} stages", where="replica_shares")
+            raise InputError(
+                f"group {g}: {len(sh)} stages of replica shares for {p} stages", where="replica_shares"
+            )
         row = []
         for s, fr in enumerate(sh):
             fr = tuple(float(x) for x in fr)
             if not fr or any(not x > 0 for x in fr) or abs(sum(fr) - 1.0) > 1e-9:
-                raise InputError(f"group {g} stage {s}: replica shares must be positive and sum to 1, got {list(fr)}",
-                                 where="replica_shares")
+                raise InputError(
+                    f"group {g} stage {s}: replica shares must be positive and sum to 1, got {list(fr)}",
+                    where="replica_shares",
+                )
             row.append(fr)
         out.append(row)
     return out
 
 
-def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
-                   stage_of_node: Sequence[Mapping[str, int]], microbatches: int, overlap: bool = True,
-                   bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
-                   num_stages: Optional[Sequence[int]] = None,
-                   replica_shares: Optional[Sequence[Sequence[Sequence[float]]]] = None) -> HybridProgram:
+def hybrid_program(
+    order: Sequence[str],
+    param_bytes: Mapping[str, float],
+    stage_of_node: Sequence[Mapping[str, int]],
+    microbatches: int,
+    overlap: bool = True,
+    bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
+    num_stages: Optional[Sequence[int]] = None,
+    replica_shares: Optional[Sequence[Sequence[Sequence[float]]]] = None,
+) -> HybridProgram:
     """The hybrid iteration's streams (see module docstring).
 
     Args:
@@ -321,7 +364,9 @@ def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
             neighbouring stage, and its buckets are all-reduced among all replicas of all groups.
     """
     if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
-        raise InputError(f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches")
+        raise InputError(
+            f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches"
+        )
     if not stage_of_node:
         raise InputError("no groups", where="hybrid_program")
     order = list(order)
@@ -330,13 +375,22 @@ def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
         if missing:
             raise PlanError(f"node {missing[0]!r} has no stage in group {g}'s plan", where="hybrid plan")
     if num_stages is not None and len(num_stages) != len(stage_of_node):
-        raise InputError(f"{len(num_stages)} stage counts for {len(stage_of_node)} groups", where="num_stages")
-    P = [_num_stages({v: son[v] for v in order}, g, None if num_stages is None else int(num_stages[g]))
-         for g, son in enumerate(stage_of_node)]
+        raise InputError(
+            f"{len(num_stages)} stage counts for {len(stage_of_node)} groups", where="num_stages"
+        )
+    P = [
+        _num_stages({v: son[v] for v in order}, g, None if num_stages is None else int(num_stages[g]))
+        for g, son in enumerate(stage_of_node)
+    ]
     shares = _check_shares(replica_shares, P)
     G, M = len(P), microbatches
-    buckets = make_buckets(order, param_bytes, stage_of_node, bucket_bytes,
-                           keep=lambda key: sum(len(shares[h][key[h]]) for h in range(G)) > 1)
+    buckets = make_buckets(
+        order,
+        param_bytes,
+        stage_of_node,
+        bucket_bytes,
+        keep=lambda key: sum(len(shares[h][key[h]]) for h in range(G)) > 1,
+    )
     pos = {v: i for i, v in enumerate(order)}
 
     # stage ranks: group by group, stage by stage, replica by replica
@@ -352,8 +406,11 @@ def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
     def peers(g: int, s: int, i: int, t: int) -> List[int]:
         if not 0 <= t < P[g]:
             return []
-        return [rank_of[(g, t, j)] for j in range(len(shares[g][t]))
-                if overlap_fraction(shares[g][s], i, shares[g][t], j) > _EPS]
+        return [
+            rank_of[(g, t, j)]
+            for j in range(len(shares[g][t]))
+            if overlap_fraction(shares[g][s], i, shares[g][t], j) > _EPS
+        ]
 
     streams: List[List] = []
     for g in range(G):
@@ -371,8 +428,10 @@ def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
         return [(h, b.stages[h], j) for h in range(G) for j in range(len(shares[h][b.stages[h]]))]
 
     stage_rank = tuple(tuple(rank_of[(g, s, 0)] for s in range(P[g])) for g in range(G))
-    replica_ranks = tuple(tuple(tuple(rank_of[(g, s, i)] for i in range(len(shares[g][s])))
-                                for s in range(P[g])) for g in range(G))
+    replica_ranks = tuple(
+        tuple(tuple(rank_of[(g, s, i)] for i in range(len(shares[g][s]))) for s in range(P[g]))
+        for g in range(G)
+    )
     shares_t = tuple(tuple(sh) for sh in shares)
     if not overlap:
         for r, role in enumerate(roles):
@@ -387,7 +446,9 @@ def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
     for g in range(G):
         for s in range(P[g]):
             nodes = [v for v in order if stage_of_node[g][v] == s]
-            mine = sorted((b for b in buckets if b.stages[g] == s), key=lambda b: -min(pos[v] for v in b.nodes))
+            mine = sorted(
+                (b for b in buckets if b.stages[g] == s), key=lambda b: -min(pos[v] for v in b.nodes)
+            )
             out: List[Tuple[Tuple[str, ...], Optional[Bucket]]] = []
             hi = len(order)
             for b in mine:
@@ -409,7 +470,9 @@ def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
                     else:
                         piece_rank[(g, s, i, k)] = len(roles)
                         roles.append(RankRole(g, s, k, nodes, b.key if b else None, i))
-    piece_of = {(g, s, b.key): k for (g, s), ps in pieces.items() for k, (_, b) in enumerate(ps) if b is not None}
+    piece_of = {
+        (g, s, b.key): k for (g, s), ps in pieces.items() for k, (_, b) in enumerate(ps) if b is not None
+    }
 
     def member(h: int, s: int, j: int, key: str) -> int:
         k = piece_of[(h, s, key)]
@@ -427,9 +490,9 @@ def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
                 st = streams[r]
                 last = max(x for x, ins in enumerate(st) if isinstance(ins, Backward))
                 mb = st[last].mb
-                tail = st[last + 1:]  # SendGrad(mb, u) for the upstream replicas
+                tail = st[last + 1 :]  # SendGrad(mb, u) for the upstream replicas
                 b0 = ps[0][1]
-                new = st[:last + 1]
+                new = st[: last + 1]
                 if K == 1:
                     new += tail + ([AllReduce(b0.key, members[b0.key])] if b0 else []) + [OptimizerStep()]
                     last_piece[r] = r
@@ -449,12 +512,21 @@ def hybrid_program(order: Sequence[str], param_bytes: Mapping[str, float],
                         streams[h] = hs
                     last_piece[r] = piece_rank[(g, s, i, K - 1)]
                 streams[r] = new
-    for r, st in enumerate(streams):  # upstream replicas receive the last backward's gradients from the last piece
+    for r, st in enumerate(
+        streams
+    ):  # upstream replicas receive the last backward's gradients from the last piece
         for x, ins in enumerate(st):
-            if isinstance(ins, RecvGrad) and ins.peer in last_piece and ins.peer != last_piece[ins.peer] \
-                    and roles[r].piece == 0 and ins.mb == _last_mb(streams, ins.peer):
+            if (
+                isinstance(ins, RecvGrad)
+                and ins.peer in last_piece
+                and ins.peer != last_piece[ins.peer]
+                and roles[r].piece == 0
+                and ins.mb == _last_mb(streams, ins.peer)
+            ):
                 st[x] = RecvGrad(ins.mb, last_piece[ins.peer])
-    sched = Schedule("grouped_hybrid_overlap", M, tuple(tuple(x) for x in streams), microbatches_per_minibatch=M)
+    sched = Schedule(
+        "grouped_hybrid_overlap", M, tuple(tuple(x) for x in streams), microbatches_per_minibatch=M
+    )
     return HybridProgram(sched, tuple(roles), tuple(buckets), stage_rank, True, replica_ranks, shares_t)
 
 

@@ -34,6 +34,7 @@ Example:
     >>> p.interval
     11
 """
+
 from __future__ import annotations
 
 import math
@@ -82,8 +83,12 @@ def validate_target_ratio(target_ratio: object, where: str = "target_ratio") -> 
     >>> validate_target_ratio(0.5)
     0.5
     """
-    if isinstance(target_ratio, bool) or not isinstance(target_ratio, (int, float)) \
-            or not math.isfinite(target_ratio) or target_ratio <= 0:
+    if (
+        isinstance(target_ratio, bool)
+        or not isinstance(target_ratio, (int, float))
+        or not math.isfinite(target_ratio)
+        or target_ratio <= 0
+    ):
         raise InputError(f"must be a finite number > 0, got {target_ratio!r}", where=where)
     return float(target_ratio)
 
@@ -105,8 +110,9 @@ def _positive_time(x: float, what: str) -> float:
     return float(x)
 
 
-def first_iteration_interval(t_comm_s: float, t_comp_s: float, target_ratio: float = 1.0,
-                             max_interval: int = 256) -> int:
+def first_iteration_interval(
+    t_comm_s: float, t_comp_s: float, target_ratio: float = 1.0, max_interval: int = 256
+) -> int:
     """Thesis 001's rule: ``clip(round(t_comm / (target_ratio * t_comp)), 1, max_interval)``.
 
     >>> first_iteration_interval(1.0, 0.1), first_iteration_interval(0.01, 0.1)
@@ -114,12 +120,14 @@ def first_iteration_interval(t_comm_s: float, t_comp_s: float, target_ratio: flo
     >>> first_iteration_interval(10.0, 0.001, max_interval=64)
     64
     """
-    return _ratio_interval(t_comm_s, t_comp_s, target_ratio, max_interval,
-                           lambda q: math.floor(q + 0.5))  # round half up, platform-independent
+    return _ratio_interval(
+        t_comm_s, t_comp_s, target_ratio, max_interval, lambda q: math.floor(q + 0.5)
+    )  # round half up, platform-independent
 
 
-def overlap_interval(t_comm_s: float, t_comp_s: float, target_ratio: float = 1.0,
-                     max_interval: int = 256) -> int:
+def overlap_interval(
+    t_comm_s: float, t_comp_s: float, target_ratio: float = 1.0, max_interval: int = 256
+) -> int:
     """Thesis 001's rule for overlapped syncs (``SkipCorrectStrategy(overlap=True)``): the background
     all-reduce must fit behind the next H local steps, t_comm ≤ target_ratio·H·t_comp, so
     ``clip(ceil(t_comm / (target_ratio * t_comp)), 1, max_interval)`` — the smallest H that hides it
@@ -130,12 +138,14 @@ def overlap_interval(t_comm_s: float, t_comp_s: float, target_ratio: float = 1.0
     >>> overlap_interval(10.0, 0.001, max_interval=64)
     64
     """
-    return _ratio_interval(t_comm_s, t_comp_s, target_ratio, max_interval,
-                           lambda q: math.ceil(q - 1e-9))  # 1e-9: 1.0/0.1 is 10.000000000000002
+    return _ratio_interval(
+        t_comm_s, t_comp_s, target_ratio, max_interval, lambda q: math.ceil(q - 1e-9)
+    )  # 1e-9: 1.0/0.1 is 10.000000000000002
 
 
-def _ratio_interval(t_comm_s: float, t_comp_s: float, target_ratio: float, max_interval: int,
-                    to_int: Callable[[float], float]) -> int:
+def _ratio_interval(
+    t_comm_s: float, t_comp_s: float, target_ratio: float, max_interval: int, to_int: Callable[[float], float]
+) -> int:
     """clip(to_int(t_comm / (target_ratio * t_comp)), 1, max_interval) with the arguments validated; the cap
     when t_comp is 0 and t_comm is not, 1 when both are."""
     t_comm = _positive_time(t_comm_s, "t_comm_s")
@@ -234,7 +244,9 @@ class AdaCommPolicy:
             self.interval = self.min_interval
         else:
             x = self.lr_0 * loss / (lr * self.loss_0) * self.initial_interval
-            self.interval = max(self.min_interval, min(self.max_interval, int(math.ceil(math.sqrt(x) - 1e-12))))
+            self.interval = max(
+                self.min_interval, min(self.max_interval, int(math.ceil(math.sqrt(x) - 1e-12)))
+            )
         self.history.append(self.interval)
         return self.interval
 

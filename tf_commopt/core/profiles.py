@@ -19,6 +19,7 @@ PipeDream's optimizer does), so writing such a file back gives the summed value.
 (``tf_commopt.CostGraph/1``) keeps everything: node order, labels, edges and per-kind costs; floats
 are written with ``repr`` so a round trip is exact. Every error names ``file:line``.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,16 @@ from typing import Dict, List, Optional, Tuple
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.errors import GraphError, InputError
 
-__all__ = ["load_profile", "read_pipedream", "write_pipedream", "read_json", "write_json",
-           "bundled_profile_path", "bundled_profiles", "H200_MODES"]
+__all__ = [
+    "load_profile",
+    "read_pipedream",
+    "write_pipedream",
+    "read_json",
+    "write_json",
+    "bundled_profile_path",
+    "bundled_profiles",
+    "H200_MODES",
+]
 
 JSON_FORMAT = "tf_commopt.CostGraph/1"
 H200_MODES = ("fp32", "tf32", "bf16")
@@ -89,9 +98,12 @@ def load_profile(path: str) -> CostGraph:
     A bundled ``h200/<model>`` without a mode loads fp32 as default costs plus kinds fp32/tf32/bf16.
     """
     if not os.path.exists(path):
-        if isinstance(path, str) and path.startswith("h200/") and not any(
-                path.endswith(f".{m}") for m in H200_MODES):
-            return _h200_all_kinds(path[len("h200/"):])
+        if (
+            isinstance(path, str)
+            and path.startswith("h200/")
+            and not any(path.endswith(f".{m}") for m in H200_MODES)
+        ):
+            return _h200_all_kinds(path[len("h200/") :])
         if isinstance(path, str) and path.split("/")[0] in ("pipedream", "h200"):
             path = bundled_profile_path(path)
         else:
@@ -147,9 +159,10 @@ def read_pipedream(path: str) -> CostGraph:
         first = raw.find(" -- ")
         last = raw.rfind(" -- ")
         if first < 0 or last == first:
-            raise GraphError(f"node line must be 'name -- description -- key=value, ...', got {raw[:60]!r}",
-                             where=where)
-        name, label, attrs = raw[:first].strip(), raw[first + 4:last].strip(), raw[last + 4:]
+            raise GraphError(
+                f"node line must be 'name -- description -- key=value, ...', got {raw[:60]!r}", where=where
+            )
+        name, label, attrs = raw[:first].strip(), raw[first + 4 : last].strip(), raw[last + 4 :]
         vals: Dict[str, float] = {}
         for item in re.split(r",\s*(?=[A-Za-z_]+=)", attrs.strip()):
             k, eq, v = item.partition("=")
@@ -165,9 +178,16 @@ def read_pipedream(path: str) -> CostGraph:
         if name in sources:
             raise GraphError(f"duplicate node name {name!r} (first at {sources[name]})", where=where)
         sources[name] = where
-        nodes.append(Node(name, vals["forward_compute_time"], vals["backward_compute_time"],
-                          param_bytes=vals["parameter_size"], activation_bytes=vals["activation_size"],
-                          label=label))
+        nodes.append(
+            Node(
+                name,
+                vals["forward_compute_time"],
+                vals["backward_compute_time"],
+                param_bytes=vals["parameter_size"],
+                activation_bytes=vals["activation_size"],
+                label=label,
+            )
+        )
     if not nodes:
         raise GraphError("empty graph: no node lines", where=path)
     name = os.path.basename(path)
@@ -190,7 +210,8 @@ def write_pipedream(graph: CostGraph, path: str, kind: Optional[str] = None) -> 
         out.append(
             f"{n.name} -- {label} -- forward_compute_time={graph.forward_ms(n.name, kind)!r}, "
             f"backward_compute_time={graph.backward_ms(n.name, kind)!r}, "
-            f"activation_size={float(n.activation_bytes)!r}, parameter_size={float(n.param_bytes)!r}")
+            f"activation_size={float(n.activation_bytes)!r}, parameter_size={float(n.param_bytes)!r}"
+        )
     for a, b in graph.edges:
         out.append(f"\t{a} -- {b}")
     _atomic_write(path, "\n".join(out) + "\n")
@@ -199,11 +220,22 @@ def write_pipedream(graph: CostGraph, path: str, kind: Optional[str] = None) -> 
 # ----------------------------------------------------------------------------- JSON
 def write_json(graph: CostGraph, path: str) -> None:
     """Write ``graph`` in our lossless JSON format (one node / edge / kind entry per line)."""
-    lines = ["{", f' "format": {json.dumps(JSON_FORMAT)},', f' "name": {json.dumps(graph.name)},', ' "nodes": [']
+    lines = [
+        "{",
+        f' "format": {json.dumps(JSON_FORMAT)},',
+        f' "name": {json.dumps(graph.name)},',
+        ' "nodes": [',
+    ]
     nodes = list(graph.nodes.values())
     for i, n in enumerate(nodes):
-        d = {"name": n.name, "forward_ms": n.forward_ms, "backward_ms": n.backward_ms,
-             "param_bytes": n.param_bytes, "activation_bytes": n.activation_bytes, "label": n.label}
+        d = {
+            "name": n.name,
+            "forward_ms": n.forward_ms,
+            "backward_ms": n.backward_ms,
+            "param_bytes": n.param_bytes,
+            "activation_bytes": n.activation_bytes,
+            "label": n.label,
+        }
         lines.append("  " + json.dumps(d) + ("," if i < len(nodes) - 1 else ""))
     lines.append(" ],")
     lines.append(' "edges": [')
@@ -267,15 +299,25 @@ def read_json(path: str) -> CostGraph:
         if name in sources:
             raise GraphError(f"duplicate node name {name!r}", where=where)
         sources[name] = where
-        nodes.append(Node(name, rn["forward_ms"], rn["backward_ms"], rn.get("param_bytes", 0.0),
-                          rn.get("activation_bytes", 0.0), str(rn.get("label", ""))))
+        nodes.append(
+            Node(
+                name,
+                rn["forward_ms"],
+                rn["backward_ms"],
+                rn.get("param_bytes", 0.0),
+                rn.get("activation_bytes", 0.0),
+                str(rn.get("label", "")),
+            )
+        )
     edges = []
     raw_edges = d.get("edges", [])
     if not isinstance(raw_edges, list):
         raise GraphError("'edges' must be a list", where=f"{path}:{line_of(Q_EDGES)}")
     for e in raw_edges:
         if not (isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e)):
-            raise GraphError(f"edge must be [producer, consumer], got {e!r}", where=f"{path}:{line_of(json.dumps(e))}")
+            raise GraphError(
+                f"edge must be [producer, consumer], got {e!r}", where=f"{path}:{line_of(json.dumps(e))}"
+            )
         edges.append((e[0], e[1]))
         sources.setdefault(f"{e[0]}->{e[1]}", f"{path}:{line_of(json.dumps(e))}")
     g = CostGraph(nodes, edges, name=str(d.get("name", "")), sources=sources)

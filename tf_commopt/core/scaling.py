@@ -25,6 +25,7 @@ Example:
     >>> round(epoch_time_s(steps=100, t_comp_s=0.01, allreduce_s=0.2, interval=20), 2)
     2.0
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,9 @@ from tf_commopt.errors import InputError
 __all__ = ["ring_allreduce_s", "epoch_time_s", "scaling_table"]
 
 
-def ring_allreduce_s(nbytes: float, workers: int, bandwidth_mbit: float, latency_s: float = 0.0,
-                     topology: str = "switch") -> float:
+def ring_allreduce_s(
+    nbytes: float, workers: int, bandwidth_mbit: float, latency_s: float = 0.0, topology: str = "switch"
+) -> float:
     """Seconds for a ring all-reduce of ``nbytes`` over ``workers`` (see module docstring)."""
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise InputError(f"workers must be a positive integer, got {workers!r}")
@@ -65,10 +67,18 @@ def epoch_time_s(steps: int, t_comp_s: float, allreduce_s: float, interval: int 
     return steps * t_comp_s + math.ceil(steps / interval) * allreduce_s
 
 
-def scaling_table(workers: Sequence[int], model_bytes: float, t_comp_s: float, samples_per_epoch: int,
-                  batch_per_worker: int, bandwidth_mbit: float, latency_s: float = 0.0,
-                  interval: Optional[int] = None, target_ratio: float = 1.0,
-                  max_interval: int = 256) -> List[Dict[str, float]]:
+def scaling_table(
+    workers: Sequence[int],
+    model_bytes: float,
+    t_comp_s: float,
+    samples_per_epoch: int,
+    batch_per_worker: int,
+    bandwidth_mbit: float,
+    latency_s: float = 0.0,
+    interval: Optional[int] = None,
+    target_ratio: float = 1.0,
+    max_interval: int = 256,
+) -> List[Dict[str, float]]:
     """Per worker count: SSGD and skip-and-correct epoch seconds, with H chosen by the thesis rule
     from (T_ring, t_comp) unless ``interval`` fixes it."""
     rows = []
@@ -78,7 +88,16 @@ def scaling_table(workers: Sequence[int], model_bytes: float, t_comp_s: float, s
         h = interval or first_iteration_interval(t_ar, t_comp_s, target_ratio, max_interval)
         ssgd = epoch_time_s(steps, t_comp_s, t_ar, 1)
         sc = epoch_time_s(steps, t_comp_s, t_ar, h)
-        rows.append({"workers": n, "steps": steps, "allreduce_s": t_ar, "interval": h,
-                     "ssgd_epoch_s": ssgd, "skip_correct_epoch_s": sc,
-                     "compute_only_epoch_s": steps * t_comp_s, "reduction": 1.0 - sc / ssgd})
+        rows.append(
+            {
+                "workers": n,
+                "steps": steps,
+                "allreduce_s": t_ar,
+                "interval": h,
+                "ssgd_epoch_s": ssgd,
+                "skip_correct_epoch_s": sc,
+                "compute_only_epoch_s": steps * t_comp_s,
+                "reduction": 1.0 - sc / ssgd,
+            }
+        )
     return rows

@@ -21,6 +21,7 @@ Example:
     >>> transfer_ms(2e6, bytes_per_ms=1e6, latency_ms=0.5)
     2.5
 """
+
 from __future__ import annotations
 
 from typing import List, Mapping, Sequence
@@ -39,7 +40,9 @@ def transfer_ms(nbytes: float, bytes_per_ms: float, latency_ms: float) -> float:
     return latency_ms + nbytes / bytes_per_ms
 
 
-def hop_bytes_array(stage: np.ndarray, eu: np.ndarray, ev: np.ndarray, act: np.ndarray, num_stages: int) -> List[float]:
+def hop_bytes_array(
+    stage: np.ndarray, eu: np.ndarray, ev: np.ndarray, act: np.ndarray, num_stages: int
+) -> List[float]:
     """Bytes on hops ``0..K-2`` (forward direction, per mini-batch) for integer arrays.
 
     ``stage[i]``: stage of node ``i``; ``eu[j] -> ev[j]``: the edges; ``act[i]``: bytes of node ``i``'s

@@ -10,6 +10,7 @@ Example:
     >>> c.task_type, c.task_index, c.num_workers, c.is_chief
     ('worker', 1, 2, False)
 """
+
 from __future__ import annotations
 
 import json
@@ -76,7 +77,9 @@ def parse_tf_config(text: str, where: str = "TF_CONFIG") -> TFConfig:
     clean: Dict[str, List[str]] = {}
     for job, addrs in cluster.items():
         if job not in TASK_TYPES:
-            raise InputError(f"unknown task type {job!r} in cluster; expected one of {', '.join(TASK_TYPES)}", where=where)
+            raise InputError(
+                f"unknown task type {job!r} in cluster; expected one of {', '.join(TASK_TYPES)}", where=where
+            )
         if isinstance(addrs, Mapping):  # sparse form {"0": "host:port"}
             try:
                 items = sorted((int(k), v) for k, v in addrs.items())
@@ -103,7 +106,7 @@ def parse_tf_config(text: str, where: str = "TF_CONFIG") -> TFConfig:
         raise InputError("cluster has no 'worker' or 'chief' task", where=where)
     task = d.get("task")
     if not isinstance(task, Mapping):
-        raise InputError("missing 'task' (e.g. {\"type\": \"worker\", \"index\": 0})", where=where)
+        raise InputError('missing \'task\' (e.g. {"type": "worker", "index": 0})', where=where)
     ttype = task.get("type")
     if ttype not in TASK_TYPES:
         raise InputError(f"task.type {ttype!r} is not one of {', '.join(TASK_TYPES)}", where=where)
@@ -115,7 +118,9 @@ def parse_tf_config(text: str, where: str = "TF_CONFIG") -> TFConfig:
     if isinstance(idx, bool) or not isinstance(idx, int):
         raise InputError(f"task.index {idx!r} is not an integer", where=where)
     if not 0 <= idx < len(clean[ttype]):
-        raise InputError(f"task.index {idx} out of range: cluster.{ttype} has {len(clean[ttype])} task(s)", where=where)
+        raise InputError(
+            f"task.index {idx} out of range: cluster.{ttype} has {len(clean[ttype])} task(s)", where=where
+        )
     rpc = d.get("rpc_layer")
     if rpc is not None and rpc not in ("grpc",):
         raise InputError(f"rpc_layer {rpc!r} is not supported (use 'grpc')", where=where)

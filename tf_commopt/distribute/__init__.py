@@ -11,6 +11,7 @@ Names (loaded on first use): ``SkipCorrectStrategy`` (docs/skip_correct.md), ``G
 (formerly ``GroupedHybridStrategy``; a trainer with a strategy's surface) and ``Pipeline`` (docs/hybrid.md), ``ParameterServerSkipCorrect`` and ``serve_unless_chief``
 (docs/parameter_server.md).
 """
+
 from __future__ import annotations
 
 import importlib

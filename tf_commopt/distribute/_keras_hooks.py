@@ -42,6 +42,7 @@ Example:
     >>> from tf_commopt.distribute import _keras_hooks
     >>> _keras_hooks.install(SkipCorrectStrategy)   # doctest: +SKIP  (SkipCorrectStrategy() does it)
 """
+
 from __future__ import annotations
 
 import functools
@@ -57,10 +58,12 @@ from tf_commopt.errors import InputError
 
 __all__ = ["install", "adopt_callers", "refuse_keras3", "KERAS3_MESSAGE", "TENSORBOARD_MESSAGE"]
 
-KERAS3_MESSAGE = ("a Keras 3 model or optimizer (the `keras` package) was built under this strategy; Keras 3 "
-                  "all-reduces gradients itself, so nothing would be skipped. Use tf-keras: set "
-                  "TF_USE_LEGACY_KERAS=1 before importing tensorflow (then tf.keras is tf-keras), or import "
-                  "tf_keras instead of keras")
+KERAS3_MESSAGE = (
+    "a Keras 3 model or optimizer (the `keras` package) was built under this strategy; Keras 3 "
+    "all-reduces gradients itself, so nothing would be skipped. Use tf-keras: set "
+    "TF_USE_LEGACY_KERAS=1 before importing tensorflow (then tf.keras is tf-keras), or import "
+    "tf_keras instead of keras"
+)
 
 
 # the strategy class the hooks serve, registered by install() (so this module never imports skip_correct:
@@ -106,7 +109,6 @@ def refuse_keras3(max_frames: int = 80) -> None:
         frame = frame.f_back
 
 
-
 _INSTALLED = {"done": False}
 _ADOPTED = "_tf_commopt_adopted"  # instance attribute marking an adopted optimizer / model
 
@@ -140,8 +142,13 @@ def _adopt_optimizer(opt: Any, tk: Any, midcall: bool = False) -> None:
     @tf.autograph.experimental.do_not_convert
     @functools.wraps(original_apply)
     def apply_gradients(self, grads_and_vars, name=None, *args, **kwargs):
-        if (_under_sc() and not tf.distribute.in_cross_replica_context() and not args
-                and not getattr(self, "_mesh", None) and not self.__dict__.get(_MIDCALL)):
+        if (
+            _under_sc()
+            and not tf.distribute.in_cross_replica_context()
+            and not args
+            and not getattr(self, "_mesh", None)
+            and not self.__dict__.get(_MIDCALL)
+        ):
             extended = tf.distribute.get_strategy().extended
             return extended._sc_apply(self, original_apply, grads_and_vars, name, legacy)
         return original_apply(self, grads_and_vars, name, *args, **kwargs)
@@ -164,7 +171,8 @@ def _adopt_optimizer(opt: Any, tk: Any, midcall: bool = False) -> None:
                 if not tf.executing_eagerly():
                     extended._sc_train_graphs.add(tf.compat.v1.get_default_graph())
                 new = tf.distribute.get_replica_context().merge_call(
-                    extended._sc_prepare_grads, args=(self, [v for _, v in live], [g for g, _ in live]))
+                    extended._sc_prepare_grads, args=(self, [v for _, v in live], [g for g, _ in live])
+                )
                 return list(zip(new, [v for _, v in live]))
             return pairs
         return original_agg(self, grads_and_vars, *args, **kwargs)
@@ -190,7 +198,9 @@ def _finish_midcall(opt: Any) -> None:
     def _distributed_apply(self, distribution, grads_and_vars, *args, **kwargs):
         out = original(self, distribution, grads_and_vars, *args, **kwargs)
         if self.__dict__.pop(_MIDCALL, False) and _is_sc(distribution):
-            distribution.extended._sc_after_step(distribution, self, [v for g, v in grads_and_vars if g is not None])
+            distribution.extended._sc_after_step(
+                distribution, self, [v for g, v in grads_and_vars if g is not None]
+            )
         return out
 
     _bind(opt, "_distributed_apply", _distributed_apply)
@@ -208,11 +218,19 @@ def _wrap_loss_scale_apply(opt: Any, legacy: bool) -> None:
         pairs = list(grads_and_vars)
         if self.dynamic:
             live = [tf.convert_to_tensor(g) for g, _ in pairs if g is not None]
-            ok = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in live]) if live else tf.constant(True)
+            ok = (
+                tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in live])
+                if live
+                else tf.constant(True)
+            )
             bad = tf.distribute.get_replica_context().all_reduce(
-                tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(ok, tf.float32))
+                tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(ok, tf.float32)
+            )
             poison = tf.where(bad > 0, tf.constant(float("nan")), tf.constant(1.0))
-            pairs = [(None if g is None else tf.convert_to_tensor(g) * tf.cast(poison, g.dtype), v) for g, v in pairs]
+            pairs = [
+                (None if g is None else tf.convert_to_tensor(g) * tf.cast(poison, g.dtype), v)
+                for g, v in pairs
+            ]
         if legacy:
             kwargs["experimental_aggregate_gradients"] = False
         else:
@@ -303,8 +321,11 @@ def _accept_backup_and_restore(callback: Any) -> None:
     SkipCorrectStrategy = _STRATEGY[0]
     supported = getattr(callback, "_supported_strategies", None)
     if not isinstance(supported, tuple):
-        raise InputError("this tf-keras BackupAndRestore has no _supported_strategies tuple; "
-                         "tf_commopt supports tf-keras " + ", ".join(_compat.SUPPORTED_TF), where="BackupAndRestore")
+        raise InputError(
+            "this tf-keras BackupAndRestore has no _supported_strategies tuple; "
+            "tf_commopt supports tf-keras " + ", ".join(_compat.SUPPORTED_TF),
+            where="BackupAndRestore",
+        )
     if SkipCorrectStrategy not in supported:
         callback._supported_strategies = supported + (SkipCorrectStrategy,)
     if callback.__dict__.get(_ADOPTED):
@@ -324,9 +345,11 @@ def _accept_backup_and_restore(callback: Any) -> None:
     _bind(callback, "on_train_begin", on_train_begin)
 
 
-TENSORBOARD_MESSAGE = ("tf.keras.callbacks.TensorBoard needs the tensorboard package, which TensorFlow 2.21 does "
-                       "not install: pip install tensorboard (a dependency of tf_commopt: pip install tf_commopt "
-                       "installs it), or use tf_commopt.keras.SkipCorrectTelemetry(log_dir=...), which does not")
+TENSORBOARD_MESSAGE = (
+    "tf.keras.callbacks.TensorBoard needs the tensorboard package, which TensorFlow 2.21 does "
+    "not install: pip install tensorboard (a dependency of tf_commopt: pip install tf_commopt "
+    "installs it), or use tf_commopt.keras.SkipCorrectTelemetry(log_dir=...), which does not"
+)
 
 
 def _tensorboard_installed() -> bool:

@@ -21,6 +21,7 @@ Example:
   slots and the correction state carry over); the H with the largest loss decrease per wall second
   wins (:class:`tf_commopt.core.interval.GridSearchPolicy`). The overhead is all trials' wall time.
 """
+
 from __future__ import annotations
 
 import time
@@ -29,9 +30,9 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 import tensorflow as tf
 
 from tf_commopt._compat import optimizer_lr
-from tf_commopt.keras.base import Callback
 from tf_commopt.core.interval import AdaCommPolicy, GridSearchPolicy, TrialResult
 from tf_commopt.errors import InputError
+from tf_commopt.keras.base import Callback
 
 __all__ = ["allreduce_mean", "AdaCommCallback", "keras_grid_search"]
 
@@ -46,11 +47,16 @@ def allreduce_mean(strategy: tf.distribute.Strategy, values: Sequence[float]) ->
     """
     fn = _REDUCERS.get(id(strategy))
     if fn is None:
+
         @tf.function
         def fn(v):
             def replica(x):
-                return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, tf.identity(x))
+                return tf.distribute.get_replica_context().all_reduce(
+                    tf.distribute.ReduceOp.MEAN, tf.identity(x)
+                )
+
             return strategy.run(replica, args=(v,))
+
         _REDUCERS[id(strategy)] = fn
     out = strategy.experimental_local_results(fn(tf.constant(list(values), tf.float64)))[0]
     return [float(x) for x in out.numpy()]
@@ -72,7 +78,9 @@ class AdaCommCallback(Callback):
     def __init__(self, strategy: Any, initial_interval: int = 4, max_interval: int = 16):
         super().__init__()
         if not hasattr(strategy, "set_interval"):
-            raise InputError("AdaCommCallback needs a SkipCorrectStrategy", where="AdaCommCallback(strategy=...)")
+            raise InputError(
+                "AdaCommCallback needs a SkipCorrectStrategy", where="AdaCommCallback(strategy=...)"
+            )
         self.strategy = strategy
         self.policy = AdaCommPolicy(initial_interval=initial_interval, max_interval=max_interval)
         self._syncs = None
@@ -90,8 +98,13 @@ class AdaCommCallback(Callback):
             self._syncs = syncs
 
 
-def keras_grid_search(model: Any, strategy: Any, dataset: Any, steps_per_trial: Union[int, Callable[[int], int]] = 10,
-                      candidates: Sequence[int] = (1, 2, 4, 8, 16, 32, 64)) -> Tuple[int, GridSearchPolicy]:
+def keras_grid_search(
+    model: Any,
+    strategy: Any,
+    dataset: Any,
+    steps_per_trial: Union[int, Callable[[int], int]] = 10,
+    candidates: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+) -> Tuple[int, GridSearchPolicy]:
     """Grid search over H with short ``model.fit`` trials from the same weights; sets and returns H.
 
     ``dataset`` is a (distributed) dataset or iterator ``model.fit`` accepts and that repeats. Every
@@ -121,7 +134,7 @@ def keras_grid_search(model: Any, strategy: Any, dataset: Any, steps_per_trial: 
         m = rec.means
         # per-batch losses from the running means: l_b = (b+1) m_b - b m_{b-1}
         per = [m[0]] + [(b + 1) * m[b] - b * m[b - 1] for b in range(1, len(m))]
-        tail = per[-max(1, len(per) // 4):]
+        tail = per[-max(1, len(per) // 4) :]
         losses = allreduce_mean(strategy, [per[0], sum(tail) / len(tail)])
         model.set_weights(start)
         return TrialResult(h, losses[0], losses[1], wall)

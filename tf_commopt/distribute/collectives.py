@@ -37,6 +37,7 @@ wire floor for large payloads; the slow-link gain of 2 packs is queue-dependent 
 ``timeout_seconds`` stays unset: a sync over a slow link legitimately takes long (40 MB over 4 ranks at
 10 Mbit/s per link: >= 48 s), and MultiWorkerMirroredStrategy's heartbeats already detect a dead peer.
 """
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -71,7 +72,8 @@ def recommended_options(payload_bytes: int) -> tf.distribute.experimental.Commun
     """
     _check_payload(payload_bytes)
     return tf.distribute.experimental.CommunicationOptions(
-        bytes_per_pack=0, implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
+        bytes_per_pack=0, implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
+    )
 
 
 def recommended_chunks(payload_bytes: int) -> int:

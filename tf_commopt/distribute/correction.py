@@ -38,13 +38,22 @@ Example:
     >>> validate_correction("vrl"), CORRECTIONS
     ('vrl', ('auto', 'gradient', 'vrl', 'none'))
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from tf_commopt.errors import InputError
 
-__all__ = ["CORRECTIONS", "CORRECTION_LRS", "validate_correction", "validate_correction_lr", "resolve_correction", "vrl_delta_update", "gradient_delta"]
+__all__ = [
+    "CORRECTIONS",
+    "CORRECTION_LRS",
+    "validate_correction",
+    "validate_correction_lr",
+    "resolve_correction",
+    "vrl_delta_update",
+    "gradient_delta",
+]
 
 CORRECTIONS = ("auto", "gradient", "vrl", "none")
 
@@ -52,8 +61,9 @@ CORRECTIONS = ("auto", "gradient", "vrl", "none")
 def validate_correction(correction: object, where: str = "correction") -> str:
     """Return ``correction`` if it names a known rule, else raise a one-line InputError."""
     if not isinstance(correction, str) or correction not in CORRECTIONS:
-        raise InputError(f"unknown correction {correction!r}; expected one of {', '.join(CORRECTIONS)}",
-                         where=where)
+        raise InputError(
+            f"unknown correction {correction!r}; expected one of {', '.join(CORRECTIONS)}", where=where
+        )
     return correction
 
 

@@ -49,6 +49,7 @@ The exact rules:
   gradient call). After every ``OptimizerStep`` each group's own optimizer (a clone of the one given)
   applies the reduced gradients.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -63,12 +64,17 @@ import tensorflow as tf  # noqa: E402
 
 from tf_commopt._compat import keras_nested_outputs  # noqa: E402
 from tf_commopt.core.hybrid import (  # noqa: E402
-    DEFAULT_BUCKET_BYTES, HybridProgram, hybrid_program, snake_groups, split_batch,
+    DEFAULT_BUCKET_BYTES,
+    HybridProgram,
+    hybrid_program,
+    snake_groups,
+    split_batch,
 )
 from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
 from tf_commopt.core.schedule import AllReduce, OptimizerStep, Schedule  # noqa: E402
 from tf_commopt.distribute.pipeline import (  # noqa: E402
-    Pipeline, execution_order,
+    Pipeline,
+    execution_order,
 )
 from tf_commopt.errors import InputError  # noqa: E402
 from tf_commopt.tf.slowdown import canonical_device  # noqa: E402
@@ -159,14 +165,26 @@ class GroupedHybridTrainer:
             (:func:`tf_commopt.core.hybrid.hybrid_program`).
     """
 
-    def __init__(self, devices: Optional[Sequence[str]] = None, capacities: Any = None,
-                 num_groups: Optional[int] = None, groups: Optional[Sequence[Sequence[int]]] = None,
-                 microbatches: int = 2, plans: Optional[Sequence[PartitionPlan]] = None, method: str = "ga",
-                 bandwidth_gbps: float = 10.0, seed: int = 0, profile_batch_size: int = 32,
-                 group_weights: Optional[Sequence[float]] = None, emulate: bool = False,
-                 slowdown: Optional[Mapping[str, float]] = None, tf_config: Optional[bool] = None,
-                 exclusive_devices: bool = False, overlap: bool = True,
-                 bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES):
+    def __init__(
+        self,
+        devices: Optional[Sequence[str]] = None,
+        capacities: Any = None,
+        num_groups: Optional[int] = None,
+        groups: Optional[Sequence[Sequence[int]]] = None,
+        microbatches: int = 2,
+        plans: Optional[Sequence[PartitionPlan]] = None,
+        method: str = "ga",
+        bandwidth_gbps: float = 10.0,
+        seed: int = 0,
+        profile_batch_size: int = 32,
+        group_weights: Optional[Sequence[float]] = None,
+        emulate: bool = False,
+        slowdown: Optional[Mapping[str, float]] = None,
+        tf_config: Optional[bool] = None,
+        exclusive_devices: bool = False,
+        overlap: bool = True,
+        bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
+    ):
         if tf_config is None:  # like TensorFlow's own strategies: a multi-worker TF_CONFIG means multi-host
             tf_config = bool(os.environ.get("TF_CONFIG")) and len(groups_from_tf_config()[0]) > 1
         self.hosts: List[str] = []
@@ -175,41 +193,62 @@ class GroupedHybridTrainer:
         if tf_config:
             self.hosts, self.task = groups_from_tf_config()
             if self.task < 0:
-                raise InputError("this task is not a worker; every worker host runs one group", where="TF_CONFIG")
+                raise InputError(
+                    "this task is not a worker; every worker host runs one group", where="TF_CONFIG"
+                )
             if groups is not None or num_groups not in (None, len(self.hosts)):
-                raise InputError(f"with TF_CONFIG there is one group per worker host ({len(self.hosts)}); "
-                                 "do not pass groups/num_groups", where="GroupedHybridTrainer")
+                raise InputError(
+                    f"with TF_CONFIG there is one group per worker host ({len(self.hosts)}); "
+                    "do not pass groups/num_groups",
+                    where="GroupedHybridTrainer",
+                )
             # MultiWorkerMirroredStrategy starts this host's server and the collective runtime
             self._mw = tf.distribute.MultiWorkerMirroredStrategy()
-        self.devices = [str(d) for d in (devices if devices is not None else _local_devices(self.task if
-                                                                                            tf_config else None))]
+        self.devices = [
+            str(d)
+            for d in (devices if devices is not None else _local_devices(self.task if tf_config else None))
+        ]
         if not self.devices:
             raise InputError("no devices", where="GroupedHybridTrainer(devices=...)")
         if isinstance(capacities, str):
             if capacities != "measure":
-                raise InputError(f"capacities must be a list of numbers or 'measure', got {capacities!r}",
-                                 where="capacities")
+                raise InputError(
+                    f"capacities must be a list of numbers or 'measure', got {capacities!r}",
+                    where="capacities",
+                )
             from tf_commopt.tf.profiler import relative_capacities
+
             capacities = relative_capacities(self.devices)
         caps = [1.0] * len(self.devices) if capacities is None else [float(c) for c in capacities]
         if len(caps) != len(self.devices) or any(not (c > 0) for c in caps):
-            raise InputError(f"need one positive capacity per device ({len(self.devices)}), got {capacities!r}",
-                             where="capacities")
+            raise InputError(
+                f"need one positive capacity per device ({len(self.devices)}), got {capacities!r}",
+                where="capacities",
+            )
         self.capacities = caps
         if self._mw is not None:
             self.groups = [list(range(len(self.devices)))]  # this host's group: all its devices
         elif groups is not None:
             gs = [list(map(int, g)) for g in groups]
             flat = [i for g in gs for i in g]
-            if not gs or any(not g for g in gs) or sorted(flat) != sorted(set(flat)) or \
-                    any(not 0 <= i < len(self.devices) for i in flat):
-                raise InputError(f"groups must be non-empty, disjoint lists of device indices in "
-                                 f"0..{len(self.devices) - 1}, got {groups!r}", where="groups")
+            if (
+                not gs
+                or any(not g for g in gs)
+                or sorted(flat) != sorted(set(flat))
+                or any(not 0 <= i < len(self.devices) for i in flat)
+            ):
+                raise InputError(
+                    f"groups must be non-empty, disjoint lists of device indices in "
+                    f"0..{len(self.devices) - 1}, got {groups!r}",
+                    where="groups",
+                )
             self.groups = gs
         else:
             self.groups = form_groups(caps, 1 if num_groups is None else num_groups)
         if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
-            raise InputError(f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches")
+            raise InputError(
+                f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches"
+            )
         self.microbatches = microbatches
         self.num_groups = len(self.hosts) if self._mw is not None else len(self.groups)
         # global index of each group this process runs (all of them in one process; its own with TF_CONFIG)
@@ -222,8 +261,9 @@ class GroupedHybridTrainer:
         self.method, self.bandwidth_gbps, self.seed = method, float(bandwidth_gbps), int(seed)
         self.profile_batch_size = int(profile_batch_size)
         if group_weights is not None and len(group_weights) != self.num_groups:
-            raise InputError(f"{len(group_weights)} group weights for {self.num_groups} groups",
-                             where="group_weights")
+            raise InputError(
+                f"{len(group_weights)} group weights for {self.num_groups} groups", where="group_weights"
+            )
         self._group_weights = None if group_weights is None else [float(w) for w in group_weights]
         if slowdown is not None:
             self.slowdown = {canonical_device(k): float(v) for k, v in slowdown.items()}
@@ -281,7 +321,9 @@ class GroupedHybridTrainer:
             return tf.reduce_sum(value, axis=axis)
         if reduce_op == tf.distribute.ReduceOp.MEAN:
             return tf.reduce_mean(value, axis=axis)
-        raise InputError(f"reduce_op must be tf.distribute.ReduceOp.SUM or MEAN, got {reduce_op!r}", where="reduce")
+        raise InputError(
+            f"reduce_op must be tf.distribute.ReduceOp.SUM or MEAN, got {reduce_op!r}", where="reduce"
+        )
 
     def group_devices(self, g: int) -> List[str]:
         return [self.devices[i] for i in self.groups[g]]
@@ -302,9 +344,16 @@ class GroupedHybridTrainer:
         self.pipelines = []
         for g, plan in enumerate(self.plans):
             devs = self.group_devices(g)
-            pipe = Pipeline(model, plan, devices=devs, microbatches=self.microbatches, loss=loss,
-                            optimizer=optimizer.__class__.from_config(optimizer.get_config()),
-                            slowdown=self.slowdown, place=True)
+            pipe = Pipeline(
+                model,
+                plan,
+                devices=devs,
+                microbatches=self.microbatches,
+                loss=loss,
+                optimizer=optimizer.__class__.from_config(optimizer.get_config()),
+                slowdown=self.slowdown,
+                place=True,
+            )
             self.pipelines.append(pipe)
         # variable k of every group copy <-> model.trainable_weights[k]
         self._index: List[List[int]] = []
@@ -313,8 +362,10 @@ class GroupedHybridTrainer:
             self._index.append([pos[v.ref()] for v in pipe.trainable_variables])
         import dataclasses
 
-        self.graph_plans = [dataclasses.replace(plan, stage_of_node=son)  # every cost-graph node staged
-                            for plan, son in zip(self.plans, self._stage_maps())]
+        self.graph_plans = [
+            dataclasses.replace(plan, stage_of_node=son)  # every cost-graph node staged
+            for plan, son in zip(self.plans, self._stage_maps())
+        ]
         self.program = self._make_program()
         self._auto_weights = None
         self.schedule: Schedule = self.program.schedule
@@ -326,8 +377,10 @@ class GroupedHybridTrainer:
         fit = model.fit
 
         def fit_from_current_weights(*args: Any, **kwargs: Any) -> Any:
-            self._check_static_batches(args[0] if args else kwargs.get("x"),
-                                       kwargs.get("batch_size", args[2] if len(args) > 2 else None))
+            self._check_static_batches(
+                args[0] if args else kwargs.get("x"),
+                kwargs.get("batch_size", args[2] if len(args) > 2 else None),
+            )
             self.push_model()  # weights loaded or restored after compile are the starting point
             return fit(*args, **kwargs)
 
@@ -351,10 +404,15 @@ class GroupedHybridTrainer:
     def _make_program(self) -> HybridProgram:
         """The core program of these groups and plans; also each bucket's variables (model indices)."""
         order = self.graph.topological_order()
-        prog = hybrid_program(order, {v: self.graph[v].param_bytes for v in order},
-                              [p.stage_of_node for p in self.graph_plans],
-                              self.microbatches, self.overlap, self.bucket_bytes,
-                              [p.layout.num_stages for p in self.pipelines])
+        prog = hybrid_program(
+            order,
+            {v: self.graph[v].param_bytes for v in order},
+            [p.stage_of_node for p in self.graph_plans],
+            self.microbatches,
+            self.overlap,
+            self.bucket_bytes,
+            [p.layout.num_stages for p in self.pipelines],
+        )
         pos = {v.ref(): k for k, v in enumerate(self.model.trainable_weights)}
         layer_of = {}
         for layer in self.model.layers:
@@ -367,7 +425,7 @@ class GroupedHybridTrainer:
             ks = []
             for v in b.nodes:
                 layer = layer_of.get(v, layer_of.get(v.split("@")[0]))
-                for w in (layer.trainable_weights if layer is not None else []):
+                for w in layer.trainable_weights if layer is not None else []:
                     k = pos.get(w.ref())
                     if k is not None and k not in owned:
                         owned.add(k)
@@ -375,19 +433,39 @@ class GroupedHybridTrainer:
             self._bucket_vars[b.key] = ks
         if prog.buckets and len(owned) != len(self.model.trainable_weights):
             from tf_commopt.errors import PlanError
-            missing = [self.model.trainable_weights[k].name for k in range(len(self.model.trainable_weights))
-                       if k not in owned]
-            raise PlanError(f"variables {missing[:3]} belong to no gradient bucket (their layer has no "
-                            "parameters in the cost graph)", where="GroupedHybridTrainer")
+
+            missing = [
+                self.model.trainable_weights[k].name
+                for k in range(len(self.model.trainable_weights))
+                if k not in owned
+            ]
+            raise PlanError(
+                f"variables {missing[:3]} belong to no gradient bucket (their layer has no "
+                "parameters in the cost graph)",
+                where="GroupedHybridTrainer",
+            )
         return prog
 
     def _partition(self, model: Any) -> List[PartitionPlan]:
         from tf_commopt.partition import partition
         from tf_commopt.tf.graph_import import from_keras_model
 
-        graph = self.graph if self.graph is not None else from_keras_model(model, batch_size=self.profile_batch_size)
-        return [partition(graph, len(g), method=self.method, capacities=[self.capacities[i] for i in g],
-                          bandwidth_gbps=self.bandwidth_gbps, seed=self.seed) for g in self.groups]
+        graph = (
+            self.graph
+            if self.graph is not None
+            else from_keras_model(model, batch_size=self.profile_batch_size)
+        )
+        return [
+            partition(
+                graph,
+                len(g),
+                method=self.method,
+                capacities=[self.capacities[i] for i in g],
+                bandwidth_gbps=self.bandwidth_gbps,
+                seed=self.seed,
+            )
+            for g in self.groups
+        ]
 
     # -- batch split
     @property
@@ -396,8 +474,10 @@ class GroupedHybridTrainer:
         if self._group_weights is not None:
             return list(self._group_weights)
         if self._mw is not None:
-            raise InputError("call strategy.compile(...) first: the hosts exchange their group throughputs "
-                             "there", where="GroupedHybridTrainer")
+            raise InputError(
+                "call strategy.compile(...) first: the hosts exchange their group throughputs there",
+                where="GroupedHybridTrainer",
+            )
         if getattr(self, "_auto_weights", None) is None:
             self._auto_weights = self._local_weights()  # simulated once per compile
         return list(self._auto_weights)
@@ -405,14 +485,18 @@ class GroupedHybridTrainer:
     def _local_weights(self) -> List[float]:
         """``1 / t_g`` of the groups this process runs (see module docstring)."""
         if self.graph is None:
-            raise InputError("call strategy.compile(...) first: the batch split needs the model's cost graph",
-                             where="GroupedHybridTrainer")
+            raise InputError(
+                "call strategy.compile(...) first: the batch split needs the model's cost graph",
+                where="GroupedHybridTrainer",
+            )
         from tf_commopt.core.devices import Cluster
         from tf_commopt.core.simulate.hybrid import group_alone_ms
 
         cl = Cluster.from_capacities(self.capacities, self.bandwidth_gbps)
-        return [1.0 / group_alone_ms(self.graph, cl, grp, plan, self.microbatches)
-                for grp, plan in zip(self.groups, self.graph_plans)]
+        return [
+            1.0 / group_alone_ms(self.graph, cl, grp, plan, self.microbatches)
+            for grp, plan in zip(self.groups, self.graph_plans)
+        ]
 
     def group_batch_sizes(self, batch: int) -> List[int]:
         """Samples of a global batch of ``batch`` that each group trains on."""
@@ -422,15 +506,20 @@ class GroupedHybridTrainer:
     def compute_gradients(self, x: Any, y: Any) -> Tuple[tf.Tensor, List[List[tf.Tensor]]]:
         """Run the combined schedule up to the all-reduce: (global mean loss, reduced grads per group)."""
         if not self.pipelines:
-            raise InputError("call strategy.compile(model, optimizer, loss) first", where="GroupedHybridTrainer")
+            raise InputError(
+                "call strategy.compile(model, optimizer, loss) first", where="GroupedHybridTrainer"
+            )
         B = self.pipelines[0]._batch_of(x)
         sizes = self.group_batch_sizes(B)
         xs, ys = Pipeline._split(x, sizes), Pipeline._split(y, sizes)
         runs = [p.begin(xs[gi], ys[gi], total_batch=B) for gi, p in zip(self._global_index, self.pipelines)]
         for p, run in zip(self.pipelines, runs):
             if run.num_microbatches != self.microbatches:
-                raise InputError(f"a group got {sizes} samples, fewer than its {self.microbatches} micro-batches; "
-                                 "use a larger batch or fewer micro-batches", where="GroupedHybridTrainer")
+                raise InputError(
+                    f"a group got {sizes} samples, fewer than its {self.microbatches} micro-batches; "
+                    "use a larger batch or fewer micro-batches",
+                    where="GroupedHybridTrainer",
+                )
         prog = self.program
         assert prog is not None
         sums: Dict[int, List[tf.Tensor]] = {}  # model variable index -> reduced gradient per group
@@ -479,8 +568,11 @@ class GroupedHybridTrainer:
             parts = [run.acc.get(v.ref()) for v in vs]
             parts = [p if p is not None else tf.zeros_like(v) for p, v in zip(parts, vs)]
             with tf.device(vs[0].device):
-                flats.append(tf.concat([tf.reshape(p, [-1]) for p in parts], 0) if len(parts) > 1
-                             else tf.reshape(parts[0], [-1]))
+                flats.append(
+                    tf.concat([tf.reshape(p, [-1]) for p in parts], 0)
+                    if len(parts) > 1
+                    else tf.reshape(parts[0], [-1])
+                )
         out: Dict[int, List[tf.Tensor]] = {k: [] for k in ks}
         for vs in holders:
             with tf.device(vs[0].device):
@@ -523,7 +615,9 @@ class GroupedHybridTrainer:
         self._stats["steps"] += 1
         return loss
 
-    def fit(self, dataset: Any, epochs: int = 1, steps_per_epoch: Optional[int] = None) -> Dict[str, List[float]]:
+    def fit(
+        self, dataset: Any, epochs: int = 1, steps_per_epoch: Optional[int] = None
+    ) -> Dict[str, List[float]]:
         """Train on ``(x, y)`` batches (a tf.data.Dataset or any iterable) for ``epochs``, starting from the
         user's model's current weights (so ``load_weights`` / a checkpoint restore is honoured); copies the
         trained weights into the user's model at the end. Returns ``{"loss": [mean loss per epoch]}``."""
@@ -550,16 +644,22 @@ class GroupedHybridTrainer:
         x, y, sw = keras.utils.unpack_x_y_sample_weight(data)
         first = tf.nest.flatten(x)[0]
         if first.shape.rank is None or first.shape[0] is None:
-            raise InputError("the batch size must be static: batch the dataset with "
-                             "dataset.batch(B, drop_remainder=True) (a partial last batch cannot be split into "
-                             "the groups' fixed micro-batches)", where="GroupedHybridTrainer model.fit")
+            raise InputError(
+                "the batch size must be static: batch the dataset with "
+                "dataset.batch(B, drop_remainder=True) (a partial last batch cannot be split into "
+                "the groups' fixed micro-batches)",
+                where="GroupedHybridTrainer model.fit",
+            )
         if sw is not None:
             raise InputError("sample weights are not supported", where="GroupedHybridTrainer model.fit")
         loss = self._step(x, y)
         self._assign_model(tf.identity)
-        flat = [tf.concat([tf.identity(run.predictions()[k]) for run in self._last_runs], 0)
-                if len(self._last_runs) > 1 else self._last_runs[0].predictions()[k]
-                for k in range(len(self._last_runs[0].predictions()))]
+        flat = [
+            tf.concat([tf.identity(run.predictions()[k]) for run in self._last_runs], 0)
+            if len(self._last_runs) > 1
+            else self._last_runs[0].predictions()[k]
+            for k in range(len(self._last_runs[0].predictions()))
+        ]
         y_pred = tf.nest.pack_sequence_as(keras_nested_outputs(self.model), flat)
         self.model.compute_loss(x, y, y_pred, None)  # the loss tracker: the batch's mean loss, as the step's
         return self.model.compute_metrics(x, y, y_pred, None)
@@ -567,8 +667,10 @@ class GroupedHybridTrainer:
     @staticmethod
     def _check_static_batches(x: Any, batch_size: Optional[int]) -> None:
         """One-line InputError before ``model.fit`` traces if a batch could be partial."""
-        msg = ("batches need a static size: use dataset.batch(B, drop_remainder=True) (a partial last batch "
-               "cannot be split into the groups' fixed micro-batches)")
+        msg = (
+            "batches need a static size: use dataset.batch(B, drop_remainder=True) (a partial last batch "
+            "cannot be split into the groups' fixed micro-batches)"
+        )
         if isinstance(x, tf.data.Dataset):
             spec = tf.nest.flatten(x.element_spec)[0]
             if spec.shape.rank is None or spec.shape[0] is None:
@@ -576,8 +678,10 @@ class GroupedHybridTrainer:
         elif x is not None and hasattr(tf.nest.flatten(x)[0], "shape"):
             n, b = int(tf.nest.flatten(x)[0].shape[0]), int(batch_size or 32)
             if n % b:
-                raise InputError(f"{n} samples leave a partial last batch of {n % b} with batch_size={b}; "
-                                 + msg, where="GroupedHybridTrainer model.fit")
+                raise InputError(
+                    f"{n} samples leave a partial last batch of {n % b} with batch_size={b}; " + msg,
+                    where="GroupedHybridTrainer model.fit",
+                )
 
     def push_model(self) -> None:
         """Copy the user's model's weights into every group's copy (after ``load_weights`` or a restore)."""
@@ -607,8 +711,14 @@ class GroupedHybridTrainer:
             self._group_key = 7_000_000 + 1_000 * GroupedHybridTrainer._made
         with tf.device("/CPU:0"):
             return tf.raw_ops.CollectiveReduceV2(
-                input=tf.identity(flat), group_size=len(self.hosts), group_key=self._group_key,
-                instance_key=self._group_key + instance, ordering_token=[], merge_op="Add", final_op="Id")
+                input=tf.identity(flat),
+                group_size=len(self.hosts),
+                group_key=self._group_key,
+                instance_key=self._group_key + instance,
+                ordering_token=[],
+                merge_op="Add",
+                final_op="Id",
+            )
 
     def _broadcast_weights(self, model: Any) -> None:
         """Every host starts from host 0's weights (sum of host 0's values and zeros elsewhere: exact)."""
@@ -618,7 +728,7 @@ class GroupedHybridTrainer:
         off = 0
         for w in ws:
             n = int(tf.size(w))
-            w.assign(tf.cast(tf.reshape(got[off:off + n], w.shape), w.dtype))
+            w.assign(tf.cast(tf.reshape(got[off : off + n], w.shape), w.dtype))
             off += n
 
     def _exchange_weights(self, local: List[float]) -> List[float]:
@@ -626,8 +736,9 @@ class GroupedHybridTrainer:
         vec[self.task] = float(local[0])
         return [float(v) for v in tf.function(lambda f: self._collective_sum(f, 2))(tf.constant(vec)).numpy()]
 
-    def _all_reduce_hosts(self, loss: tf.Tensor, grads: List[List[tf.Tensor]]
-                          ) -> Tuple[tf.Tensor, List[List[tf.Tensor]]]:
+    def _all_reduce_hosts(
+        self, loss: tf.Tensor, grads: List[List[tf.Tensor]]
+    ) -> Tuple[tf.Tensor, List[List[tf.Tensor]]]:
         """Sum this host's group gradients (and loss) with the other hosts' in one collective."""
         pipe, g = self.pipelines[0], grads[0]
         with tf.device("/CPU:0"):
@@ -637,7 +748,7 @@ class GroupedHybridTrainer:
         for t, v in zip(g, pipe.trainable_variables):
             n = t.shape.num_elements()
             with tf.device(v.device):
-                out.append(tf.reshape(tot[off:off + n], t.shape))
+                out.append(tf.reshape(tot[off : off + n], t.shape))
             off += n
         return tot[off], [out]
 
@@ -646,9 +757,11 @@ class GroupedHybridTrainer:
         return {
             "groups": [self.group_devices(g) for g in range(len(self.groups))],
             "group_weights": self.group_weights,
-            "stage_layers": [[len(p.layout.layers_of_stage(s)) for s in range(p.layout.num_stages)]
-                             for p in self.pipelines],
-            "steps": self._stats["steps"], "compute_s": self._stats["compute_s"],
+            "stage_layers": [
+                [len(p.layout.layers_of_stage(s)) for s in range(p.layout.num_stages)] for p in self.pipelines
+            ],
+            "steps": self._stats["steps"],
+            "compute_s": self._stats["compute_s"],
         }
 
 

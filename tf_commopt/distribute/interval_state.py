@@ -30,6 +30,7 @@ seconds before H was fixed).
 Checkpoints (``SkipCorrectState``) hold H, whether it was chosen and the agreed medians: a restored
 run keeps its H; one restored before H was chosen measures again.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Union
@@ -57,9 +58,16 @@ def median(values: tf.Tensor) -> tf.Tensor:
 class IntervalState:
     """H, and for ``interval="auto"`` the probe samples, the agreed medians and the selection cost."""
 
-    def __init__(self, interval: Union[int, str], target_ratio: float = 1.0, max_interval: int = 256,
-                 warmup_steps: int = 2, probe_interval: int = 16, measure_syncs: int = 3,
-                 overlap: bool = False) -> None:
+    def __init__(
+        self,
+        interval: Union[int, str],
+        target_ratio: float = 1.0,
+        max_interval: int = 256,
+        warmup_steps: int = 2,
+        probe_interval: int = 16,
+        measure_syncs: int = 3,
+        overlap: bool = False,
+    ) -> None:
         self.auto = interval == "auto"
         self.overlap = bool(overlap)
         self.target_ratio = float(target_ratio)
@@ -76,7 +84,9 @@ class IntervalState:
         # probe samples: enough room for every step of the probe phase
         self._comp_cap = self.probe_interval * self.measure_syncs + 1
         self.comp_samples = host_variable(np.zeros(self._comp_cap), tf.float64, "skip_correct/comp_samples")
-        self.comm_samples = host_variable(np.zeros(self.measure_syncs), tf.float64, "skip_correct/comm_samples")
+        self.comm_samples = host_variable(
+            np.zeros(self.measure_syncs), tf.float64, "skip_correct/comm_samples"
+        )
         self.n_comp = host_variable(0, tf.int64, "skip_correct/n_comp")
         self.n_comm = host_variable(0, tf.int64, "skip_correct/n_comm")
 
@@ -92,8 +102,15 @@ class IntervalState:
         """Whether this step's timings are probe samples (auto only)."""
         return tf.logical_and(self.chosen.read_value() == 0, steps > self.warmup_steps)
 
-    def record(self, steps: tf.Tensor, step_dt: tf.Tensor, did_sync: tf.Tensor, sync_dt: tf.Tensor,
-               comm_total: tf.Tensor, agree: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
+    def record(
+        self,
+        steps: tf.Tensor,
+        step_dt: tf.Tensor,
+        did_sync: tf.Tensor,
+        sync_dt: tf.Tensor,
+        comm_total: tf.Tensor,
+        agree: Callable[[tf.Tensor], tf.Tensor],
+    ) -> tf.Tensor:
         """Record this step's samples while probing; at the last probe sync choose H (every worker takes
         this branch at the same step: same counters). ``agree`` MEAN-all-reduces a [2] float64 vector.
         Returns H chosen at this step, or 0."""
@@ -101,12 +118,20 @@ class IntervalState:
 
         def sample() -> tf.Tensor:
             i = self.n_comp.read_value()
-            ops = [tf.cond(i < self._comp_cap, lambda: self._put(self.comp_samples, i, step_dt),
-                           lambda: tf.constant(0, tf.int64)),
-                   self.n_comp.assign_add(1)]
+            ops = [
+                tf.cond(
+                    i < self._comp_cap,
+                    lambda: self._put(self.comp_samples, i, step_dt),
+                    lambda: tf.constant(0, tf.int64),
+                ),
+                self.n_comp.assign_add(1),
+            ]
             with tf.control_dependencies(ops):
-                return tf.cond(did_sync, lambda: self._on_sync(sync_dt, comm_total, agree),
-                               lambda: tf.constant(0, tf.int64))
+                return tf.cond(
+                    did_sync,
+                    lambda: self._on_sync(sync_dt, comm_total, agree),
+                    lambda: tf.constant(0, tf.int64),
+                )
 
         return tf.cond(probing, sample, lambda: tf.constant(0, tf.int64))
 
@@ -116,14 +141,16 @@ class IntervalState:
         with tf.control_dependencies([upd]):
             return tf.constant(0, tf.int64)
 
-    def _on_sync(self, sync_dt: tf.Tensor, comm_total: tf.Tensor,
-                 agree: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
+    def _on_sync(
+        self, sync_dt: tf.Tensor, comm_total: tf.Tensor, agree: Callable[[tf.Tensor], tf.Tensor]
+    ) -> tf.Tensor:
         j = self.n_comm.read_value()
         put = self._put(self.comm_samples, j, sync_dt)
         with tf.control_dependencies([put]):
             n = self.n_comm.assign_add(1)
-        return tf.cond(n >= self.measure_syncs, lambda: self._choose(comm_total, agree),
-                       lambda: tf.constant(0, tf.int64))
+        return tf.cond(
+            n >= self.measure_syncs, lambda: self._choose(comm_total, agree), lambda: tf.constant(0, tf.int64)
+        )
 
     def _choose(self, comm_total: tf.Tensor, agree: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
         t0 = tf.timestamp()
@@ -140,8 +167,13 @@ class IntervalState:
 
         with tf.device("/CPU:0"):
             h = tf.reshape(tf.numpy_function(policy, [agreed[0], agreed[1]], tf.int64, stateful=True), [])
-        ops = [self.interval.assign(h), self.t_comm.assign(agreed[0]), self.t_comp.assign(agreed[1]),
-               self.chosen.assign(1), self.selection_comm_s.assign(comm_total)]
+        ops = [
+            self.interval.assign(h),
+            self.t_comm.assign(agreed[0]),
+            self.t_comp.assign(agreed[1]),
+            self.chosen.assign(1),
+            self.selection_comm_s.assign(comm_total),
+        ]
         with tf.control_dependencies(ops):
             t1 = tf.timestamp()
         self.overhead_s.assign_add(t1 - t0)
@@ -162,23 +194,34 @@ class IntervalState:
         if self.auto:
             n_comp = min(int(self.n_comp.numpy()), self._comp_cap)
             n_comm = min(int(self.n_comm.numpy()), self.measure_syncs)
-            out.update({
-                "interval_chosen": int(self.chosen.numpy()),
-                "interval_t_comm_s": float(self.t_comm.numpy()),
-                "interval_t_comp_s": float(self.t_comp.numpy()),
-                "interval_overhead_s": float(self.overhead_s.numpy()),
-                "interval_selection_comm_s": float(self.selection_comm_s.numpy()),
-                "interval_t_comm_samples_s": [round(float(x), 6) for x in self.comm_samples.numpy()[:n_comm]],
-                "interval_t_comp_samples_s": [round(float(x), 6) for x in self.comp_samples.numpy()[:n_comp]],
-            })
+            out.update(
+                {
+                    "interval_chosen": int(self.chosen.numpy()),
+                    "interval_t_comm_s": float(self.t_comm.numpy()),
+                    "interval_t_comp_s": float(self.t_comp.numpy()),
+                    "interval_overhead_s": float(self.overhead_s.numpy()),
+                    "interval_selection_comm_s": float(self.selection_comm_s.numpy()),
+                    "interval_t_comm_samples_s": [
+                        round(float(x), 6) for x in self.comm_samples.numpy()[:n_comm]
+                    ],
+                    "interval_t_comp_samples_s": [
+                        round(float(x), 6) for x in self.comp_samples.numpy()[:n_comp]
+                    ],
+                }
+            )
         return out
 
     # ---- checkpoint --------------------------------------------------------------------------------
     def checkpoint_tensors(self) -> Dict[str, tf.Tensor]:
         out = {"interval": self.interval.read_value()}
         if self.auto:
-            out.update({"interval_chosen": self.chosen.read_value(), "interval_t_comm_s": self.t_comm.read_value(),
-                        "interval_t_comp_s": self.t_comp.read_value()})
+            out.update(
+                {
+                    "interval_chosen": self.chosen.read_value(),
+                    "interval_t_comm_s": self.t_comm.read_value(),
+                    "interval_t_comp_s": self.t_comp.read_value(),
+                }
+            )
         return out
 
     def restore_ops(self, restored: Dict[str, Any]) -> list:
@@ -186,8 +229,11 @@ class IntervalState:
         if not self.auto:
             return []
         ops = [self.interval.assign(restored["interval"])]
-        for key, var in (("interval_chosen", self.chosen), ("interval_t_comm_s", self.t_comm),
-                         ("interval_t_comp_s", self.t_comp)):
+        for key, var in (
+            ("interval_chosen", self.chosen),
+            ("interval_t_comm_s", self.t_comm),
+            ("interval_t_comp_s", self.t_comp),
+        ):
             if key in restored:
                 ops.append(var.assign(restored[key]))
         return ops

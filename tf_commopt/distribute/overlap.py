@@ -34,6 +34,7 @@ dequeues it in the graph (an asynchronous kernel: no thread is blocked while wai
 function is traced once, in the thread that traces the training step, so every worker allocates the same
 collective keys in the same order.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,8 +55,9 @@ _log = logging.getLogger("tf_commopt.distribute")
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
-def _background_loop(jobs: "_pyqueue.Queue[Optional[int]]", fn_ref: List[Any], result_queue: Any,
-                     errors: List[BaseException]) -> None:
+def _background_loop(
+    jobs: "_pyqueue.Queue[Optional[int]]", fn_ref: List[Any], result_queue: Any, errors: List[BaseException]
+) -> None:
     """The averager's thread: one traced background averaging per job; None ends it."""
     while True:
         job = jobs.get()
@@ -80,8 +82,16 @@ class OverlapAverager:
     correction state, then the averaged extras; ``grad_sums`` = the G_i rows for ``correction="gradient"``).
     """
 
-    def __init__(self, ext: Any, strategy: Any, variables: Sequence[Any], n_trainable: int, rule: str,
-                 deltas: Optional[List[List[Any]]], grad_sums: Optional[List[List[Any]]]) -> None:
+    def __init__(
+        self,
+        ext: Any,
+        strategy: Any,
+        variables: Sequence[Any],
+        n_trainable: int,
+        rule: str,
+        deltas: Optional[List[List[Any]]],
+        grad_sums: Optional[List[List[Any]]],
+    ) -> None:
         self._ext = weakref.proxy(ext)
         self._strategy = weakref.proxy(strategy)
         self.variables = list(variables)
@@ -98,8 +108,10 @@ class OverlapAverager:
         groups: Dict[tf.DType, List[int]] = {}
         for n, entry in enumerate(self._entries):
             groups.setdefault(self._entry_dtype(entry), []).append(n)
-        self._groups = [(dtype, idx, [int(self._entry_shape(self._entries[n]).num_elements()) for n in idx])
-                        for dtype, idx in groups.items()]
+        self._groups = [
+            (dtype, idx, [int(self._entry_shape(self._entries[n]).num_elements()) for n in idx])
+            for dtype, idx in groups.items()
+        ]
         self.payload_bytes = sum(sum(sizes) * dtype.size for dtype, _, sizes in self._groups)
         n_groups = len(self._groups)
         with tf.init_scope(), tf.device("/CPU:0"):
@@ -109,18 +121,27 @@ class OverlapAverager:
             snap_types = [d for d in dts for _ in range(self.n_local)] + [tf.float64]
             snap_shapes = [n for n in lens for _ in range(self.n_local)] + [[]]
             # (snapshot bufs, scale) -> (means, snapshot bufs, scale, background seconds)
-            self._snapshots = tf.queue.FIFOQueue(2, snap_types, shapes=snap_shapes,
-                                                 name="skip_correct_overlap_snapshots")
-            self._results = tf.queue.FIFOQueue(2, dts + snap_types + [tf.float64], shapes=lens + snap_shapes + [[]],
-                                               name="skip_correct_overlap_results")
+            self._snapshots = tf.queue.FIFOQueue(
+                2, snap_types, shapes=snap_shapes, name="skip_correct_overlap_snapshots"
+            )
+            self._results = tf.queue.FIFOQueue(
+                2,
+                dts + snap_types + [tf.float64],
+                shapes=lens + snap_shapes + [[]],
+                name="skip_correct_overlap_results",
+            )
         self._n_groups = n_groups
         self._errors: List[BaseException] = []
         self._jobs: "_pyqueue.Queue[Optional[int]]" = _pyqueue.Queue()
         self._fn_ref: List[Any] = [None]
         with tf.init_scope():
             self._fn_ref[0] = tf.function(self._background, autograph=False).get_concrete_function()
-        self._thread = threading.Thread(target=_background_loop, name="skip_correct_overlap", daemon=True,
-                                        args=(self._jobs, self._fn_ref, self._results, self._errors))
+        self._thread = threading.Thread(
+            target=_background_loop,
+            name="skip_correct_overlap",
+            daemon=True,
+            args=(self._jobs, self._fn_ref, self._results, self._errors),
+        )
         self._thread.start()
         weakref.finalize(self, self._jobs.put, None)
 
@@ -138,7 +159,9 @@ class OverlapAverager:
         return self.variables[j].values[i] if kind == "var" else self._grad_sums[j][i]
 
     def same_layout(self, variables: Sequence[Any]) -> bool:
-        return len(variables) == len(self.variables) and all(a is b for a, b in zip(variables, self.variables))
+        return len(variables) == len(self.variables) and all(
+            a is b for a, b in zip(variables, self.variables)
+        )
 
     # ---- background ----------------------------------------------------------------------------------
     def _background(self) -> None:
@@ -177,7 +200,7 @@ class OverlapAverager:
             vals = self._results.dequeue()
         g_n, n = self._n_groups, self.n_local
         means = vals[:g_n]
-        snaps = vals[g_n:g_n + g_n * n]
+        snaps = vals[g_n : g_n + g_n * n]
         scale = vals[g_n + g_n * n]
         bg_s = vals[g_n + g_n * n + 1]
         ops = []
@@ -208,15 +231,18 @@ class OverlapAverager:
         k (gradient). Returns (exposed seconds, background seconds of the applied mean or 0)."""
         t0 = tf.timestamp()
         with tf.control_dependencies([t0]):
-            bg_s = tf.cond(self.pending.read_value() > 0, self.apply_pending,
-                           lambda: tf.constant(0.0, tf.float64))
+            bg_s = tf.cond(
+                self.pending.read_value() > 0, self.apply_pending, lambda: tf.constant(0.0, tf.float64)
+            )
         with tf.control_dependencies([bg_s]):
             bufs = self._pack()
         with tf.device("/CPU:0"):
             enq = self._snapshots.enqueue(bufs + [tf.cast(scale, tf.float64)])
         resets = []
         with tf.control_dependencies([enq]):
-            if self._grad_sums is not None:  # S_i travelled with the snapshot: G_i starts the next period at 0
+            if (
+                self._grad_sums is not None
+            ):  # S_i travelled with the snapshot: G_i starts the next period at 0
                 for row in self._grad_sums:
                     for c in row:
                         with tf.device(c.device):
@@ -234,8 +260,9 @@ class OverlapAverager:
         for dtype, idx, _ in self._groups:
             for i in range(self.n_local):
                 with tf.device(self._devices[i]):
-                    parts = [tf.reshape(self._entry_component(self._entries[m], i).read_value(), [-1])
-                             for m in idx]
+                    parts = [
+                        tf.reshape(self._entry_component(self._entries[m], i).read_value(), [-1]) for m in idx
+                    ]
                     out.append(tf.concat(parts, 0) if len(parts) > 1 else tf.identity(parts[0]))
         return out
 
@@ -245,7 +272,10 @@ class OverlapAverager:
         if int(self.pending.numpy()) == 0:
             return None
         if self._errors:
-            raise InputError(f"the background averaging failed: {self._errors[0]}", where="SkipCorrectStrategy(overlap=True)")
+            raise InputError(
+                f"the background averaging failed: {self._errors[0]}",
+                where="SkipCorrectStrategy(overlap=True)",
+            )
         return float(self.apply_pending().numpy())
 
 

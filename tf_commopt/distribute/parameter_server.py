@@ -49,6 +49,7 @@ finish raises ClusterError with one line saying which (a lost ps task: named, wi
 round; ``save(dir)`` between rounds and ``restore_latest(dir)`` on a fresh cluster resume exactly).
 See docs/parameter_server.md, "Worker and ps failures".
 """
+
 from __future__ import annotations
 
 import json
@@ -69,19 +70,37 @@ import tensorflow as tf  # noqa: E402
 from tf_commopt._compat import keras_all_layers, unblock_coordinator_exit
 from tf_commopt.core.interval import FirstIterationPolicy
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env
-from tf_commopt.distribute.correction import (CORRECTIONS, gradient_delta, resolve_correction, validate_correction,
-                                              validate_correction_lr, vrl_delta_update)
+from tf_commopt.distribute.correction import (
+    CORRECTIONS,
+    gradient_delta,
+    resolve_correction,
+    validate_correction,
+    validate_correction_lr,
+    vrl_delta_update,
+)
 from tf_commopt.distribute.ps_rules import UpdateRule, sgd_rule, update_rule
 from tf_commopt.distribute.ps_serve import _reachable, serve, serve_unless_chief
 from tf_commopt.errors import ClusterError, InputError
 
-__all__ = ["serve", "serve_unless_chief", "array_batch_fn", "ParameterServerSkipCorrect", "CORRECTIONS", "trainer_for",
-           "UpdateRule"]
+__all__ = [
+    "serve",
+    "serve_unless_chief",
+    "array_batch_fn",
+    "ParameterServerSkipCorrect",
+    "CORRECTIONS",
+    "trainer_for",
+    "UpdateRule",
+]
 
 
 # --------------------------------------------------------------------------------------------------- data
-def array_batch_fn(x: np.ndarray, y: np.ndarray, num_shards: int, batch_size: int,
-                   shard_indices: Optional[Sequence[Sequence[int]]] = None) -> Callable:
+def array_batch_fn(
+    x: np.ndarray,
+    y: np.ndarray,
+    num_shards: int,
+    batch_size: int,
+    shard_indices: Optional[Sequence[Sequence[int]]] = None,
+) -> Callable:
     """A ``batch_fn(shard, step) -> (x, y)`` over in-memory arrays, evaluated on the worker.
 
     Example:
@@ -98,13 +117,17 @@ def array_batch_fn(x: np.ndarray, y: np.ndarray, num_shards: int, batch_size: in
     if len(x) != len(y):
         raise InputError(f"x has {len(x)} rows but y has {len(y)}", where="array_batch_fn")
     if not isinstance(num_shards, int) or num_shards < 1 or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"num_shards and batch_size must be positive integers, got {num_shards!r}, {batch_size!r}",
-                         where="array_batch_fn")
+        raise InputError(
+            f"num_shards and batch_size must be positive integers, got {num_shards!r}, {batch_size!r}",
+            where="array_batch_fn",
+        )
     if shard_indices is None:
         shard_indices = [np.arange(i, len(x), num_shards) for i in range(num_shards)]
     elif len(shard_indices) != num_shards:
-        raise InputError(f"shard_indices has {len(shard_indices)} shards, num_shards is {num_shards}",
-                         where="array_batch_fn")
+        raise InputError(
+            f"shard_indices has {len(shard_indices)} shards, num_shards is {num_shards}",
+            where="array_batch_fn",
+        )
     n = min(len(ix) for ix in shard_indices) if num_shards else 0
     if n < 1:
         raise InputError(f"{len(x)} rows cannot fill {num_shards} shards", where="array_batch_fn")
@@ -118,7 +141,9 @@ def array_batch_fn(x: np.ndarray, y: np.ndarray, num_shards: int, batch_size: in
         if consts[0] is not graph:  # one copy per traced function, however many local steps use it
             consts[:] = [graph, tf.constant(xs), tf.constant(ys)]  # traced in: shipped with the function
         cx, cy = consts[1], consts[2]
-        rows = tf.math.floormod(tf.cast(step, tf.int64) * batch_size + tf.range(batch_size, dtype=tf.int64), n)
+        rows = tf.math.floormod(
+            tf.cast(step, tf.int64) * batch_size + tf.range(batch_size, dtype=tf.int64), n
+        )
         return tf.gather(cx[shard], rows), tf.gather(cy[shard], rows)
 
     batch_fn.num_shards = num_shards  # type: ignore[attr-defined]
@@ -137,8 +162,11 @@ def _weight_slots(model) -> List[Tuple[Any, str]]:
                 slots[k] = (layer, attr)
     missing = [model.trainable_variables[k].name for k, s in enumerate(slots) if s is None]
     if missing:
-        raise InputError(f"variable {missing[0]} is not a plain layer attribute; pass variables= and loss_fn= "
-                         "(a function of the weight tensors) instead of a Keras model", where="compile")
+        raise InputError(
+            f"variable {missing[0]} is not a plain layer attribute; pass variables= and loss_fn= "
+            "(a function of the weight tensors) instead of a Keras model",
+            where="compile",
+        )
     return slots  # type: ignore[return-value]
 
 
@@ -157,7 +185,9 @@ def _keras_forward(model, loss, metrics: Sequence[Tuple[str, Callable]] = ()) ->
             for (layer, attr), v in zip(slots, saved):
                 object.__setattr__(layer, attr, v)
         # a Keras Loss object refuses AUTO reduction under a strategy: take its per-example values
-        per_example = loss.call(y, pred) if hasattr(loss, "call") and hasattr(loss, "reduction") else loss(y, pred)
+        per_example = (
+            loss.call(y, pred) if hasattr(loss, "call") and hasattr(loss, "reduction") else loss(y, pred)
+        )
         values = [tf.reduce_mean(tf.cast(tf.stop_gradient(fn(y, pred)), tf.float64)) for _, fn in metrics]
         return tf.reduce_mean(per_example), tf.stack(values) if values else tf.zeros([0], tf.float64)
 
@@ -205,13 +235,18 @@ def _wait_for_tasks(tfc: TFConfig, timeout_s: float) -> None:
     """Wait until every worker and ps task listens (TensorFlow would block without saying on what)."""
     end = time.monotonic() + timeout_s
     while True:
-        down = [f"{job} {i} ({a})" for job in ("ps", "worker") for i, a in enumerate(tfc.cluster.get(job, []))
-                if not _reachable(a)]
+        down = [
+            f"{job} {i} ({a})"
+            for job in ("ps", "worker")
+            for i, a in enumerate(tfc.cluster.get(job, []))
+            if not _reachable(a)
+        ]
         if not down:
             return
         if time.monotonic() > end:
-            raise ClusterError(f"cluster tasks not listening after {timeout_s:g} s (connect_timeout_s): "
-                               f"{', '.join(down)}")
+            raise ClusterError(
+                f"cluster tasks not listening after {timeout_s:g} s (connect_timeout_s): {', '.join(down)}"
+            )
         time.sleep(0.5)
 
 
@@ -240,26 +275,41 @@ class ParameterServerSkipCorrect:
             strategy from TF_CONFIG (ClusterError naming the missing tasks otherwise).
     """
 
-    def __init__(self, interval: Union[int, str] = 4, correction: str = "auto", learning_rate: Optional[float] = None,
-                 momentum: Optional[float] = None, strategy=None, round_timeout_s: float = 120.0,
-                 connect_timeout_s: float = 300.0, correction_lr: str = "effective", target_ratio: float = 1.0,
-                 max_interval: int = 256, probe_rounds: int = 3):
+    def __init__(
+        self,
+        interval: Union[int, str] = 4,
+        correction: str = "auto",
+        learning_rate: Optional[float] = None,
+        momentum: Optional[float] = None,
+        strategy=None,
+        round_timeout_s: float = 120.0,
+        connect_timeout_s: float = 300.0,
+        correction_lr: str = "effective",
+        target_ratio: float = 1.0,
+        max_interval: int = 256,
+        probe_rounds: int = 3,
+    ):
         self._auto: Optional[FirstIterationPolicy] = None
         if interval == "auto":  # H = 1 rounds first; then H from their measured comm / compute times
             if isinstance(probe_rounds, bool) or not isinstance(probe_rounds, int) or probe_rounds < 2:
                 raise InputError(f"must be an integer >= 2, got {probe_rounds!r}", where="probe_rounds")
-            self._auto = FirstIterationPolicy(target_ratio=target_ratio, max_interval=max_interval,
-                                              warmup_steps=1)
+            self._auto = FirstIterationPolicy(
+                target_ratio=target_ratio, max_interval=max_interval, warmup_steps=1
+            )
             self.probe_rounds = probe_rounds
             interval = 1
         elif isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise InputError(f"must be an integer >= 1 or 'auto', got {interval!r}", where="interval")
         validate_correction(correction)
-        if learning_rate is not None and (isinstance(learning_rate, bool) or not isinstance(
-                learning_rate, (int, float)) or not learning_rate > 0):
+        if learning_rate is not None and (
+            isinstance(learning_rate, bool)
+            or not isinstance(learning_rate, (int, float))
+            or not learning_rate > 0
+        ):
             raise InputError(f"must be a number > 0, got {learning_rate!r}", where="learning_rate")
-        if momentum is not None and (isinstance(momentum, bool) or not isinstance(momentum, (int, float))
-                                     or not 0 <= momentum < 1):
+        if momentum is not None and (
+            isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 <= momentum < 1
+        ):
             raise InputError(f"must be in [0, 1), got {momentum!r}", where="momentum")
         self._sgd_args = (learning_rate, momentum)  # the SGD rule of compile() without an optimizer
         self._correction_arg = correction  # "auto" is resolved by compile(), from the optimizer
@@ -267,8 +317,10 @@ class ParameterServerSkipCorrect:
         if strategy is None:
             tfc = tf_config_from_env()
             if tfc is None or not tfc.num_ps or tfc.task_type != "chief":
-                raise InputError("ParameterServerSkipCorrect runs on the chief of a TF_CONFIG cluster with ps tasks",
-                                 where="TF_CONFIG")
+                raise InputError(
+                    "ParameterServerSkipCorrect runs on the chief of a TF_CONFIG cluster with ps tasks",
+                    where="TF_CONFIG",
+                )
             _wait_for_tasks(tfc, connect_timeout_s)
             resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
             strategy = tf.distribute.ParameterServerStrategy(resolver)
@@ -295,10 +347,17 @@ class ParameterServerSkipCorrect:
         return self.strategy.scope()
 
     # ------------------------------------------------------------------------------------------ build
-    def compile(self, model=None, loss: Optional[Callable] = None, batch_fn: Optional[Callable] = None,
-                num_shards: Optional[int] = None, variables: Optional[Sequence] = None,
-                loss_fn: Optional[Callable] = None, optimizer: Any = None,
-                metrics: Optional[Sequence[Tuple[str, Callable]]] = None) -> None:
+    def compile(
+        self,
+        model=None,
+        loss: Optional[Callable] = None,
+        batch_fn: Optional[Callable] = None,
+        num_shards: Optional[int] = None,
+        variables: Optional[Sequence] = None,
+        loss_fn: Optional[Callable] = None,
+        optimizer: Any = None,
+        metrics: Optional[Sequence[Tuple[str, Callable]]] = None,
+    ) -> None:
         """Set up the round function. Either a tf-keras ``model`` (built in ``scope()``) and
         ``loss(y_true, y_pred)``, or ``variables`` (made in ``scope()``) and ``loss_fn(params, x, y)``.
         ``batch_fn(shard, step) -> (x, y)`` runs on the worker (or a data source with ``open(shard, step0)``,
@@ -313,18 +372,28 @@ class ParameterServerSkipCorrect:
             import tf_keras
 
             if not isinstance(model, tf_keras.Model):
-                raise InputError(f"model must be a tf-keras model (import tf_keras, or TF_USE_LEGACY_KERAS=1 before "
-                                 f"tensorflow), got {type(model).__module__}.{type(model).__name__}; Keras 3 does "
-                                 "not work under ParameterServerStrategy", where="compile")
+                raise InputError(
+                    f"model must be a tf-keras model (import tf_keras, or TF_USE_LEGACY_KERAS=1 before "
+                    f"tensorflow), got {type(model).__module__}.{type(model).__name__}; Keras 3 does "
+                    "not work under ParameterServerStrategy",
+                    where="compile",
+                )
             if loss is None:
                 raise InputError("a Keras model needs loss=", where="compile")
-            if model.losses:  # kernel/activity regularizers: their terms read the variables, not the local copies
-                raise InputError(f"models with regularization losses ({len(model.losses)}) are not supported by the "
-                                 "parameter-server variant; drop the regularizers or add the term to the loss",
-                                 where="compile")
+            if (
+                model.losses
+            ):  # kernel/activity regularizers: their terms read the variables, not the local copies
+                raise InputError(
+                    f"models with regularization losses ({len(model.losses)}) are not supported by the "
+                    "parameter-server variant; drop the regularizers or add the term to the loss",
+                    where="compile",
+                )
             if model.non_trainable_weights:
-                raise InputError(f"non-trainable weights ({model.non_trainable_weights[0].name}) are not supported "
-                                 "by the parameter-server variant", where="compile")
+                raise InputError(
+                    f"non-trainable weights ({model.non_trainable_weights[0].name}) are not supported "
+                    "by the parameter-server variant",
+                    where="compile",
+                )
             variables = list(model.trainable_variables)
             forward = _keras_forward(model, loss, list(metrics or ()))
         elif variables is not None and loss_fn is not None:
@@ -337,22 +406,29 @@ class ParameterServerSkipCorrect:
         else:
             raise InputError("pass model= and loss=, or variables= and loss_fn=", where="compile")
         if batch_fn is None:
-            raise InputError("batch_fn= is required (e.g. array_batch_fn(x, y, num_shards, batch_size))",
-                             where="compile")
+            raise InputError(
+                "batch_fn= is required (e.g. array_batch_fn(x, y, num_shards, batch_size))", where="compile"
+            )
         k = num_shards or getattr(batch_fn, "num_shards", None) or self.num_workers
         if not isinstance(k, int) or k < 1:
             raise InputError(f"num_shards must be a positive integer, got {k!r}", where="compile")
         if optimizer is not None:
             if self._sgd_args != (None, None):
-                raise InputError("pass learning_rate and momentum in the optimizer, not to ParameterServerSkipCorrect "
-                                 "as well", where="optimizer")
+                raise InputError(
+                    "pass learning_rate and momentum in the optimizer, not to ParameterServerSkipCorrect "
+                    "as well",
+                    where="optimizer",
+                )
             rule = update_rule(optimizer)
         else:
             lr0, mu0 = self._sgd_args
             rule = sgd_rule(0.05 if lr0 is None else lr0, 0.0 if mu0 is None else mu0)
         if self._compiled:
-            raise InputError("this trainer is compiled already; build a new ParameterServerSkipCorrect for another "
-                             "model (set_data() changes the data)", where="compile")
+            raise InputError(
+                "this trainer is compiled already; build a new ParameterServerSkipCorrect for another "
+                "model (set_data() changes the data)",
+                where="compile",
+            )
         self.rule = rule
         self.learning_rate = rule.constant_lr  # None with a schedule
         self.momentum = rule.momentum
@@ -362,25 +438,39 @@ class ParameterServerSkipCorrect:
         self.metric_names = [name for name, _ in (metrics or ())]
         mu, vrl, grad_corr = rule.momentum, self.correction == "vrl", self.correction == "gradient"
         # H = 1 plain SGD / momentum with a constant lr: the workers push g_i and the ps finishes the step
-        self._ps_finish = (rule.name == "SGD" and not rule.nesterov and rule.schedule is None
-                           and self.correction in ("none", "vrl"))
+        self._ps_finish = (
+            rule.name == "SGD"
+            and not rule.nesterov
+            and rule.schedule is None
+            and self.correction in ("none", "vrl")
+        )
         self._eff = 1.0 / (1.0 - mu) if self.correction_lr == "effective" else 1.0  # vrl: lr' = lr x eff
 
         def per_shard(v, name, init=0.0):
             with tf.device(v.device):
-                return tf.Variable(tf.fill([k] + v.shape.as_list(), tf.cast(init, v.dtype)), trainable=False,
-                                   name=f"{name}_{v.name.split(':')[0].replace('/', '_')}")
+                return tf.Variable(
+                    tf.fill([k] + v.shape.as_list(), tf.cast(init, v.dtype)),
+                    trainable=False,
+                    name=f"{name}_{v.name.split(':')[0].replace('/', '_')}",
+                )
 
         with self.strategy.scope():
             self._slots = [per_shard(v, "delta_slot") for v in variables]
             self._corr = [per_shard(v, "correction") for v in variables] if vrl or grad_corr else []
             self._gsum = [per_shard(v, "grad_sum") for v in variables] if grad_corr else []
             # per optimizer slot (SGD: momentum; Adam: m, v; ...) one [K, ...] variable per model variable
-            self._opt = [[per_shard(v, name, init) for v in variables] for name, init in zip(rule.slots, rule.slot_init)]
+            self._opt = [
+                [per_shard(v, name, init) for v in variables]
+                for name, init in zip(rule.slots, rule.slot_init)
+            ]
             # closures write their slots here, never into _opt, which they read: a closure re-run after a worker
             # died half-way through its writes reads the same slots again (idempotent); apply() copies
-            need_out = bool(rule.slots) and (self.interval > 1 or self._auto is not None or not self._ps_finish)
-            self._opt_out = [[per_shard(v, name + "_out") for v in variables] for name in rule.slots] if need_out else []
+            need_out = bool(rule.slots) and (
+                self.interval > 1 or self._auto is not None or not self._ps_finish
+            )
+            self._opt_out = (
+                [[per_shard(v, name + "_out") for v in variables] for name in rule.slots] if need_out else []
+            )
         self._mom = self._opt[0] if rule.name == "SGD" and rule.slots else []  # SGD's v_i (ps-finish path)
         self.param_bytes = int(sum(v.shape.num_elements() * v.dtype.size for v in variables))
         self._set_source(batch_fn)
@@ -427,8 +517,11 @@ class ParameterServerSkipCorrect:
                 @tf.function(autograph=False)  # explicit tf.while_loop; AutoGraph could not convert it anyway
                 def closure(shard, step0, nsteps):
                     x0 = [tf.identity(v) for v in variables]  # pull x from the ps
-                    corr = ([tf.gather(c, shard) for c in self._corr] if self._corr and local
-                            else [tf.zeros_like(p) for p in x0])
+                    corr = (
+                        [tf.gather(c, shard) for c in self._corr]
+                        if self._corr and local
+                        else [tf.zeros_like(p) for p in x0]
+                    )
                     slots = [[tf.gather(s, shard) for s in per_var] for per_var in self._opt] if local else []
                     flat = [s for per_var in slots for s in per_var]
                     with tf.control_dependencies(x0 + corr + flat):
@@ -436,6 +529,7 @@ class ParameterServerSkipCorrect:
                     batches = source.open(shard if fixed_shard is None else fixed_shard, step0)
                     xs = [tf.identity(p) for p in x0]
                     gsum = [tf.zeros_like(p) for p in x0] if grad_corr else []
+
                     # slots as [slot][var] -> per var lists for the rule
                     def local_step(j, xs, slots, gsum, loss_sum):
                         bx, by = batches(j)
@@ -446,7 +540,9 @@ class ParameterServerSkipCorrect:
                         loss_sum = loss_sum + tf.concat([tf.cast(loss_v, tf.float64)[None], mvals], 0)
                         if not local:
                             return j + 1, grads, slots, gsum, loss_sum
-                        step = step0 + tf.cast(j, tf.int64)  # global step before this one (optimizer.iterations)
+                        step = step0 + tf.cast(
+                            j, tf.int64
+                        )  # global step before this one (optimizer.iterations)
                         lr = rule.lr(step)
                         new_xs, new_slots = [], [[] for _ in range(n_slots)]
                         for v, (p, g, c) in enumerate(zip(xs, grads, corr)):
@@ -459,14 +555,21 @@ class ParameterServerSkipCorrect:
                         return j + 1, new_xs, new_slots, gsum, loss_sum
 
                     loss_sum = tf.zeros([1 + n_metrics], tf.float64)  # the loss, then each metric
-                    if local:  # a loop, not H unrolled copies: tracing (and a new H's re-trace) does not grow with H
+                    if (
+                        local
+                    ):  # a loop, not H unrolled copies: tracing (and a new H's re-trace) does not grow with H
                         _, xs, slots, gsum, loss_sum = tf.while_loop(
-                            lambda j, *_: j < nsteps, local_step, (tf.constant(0), xs, slots, gsum, loss_sum),
-                            maximum_iterations=h)
+                            lambda j, *_: j < nsteps,
+                            local_step,
+                            (tf.constant(0), xs, slots, gsum, loss_sum),
+                            maximum_iterations=h,
+                        )
                         xs, slots, gsum = list(xs), [list(s) for s in slots], list(gsum)
                     else:
                         _, xs, slots, gsum, loss_sum = local_step(tf.constant(0), xs, slots, gsum, loss_sum)
-                    pushed = [p - q for p, q in zip(xs, x0)] if local else xs  # s_i (local) or g_i (ps finishes)
+                    pushed = (
+                        [p - q for p, q in zip(xs, x0)] if local else xs
+                    )  # s_i (local) or g_i (ps finishes)
                     flat = [s for per_var in slots for s in per_var]
                     with tf.control_dependencies(pushed + flat + gsum):
                         t1 = tf.timestamp()
@@ -475,10 +578,14 @@ class ParameterServerSkipCorrect:
                         return var.scatter_update(tf.IndexedSlices(value[None], shard[None]))
 
                     writes = [put(s, d) for s, d in zip(self._slots, pushed)]
-                    writes += [put(o, b) for outs, news in zip(self._opt_out, slots) for o, b in zip(outs, news)]
+                    writes += [
+                        put(o, b) for outs, news in zip(self._opt_out, slots) for o, b in zip(outs, news)
+                    ]
                     writes += [put(o, b) for o, b in zip(self._gsum, gsum)]
                     with tf.control_dependencies(writes):
-                        worker = tf.identity(tf.distribute.coordinator.experimental_get_current_worker_index())
+                        worker = tf.identity(
+                            tf.distribute.coordinator.experimental_get_current_worker_index()
+                        )
                     return worker, t1 - t0, loss_sum / tf.cast(nsteps, tf.float64)
 
                 return closure
@@ -489,16 +596,24 @@ class ParameterServerSkipCorrect:
                 for idx, v in enumerate(variables):
                     with tf.device(v.device):  # on the ps that holds v
                         sv = self._slots[idx].read_value()
-                        if sync_rule:  # the slots hold g_i: x <- U(x, mean_i g_i, slots, lr_s0, s0 + 1) on the ps
-                            x_new, new = rule.apply(v.read_value(), tf.reduce_mean(sv, axis=0),
-                                                    [per_var[idx][0] for per_var in self._opt], rule.lr(step0),
-                                                    step0 + 1)
+                        if (
+                            sync_rule
+                        ):  # the slots hold g_i: x <- U(x, mean_i g_i, slots, lr_s0, s0 + 1) on the ps
+                            x_new, new = rule.apply(
+                                v.read_value(),
+                                tf.reduce_mean(sv, axis=0),
+                                [per_var[idx][0] for per_var in self._opt],
+                                rule.lr(step0),
+                                step0 + 1,
+                            )
                             for per_var, value in zip(self._opt, new):
                                 per_var[idx].assign(tf.broadcast_to(value[None], tf.shape(per_var[idx])))
                             v.assign(x_new)
                             continue
                         if local:
-                            for outs, ins in zip(self._opt_out, self._opt):  # the closures' slots become the next round's
+                            for outs, ins in zip(
+                                self._opt_out, self._opt
+                            ):  # the closures' slots become the next round's
                                 ins[idx].assign(outs[idx].read_value())
                         else:  # the slots hold g_i: finish the local (SGD) step here, s_i = x_i - x
                             step = sv - self._corr[idx].read_value() if self._corr else sv
@@ -510,26 +625,39 @@ class ParameterServerSkipCorrect:
                                 sv = -const_lr * step
                         mean = tf.reduce_mean(sv, axis=0)
                         v.assign_add(mean)
-                        if vrl:  # D_i += (x_bar - x_i) / (sum of lr' over the round), x_bar - x_i = mean - s_i
+                        if (
+                            vrl
+                        ):  # D_i += (x_bar - x_i) / (sum of lr' over the round), x_bar - x_i = mean - s_i
                             c = self._corr[idx]
-                            c.assign(vrl_delta_update(c.read_value(), mean[None], sv, tf.cast(m, v.dtype),
-                                                      tf.cast(lr_sum * self._eff / m, v.dtype)))
+                            c.assign(
+                                vrl_delta_update(
+                                    c.read_value(),
+                                    mean[None],
+                                    sv,
+                                    tf.cast(m, v.dtype),
+                                    tf.cast(lr_sum * self._eff / m, v.dtype),
+                                )
+                            )
                         elif grad_corr:  # D_i = (G_i - mean_j G_j) / m  (sum_i D_i = 0)
                             gs = self._gsum[idx].read_value()
-                            self._corr[idx].assign(gradient_delta(gs, tf.reduce_mean(gs, axis=0)[None],
-                                                                  tf.cast(m, v.dtype)))
+                            self._corr[idx].assign(
+                                gradient_delta(gs, tf.reduce_mean(gs, axis=0)[None], tf.cast(m, v.dtype))
+                            )
                 return tf.constant(0)
 
             shards = list(range(k)) if getattr(source, "per_shard", False) else [None]
             closures = [make_closure(s) for s in shards]
             self._closures, self._apply = closures, apply
-            t0 = time.perf_counter()  # trace now, so the first round's time is shipping + running, not tracing
+            t0 = (
+                time.perf_counter()
+            )  # trace now, so the first round's time is shipping + running, not tracing
             spec = (tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int32))
             with self.strategy.scope():
                 for c in closures:
                     c.get_concrete_function(*spec)
-            apply.get_concrete_function(tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
-                                        tf.TensorSpec([], tf.int64))
+            apply.get_concrete_function(
+                tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int64)
+            )
             self.trace_s = time.perf_counter() - t0
 
         return trace
@@ -550,8 +678,14 @@ class ParameterServerSkipCorrect:
         if th.is_alive():
             down = self._unreachable_tasks()
             self._raise_if_ps_lost(what, down)
-            why = f"unreachable: {', '.join(down)}" if down else "no live worker could run it, or a ps task is gone"
-            raise ClusterError(f"{what} did not finish within {self.round_timeout_s:g} s (round_timeout_s); {why}")
+            why = (
+                f"unreachable: {', '.join(down)}"
+                if down
+                else "no live worker could run it, or a ps task is gone"
+            )
+            raise ClusterError(
+                f"{what} did not finish within {self.round_timeout_s:g} s (round_timeout_s); {why}"
+            )
         if errs:
             e = errs[0]
             down = self._unreachable_tasks()
@@ -563,15 +697,21 @@ class ParameterServerSkipCorrect:
     def _raise_if_ps_lost(self, what: str, down: List[str]) -> None:
         ps = [d for d in down if d.startswith("ps ")]
         if ps:
-            raise ClusterError(f"{what} failed: parameter-server task {', '.join(ps)} is gone; the global model and "
-                               f"corrections lived there, so training stops (last completed round: {self.rounds}); "
-                               "restart the cluster and resume from the last save() (restore_latest(), or "
-                               "experiments.train --backup_dir)") from None
+            raise ClusterError(
+                f"{what} failed: parameter-server task {', '.join(ps)} is gone; the global model and "
+                f"corrections lived there, so training stops (last completed round: {self.rounds}); "
+                "restart the cluster and resume from the last save() (restore_latest(), or "
+                "experiments.train --backup_dir)"
+            ) from None
 
     def _unreachable_tasks(self) -> List[str]:
         spec = self._cluster_spec()
-        return [f"{job} {i} ({a})" for job in ("ps", "worker") for i, a in enumerate(spec.get(job, []))
-                if not _reachable(a)]
+        return [
+            f"{job} {i} ({a})"
+            for job in ("ps", "worker")
+            for i, a in enumerate(spec.get(job, []))
+            if not _reachable(a)
+        ]
 
     def run_round(self, steps: Optional[int] = None) -> Dict[str, Any]:
         """One round: K closures (H local steps each, or ``steps`` <= H: e.g. the last round of an epoch),
@@ -581,15 +721,21 @@ class ParameterServerSkipCorrect:
             raise InputError("call compile() before run_round()", where="ParameterServerSkipCorrect")
         m = self.interval if steps is None else steps
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= self.interval:
-            raise InputError(f"must be an integer in [1, interval={self.interval}], got {steps!r}", where="steps")
+            raise InputError(
+                f"must be an integer in [1, interval={self.interval}], got {steps!r}", where="steps"
+            )
         m = int(m)
         lr_sum = tf.constant(self.rule.lr_sum(self.steps_done, m), tf.float32)  # the vrl update's sum of lr
         t0 = time.perf_counter()
         step0 = tf.constant(self.steps_done, tf.int64)  # batch (shard i, step t) is fixed: t = step0 + j
         nsteps = tf.constant(m, tf.int32)
         closures = self._closures
-        rvs = [self.coordinator.schedule(closures[i % len(closures)], args=(tf.constant(i, tf.int32), step0, nsteps))
-               for i in range(self.num_shards)]
+        rvs = [
+            self.coordinator.schedule(
+                closures[i % len(closures)], args=(tf.constant(i, tf.int32), step0, nsteps)
+            )
+            for i in range(self.num_shards)
+        ]
         self._join(f"round {self.rounds}")
         outs = [rv.fetch() for rv in rvs]
         t1 = time.perf_counter()
@@ -597,16 +743,24 @@ class ParameterServerSkipCorrect:
         t2 = time.perf_counter()
         compute = max(float(o[1]) for o in outs)
         means = np.mean([np.asarray(o[2]) for o in outs], axis=0)  # [loss, metrics...], mean over the shards
-        rec = {"round": self.rounds, "loss": float(means[0]),
-               "metrics": {n: float(v) for n, v in zip(self.metric_names, means[1:])},
-               "workers": [int(o[0]) for o in outs], "compute_s": compute,
-               "comm_s": max(0.0, (t1 - t0) - compute) + (t2 - t1), "bytes": self.bytes_per_round,
-               "interval": self.interval, "steps": m}
+        rec = {
+            "round": self.rounds,
+            "loss": float(means[0]),
+            "metrics": {n: float(v) for n, v in zip(self.metric_names, means[1:])},
+            "workers": [int(o[0]) for o in outs],
+            "compute_s": compute,
+            "comm_s": max(0.0, (t1 - t0) - compute) + (t2 - t1),
+            "bytes": self.bytes_per_round,
+            "interval": self.interval,
+            "steps": m,
+        }
         back = sorted(self.lost_workers & set(rec["workers"]))
         if back:  # a restarted worker: TensorFlow's coordinator reconnected it; it pulled x like any worker
             self.lost_workers -= set(back)
             self.rejoined_workers.extend(back)
-            sys.stderr.write(f"tf_commopt: round {rec['round']}: worker(s) {back} are back and ran shards again\n")
+            sys.stderr.write(
+                f"tf_commopt: round {rec['round']}: worker(s) {back} are back and ran shards again\n"
+            )
             sys.stderr.flush()
         idle = sorted(set(range(self.num_workers)) - set(rec["workers"]))
         if idle and self.num_shards >= self.num_workers:
@@ -625,7 +779,7 @@ class ParameterServerSkipCorrect:
         """interval="auto": H = round(t_comm / (target_ratio x t_comp)) (tf_commopt.core.interval, thesis 001)
         from the median communication time per round and the median local-step time of the H = 1 probe
         rounds after the first (which also ships the function); then re-trace the round functions."""
-        probe = self.history[1:self.probe_rounds]
+        probe = self.history[1 : self.probe_rounds]
         t_comm = float(np.median([r["comm_s"] for r in probe]))
         t_comp = float(np.median([r["compute_s"] for r in probe]))
         t0 = time.perf_counter()
@@ -634,12 +788,16 @@ class ParameterServerSkipCorrect:
             self.interval = h
             self._trace(h)
         self._auto.overhead_s += time.perf_counter() - t0
-        sys.stderr.write(f"tf_commopt: interval auto: t_comm {t_comm * 1e3:.1f} ms per round, t_comp "
-                         f"{t_comp * 1e3:.2f} ms per step -> H = {h} from round {self.rounds}\n")
+        sys.stderr.write(
+            f"tf_commopt: interval auto: t_comm {t_comm * 1e3:.1f} ms per round, t_comp "
+            f"{t_comp * 1e3:.2f} ms per step -> H = {h} from round {self.rounds}\n"
+        )
         sys.stderr.flush()
 
     def _cluster_spec(self) -> Dict[str, List[str]]:
-        resolver = getattr(self.strategy, "_cluster_resolver", None)  # PSS.cluster_resolver is None in TF 2.21
+        resolver = getattr(
+            self.strategy, "_cluster_resolver", None
+        )  # PSS.cluster_resolver is None in TF 2.21
         try:
             spec = resolver.cluster_spec()
             return {job: list(spec.job_tasks(job)) for job in spec.jobs}
@@ -658,13 +816,17 @@ class ParameterServerSkipCorrect:
             if w in self.lost_workers or w >= len(addrs) or _reachable(addrs[w]):
                 continue
             self.lost_workers.add(w)
-            sys.stderr.write(f"tf_commopt: round {rec['round']}: worker {w} ({addrs[w]}) is unreachable; its "
-                             f"shards ran on worker(s) {sorted(set(rec['workers']))} (TensorFlow's coordinator "
-                             "re-ran them; the round result is unchanged)\n")
+            sys.stderr.write(
+                f"tf_commopt: round {rec['round']}: worker {w} ({addrs[w]}) is unreachable; its "
+                f"shards ran on worker(s) {sorted(set(rec['workers']))} (TensorFlow's coordinator "
+                "re-ran them; the round result is unchanged)\n"
+            )
             sys.stderr.flush()
         rec["lost_workers"] = sorted(self.lost_workers)
 
-    def train(self, rounds: int, log: Optional[Callable[[Dict[str, Any]], None]] = None) -> List[Dict[str, Any]]:
+    def train(
+        self, rounds: int, log: Optional[Callable[[Dict[str, Any]], None]] = None
+    ) -> List[Dict[str, Any]]:
         """``rounds`` x ``run_round()``; ``log(record)`` after each."""
         out = []
         for _ in range(rounds):
@@ -676,8 +838,10 @@ class ParameterServerSkipCorrect:
 
     # ------------------------------------------------------------------------------------ checkpoints
     def _checkpoint(self):
-        slots = {("momentum" if self.rule.name == "SGD" else f"slot_{name}"): list(per_var)
-                 for name, per_var in zip(self.rule.slots, self._opt)}  # SGD: the key of earlier versions
+        slots = {
+            ("momentum" if self.rule.name == "SGD" else f"slot_{name}"): list(per_var)
+            for name, per_var in zip(self.rule.slots, self._opt)
+        }  # SGD: the key of earlier versions
         return tf.train.Checkpoint(variables=list(self.variables), corrections=list(self._corr), **slots)
 
     def save(self, directory: str, keep: int = 2) -> str:
@@ -694,15 +858,26 @@ class ParameterServerSkipCorrect:
         if not self._compiled:
             raise InputError("call compile() before save()", where="ParameterServerSkipCorrect")
         os.makedirs(directory, exist_ok=True)
-        tmp, final = os.path.join(directory, f".tmp-round-{self.rounds}"), os.path.join(directory, f"round-{self.rounds}")
+        tmp, final = (
+            os.path.join(directory, f".tmp-round-{self.rounds}"),
+            os.path.join(directory, f"round-{self.rounds}"),
+        )
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
         self._checkpoint().write(os.path.join(tmp, "ckpt"))
         with open(os.path.join(tmp, "round.json"), "w", encoding="utf-8") as f:
-            json.dump({"rounds": self.rounds, "steps": self.steps_done, "interval": self.interval,
-                       "auto": self._auto is not None, "correction": self.correction,
-                       "optimizer": self.rule.name}, f)
+            json.dump(
+                {
+                    "rounds": self.rounds,
+                    "steps": self.steps_done,
+                    "interval": self.interval,
+                    "auto": self._auto is not None,
+                    "correction": self.correction,
+                    "optimizer": self.rule.name,
+                },
+                f,
+            )
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         for old in _saved_rounds(directory)[:-keep]:
@@ -728,18 +903,26 @@ class ParameterServerSkipCorrect:
                 meta = json.load(f)
             auto = self._auto is not None
             if meta.get("optimizer", "SGD") != self.rule.name:
-                raise ValueError(f"saved with optimizer {meta.get('optimizer', 'SGD')}; this run has {self.rule.name}")
+                raise ValueError(
+                    f"saved with optimizer {meta.get('optimizer', 'SGD')}; this run has {self.rule.name}"
+                )
             if (bool(meta.get("auto")), meta["correction"]) != (auto, self.correction) or (
-                    not auto and meta["interval"] != self.interval):
-                raise ValueError(f"saved with interval {'auto' if meta.get('auto') else meta['interval']}, "
-                                 f"correction {meta['correction']}; this run has "
-                                 f"{'auto' if auto else self.interval}, {self.correction}")
+                not auto and meta["interval"] != self.interval
+            ):
+                raise ValueError(
+                    f"saved with interval {'auto' if meta.get('auto') else meta['interval']}, "
+                    f"correction {meta['correction']}; this run has "
+                    f"{'auto' if auto else self.interval}, {self.correction}"
+                )
             self._checkpoint().read(path).assert_existing_objects_matched()
             done = int(meta["rounds"])
         except (tf.errors.OpError, ValueError, AssertionError, OSError, KeyError, TypeError) as e:
             first = (str(e).strip().splitlines() or [""])[0][:300]
-            raise InputError(f"cannot restore this parameter-server checkpoint (truncated, corrupt or another "
-                             f"model/interval/correction?): {type(e).__name__}: {first}", where=path) from None
+            raise InputError(
+                f"cannot restore this parameter-server checkpoint (truncated, corrupt or another "
+                f"model/interval/correction?): {type(e).__name__}: {first}",
+                where=path,
+            ) from None
         self.rounds, self.steps_done = done, int(meta.get("steps", done * self.interval))
         if self._auto is not None and done >= self.probe_rounds:  # keep the H chosen before the save
             self._auto.interval, self._auto.chosen = int(meta["interval"]), True
@@ -752,7 +935,9 @@ class ParameterServerSkipCorrect:
         """The D_i (one [K, ...] array per variable); zeros for correction "none"."""
         if self._corr:
             return [c.numpy() for c in self._corr]
-        return [np.zeros([self.num_shards] + v.shape.as_list(), v.dtype.as_numpy_dtype) for v in self.variables]
+        return [
+            np.zeros([self.num_shards] + v.shape.as_list(), v.dtype.as_numpy_dtype) for v in self.variables
+        ]
 
     def stats(self) -> Dict[str, Any]:
         """``interval, steps, syncs, comm_s, compute_s, bytes_communicated`` (SkipCorrectStrategy's keys).
@@ -766,12 +951,23 @@ class ParameterServerSkipCorrect:
         of the later rounds.
         """
         walls = [r["compute_s"] + r["comm_s"] for r in self.history]
-        auto = {} if self._auto is None else {
-            "interval_t_comm_s": self._auto.t_comm_s, "interval_t_comp_s": self._auto.t_comp_s,
-            "interval_overhead_s": self._auto.overhead_s}
-        return {**auto, "interval": self.interval, "steps": self.steps_done, "syncs": self.rounds,
-                "comm_s": self._stats["comm_s"], "compute_s": self._stats["compute_s"],
-                "bytes_communicated": self._stats["bytes_communicated"],
-                "first_round_s": walls[0] if walls else None,
-                "median_round_s": float(np.median(walls[1:])) if len(walls) > 1 else None}
-
+        auto = (
+            {}
+            if self._auto is None
+            else {
+                "interval_t_comm_s": self._auto.t_comm_s,
+                "interval_t_comp_s": self._auto.t_comp_s,
+                "interval_overhead_s": self._auto.overhead_s,
+            }
+        )
+        return {
+            **auto,
+            "interval": self.interval,
+            "steps": self.steps_done,
+            "syncs": self.rounds,
+            "comm_s": self._stats["comm_s"],
+            "compute_s": self._stats["compute_s"],
+            "bytes_communicated": self._stats["bytes_communicated"],
+            "first_round_s": walls[0] if walls else None,
+            "median_round_s": float(np.median(walls[1:])) if len(walls) > 1 else None,
+        }

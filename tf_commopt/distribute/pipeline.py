@@ -41,6 +41,7 @@ Not exact under micro-batching (as in every GPipe implementation): BatchNormaliz
 per micro-batch, and random layers (Dropout) draw different masks. Regularisation losses
 (``model.losses``) are not added.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -53,15 +54,36 @@ import tensorflow as tf  # noqa: E402
 from tf_commopt._compat import keras_nested_outputs  # noqa: E402
 from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
 from tf_commopt.core.schedule import (  # noqa: E402
-    AllReduce, Backward, Forward, OptimizerStep, RecvAct, RecvGrad, Schedule, SendAct, SendGrad, gpipe, short,
+    AllReduce,
+    Backward,
+    Forward,
+    OptimizerStep,
+    RecvAct,
+    RecvGrad,
+    Schedule,
+    SendAct,
+    SendGrad,
+    gpipe,
 )
 from tf_commopt.distribute.stages import (  # noqa: E402,F401  (re-exported)
-    StageLayout, _is_float, default_devices, place_model, split_sizes,
+    StageLayout,
+    _is_float,
+    default_devices,
+    place_model,
+    split_sizes,
 )
 from tf_commopt.errors import InputError, PlanError  # noqa: E402
 from tf_commopt.tf.slowdown import canonical_device, get_slowdown, slowed  # noqa: E402
 
-__all__ = ["Pipeline", "MiniBatchRun", "StageLayout", "execution_order", "split_sizes", "place_model", "default_devices"]
+__all__ = [
+    "Pipeline",
+    "MiniBatchRun",
+    "StageLayout",
+    "execution_order",
+    "split_sizes",
+    "place_model",
+    "default_devices",
+]
 
 
 # ----------------------------------------------------------------------------- instructions
@@ -92,7 +114,9 @@ def execution_order(schedule: Schedule) -> List[Tuple[int, Any]]:
             while pos[r] < len(st):
                 ins = st[pos[r]]
                 if not isinstance(ins, _KNOWN):
-                    raise PlanError(f"unknown instruction {ins!r}", where=f"schedule {schedule.name!r} rank {r}")
+                    raise PlanError(
+                        f"unknown instruction {ins!r}", where=f"schedule {schedule.name!r} rank {r}"
+                    )
                 if isinstance(ins, (RecvAct, RecvGrad)):
                     kind = SendAct if isinstance(ins, RecvAct) else SendGrad
                     if (kind, ins.peer, r, ins.mb) not in sent:
@@ -109,8 +133,9 @@ def execution_order(schedule: Schedule) -> List[Tuple[int, Any]]:
                 pos[r] += 1
                 progressed = True
         if not progressed:
-            raise PlanError("the streams deadlock (a receive whose send never comes)",
-                            where=f"schedule {schedule.name!r}")
+            raise PlanError(
+                "the streams deadlock (a receive whose send never comes)", where=f"schedule {schedule.name!r}"
+            )
     return out
 
 
@@ -146,12 +171,21 @@ class Pipeline:
         place: clone the model with each stage's variables on its device (weights copied).
     """
 
-    def __init__(self, model: Any, plan: PartitionPlan, devices: Optional[Sequence[str]] = None,
-                 microbatches: int = 1, loss: Optional[Callable] = None, optimizer: Any = None,
-                 slowdown: Optional[Mapping[str, float]] = None, place: bool = False):
+    def __init__(
+        self,
+        model: Any,
+        plan: PartitionPlan,
+        devices: Optional[Sequence[str]] = None,
+        microbatches: int = 1,
+        loss: Optional[Callable] = None,
+        optimizer: Any = None,
+        slowdown: Optional[Mapping[str, float]] = None,
+        place: bool = False,
+    ):
         if not isinstance(microbatches, int) or microbatches < 1:
-            raise InputError(f"microbatches must be a positive integer, got {microbatches!r}",
-                             where="Pipeline")
+            raise InputError(
+                f"microbatches must be a positive integer, got {microbatches!r}", where="Pipeline"
+            )
         devices = list(devices) if devices is not None else default_devices()
         if place:
             probe = StageLayout(model, plan, devices)  # validates before cloning
@@ -211,8 +245,9 @@ class Pipeline:
         """Start one mini-batch; drive it with ``run.forward(s, m)`` / ``run.backward(s, m)``."""
         return MiniBatchRun(self, x, y, total_batch)
 
-    def compute_gradients(self, x: Any, y: Any, total_batch: Optional[int] = None
-                          ) -> Tuple[tf.Tensor, List[tf.Tensor]]:
+    def compute_gradients(
+        self, x: Any, y: Any, total_batch: Optional[int] = None
+    ) -> Tuple[tf.Tensor, List[tf.Tensor]]:
         """GPipe forward+backward of one mini-batch: (weighted loss, gradients of :attr:`trainable_variables`).
 
         Each micro-batch loss is weighted by ``b_m / total_batch`` (default: this batch's size), so the
@@ -234,6 +269,7 @@ class Pipeline:
         if self.optimizer is None:
             raise InputError("Pipeline needs an optimizer to train", where="Pipeline(optimizer=...)")
         if self._train_fn is None:
+
             def step(x, y):
                 run = self.begin(x, y)
                 issued = 0
@@ -245,6 +281,7 @@ class Pipeline:
                     else:
                         run.execute(s, ins)
                 return run.result()[0]
+
             self._train_fn = tf.function(step)
         return self._train_fn(x, y)
 
@@ -257,28 +294,36 @@ class Pipeline:
         first = tf.nest.flatten(x)[0]
         b = first.shape[0]
         if b is None:
-            raise InputError("the batch dimension must be static (call inside tf.function with fixed "
-                             "batch shapes, or eagerly)", where="Pipeline")
+            raise InputError(
+                "the batch dimension must be static (call inside tf.function with fixed "
+                "batch shapes, or eagerly)",
+                where="Pipeline",
+            )
         return int(b)
 
     @staticmethod
     def _split(x: Any, sizes: List[int]) -> List[Any]:
-        flat = [tf.split(tf.convert_to_tensor(t), sizes, axis=0) if len(sizes) > 1 else [tf.convert_to_tensor(t)]
-                for t in tf.nest.flatten(x)]
+        flat = [
+            tf.split(tf.convert_to_tensor(t), sizes, axis=0) if len(sizes) > 1 else [tf.convert_to_tensor(t)]
+            for t in tf.nest.flatten(x)
+        ]
         return [tf.nest.pack_sequence_as(x, [parts[m] for parts in flat]) for m in range(len(sizes))]
 
     def _feed(self, xm: Any) -> Dict[str, tf.Tensor]:
         flat = tf.nest.flatten(xm)
         if len(flat) != len(self.layout.input_ids):
-            raise InputError(f"model {self.model.name!r} takes {len(self.layout.input_ids)} inputs, got "
-                             f"{len(flat)}", where="Pipeline")
+            raise InputError(
+                f"model {self.model.name!r} takes {len(self.layout.input_ids)} inputs, got {len(flat)}",
+                where="Pipeline",
+            )
         out = {}
         for tid, t, ref in zip(self.layout.input_ids, flat, self.model.inputs):
             out[tid] = tf.cast(t, ref.dtype) if t.dtype != ref.dtype else t
         return out
 
-    def _forward(self, s: int, acts: Mapping[str, tf.Tensor], training: bool,
-                 tape: Optional[tf.GradientTape]) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
+    def _forward(
+        self, s: int, acts: Mapping[str, tf.Tensor], training: bool, tape: Optional[tf.GradientTape]
+    ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
         """Stage ``s`` on its device: receive its inputs, run its layers; returns (inputs, outputs)."""
         L = self.layout
         with tf.device(L.devices[s]):
@@ -297,11 +342,19 @@ class Pipeline:
                     out = _slowed(self._factor(s), run, list(ins.values()))
         return ins, out
 
-    def _backward(self, s: int, tape: tf.GradientTape, ins: Mapping[str, tf.Tensor],
-                  outs: Mapping[str, tf.Tensor], grad_of: Dict[str, tf.Tensor], acc: Dict[Any, tf.Tensor]):
+    def _backward(
+        self,
+        s: int,
+        tape: tf.GradientTape,
+        ins: Mapping[str, tf.Tensor],
+        outs: Mapping[str, tf.Tensor],
+        grad_of: Dict[str, tf.Tensor],
+        acc: Dict[Any, tf.Tensor],
+    ):
         L = self.layout
         vs = L.variables_of_stage[s]
         with tf.device(L.devices[s]):
+
             def run():
                 tgt = [(t, v) for t, v in outs.items() if _is_float(v)]
                 targets = [v for _, v in tgt]
@@ -310,9 +363,13 @@ class Pipeline:
                 sources = [ins[t] for t in src_ids] + list(vs)
                 if not targets or not sources:
                     return [], []
-                g = tape.gradient(targets, sources, output_gradients=out_grads,
-                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
-                return list(zip(src_ids, g[:len(src_ids)])), g[len(src_ids):]
+                g = tape.gradient(
+                    targets,
+                    sources,
+                    output_gradients=out_grads,
+                    unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                )
+                return list(zip(src_ids, g[: len(src_ids)])), g[len(src_ids) :]
 
             gin, gvars = _slowed(self._factor(s), run, [grad_of[t] for t in outs if t in grad_of])
         for t, g in gin:
@@ -349,7 +406,9 @@ class MiniBatchRun:
         self.xs, self.ys = pipe._split(x, self.sizes), pipe._split(y, self.sizes)
         M = len(self.sizes)
         self.acts: List[Dict[str, tf.Tensor]] = [dict() for _ in range(M)]
-        self.tapes: Dict[Tuple[int, int], Tuple[tf.GradientTape, Dict[str, tf.Tensor], Dict[str, tf.Tensor]]] = {}
+        self.tapes: Dict[
+            Tuple[int, int], Tuple[tf.GradientTape, Dict[str, tf.Tensor], Dict[str, tf.Tensor]]
+        ] = {}
         self.grad_of: List[Dict[str, tf.Tensor]] = [dict() for _ in range(M)]
         self.acc: Dict[Any, tf.Tensor] = {}
         self.losses: List[tf.Tensor] = []
@@ -383,7 +442,9 @@ class MiniBatchRun:
                     preds = [tf.identity(self.acts[m][t]) for t in L.output_ids]
                     self.outputs[m] = preds
                     lt.watch(preds)
-                    lm = pipe.loss(self.ys[m], tf.nest.pack_sequence_as(keras_nested_outputs(pipe.model), preds))
+                    lm = pipe.loss(
+                        self.ys[m], tf.nest.pack_sequence_as(keras_nested_outputs(pipe.model), preds)
+                    )
                     lm = tf.cast(lm, tf.float32) * (self.sizes[m] / self.total)
                 gp = lt.gradient(lm, preds, unconnected_gradients=tf.UnconnectedGradients.ZERO)
             for t, g in zip(L.output_ids, gp):
@@ -397,8 +458,10 @@ class MiniBatchRun:
     def predictions(self) -> List[tf.Tensor]:
         """The model's flattened outputs for this mini-batch (micro-batches concatenated in order)."""
         M = self.num_microbatches
-        return [tf.concat([self.outputs[m][k] for m in range(M)], 0) if M > 1 else self.outputs[0][k]
-                for k in range(len(self.outputs[0]))]
+        return [
+            tf.concat([self.outputs[m][k] for m in range(M)], 0) if M > 1 else self.outputs[0][k]
+            for k in range(len(self.outputs[0]))
+        ]
 
     def result(self) -> Tuple[tf.Tensor, List[tf.Tensor]]:
         """(sum of the weighted micro-batch losses, accumulated gradients of ``pipe.trainable_variables``)."""

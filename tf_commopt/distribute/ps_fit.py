@@ -42,6 +42,7 @@ already done, which reads them (measured: 1,000 skipped batches of 32 MNIST-size
 (an int64 tensor) and returns the dataset from that step on, so nothing is skipped: e.g.
 ``tf.data.Dataset.range(step, 2**62).map(lambda t: batch_of_step(t))``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -56,15 +57,26 @@ use_tf_keras()
 import tensorflow as tf  # noqa: E402
 
 from tf_commopt import _compat  # noqa: E402
-from tf_commopt.distribute.parameter_server import (ParameterServerSkipCorrect, array_batch_fn,  # noqa: E402
-                                                    trainer_for)
+from tf_commopt.distribute.parameter_server import ParameterServerSkipCorrect, array_batch_fn, trainer_for  # noqa: E402
 from tf_commopt.distribute.ps_rules import SUPPORTED_OPTIMIZERS, update_rule  # noqa: E402
 from tf_commopt.errors import InputError  # noqa: E402
 
 __all__ = ["fit", "wrap", "prepare", "chief_copy", "DatasetFnSource", "SUPPORTED_OPTIMIZERS", "update_rule"]
 
-_FIT_ARGS = ("x", "y", "batch_size", "epochs", "verbose", "callbacks", "shuffle", "initial_epoch", "steps_per_epoch",
-             "validation_data", "validation_batch_size", "validation_freq")
+_FIT_ARGS = (
+    "x",
+    "y",
+    "batch_size",
+    "epochs",
+    "verbose",
+    "callbacks",
+    "shuffle",
+    "initial_epoch",
+    "steps_per_epoch",
+    "validation_data",
+    "validation_batch_size",
+    "validation_freq",
+)
 
 
 class DatasetFnSource:
@@ -85,7 +97,9 @@ class DatasetFnSource:
 
     def open(self, shard: int, step0: Any) -> Callable:
         k = self.num_shards
-        ctx = tf.distribute.InputContext(num_input_pipelines=k, input_pipeline_id=int(shard), num_replicas_in_sync=k)
+        ctx = tf.distribute.InputContext(
+            num_input_pipelines=k, input_pipeline_id=int(shard), num_replicas_in_sync=k
+        )
         # dataset_fn(ctx, step): the user's dataset starts at the shard's step itself (O(1)); else skip
         ds = self.dataset_fn(ctx, step0) if self.takes_step else self.dataset_fn(ctx)
         if not isinstance(ds, tf.data.Dataset):
@@ -97,8 +111,13 @@ class DatasetFnSource:
 
         def next_batch(j):
             opt = it.get_next_as_optional()
-            ok = tf.debugging.Assert(opt.has_value(), [f"dataset_fn's dataset of shard {shard} ended; make it infinite "
-                                                       "with .repeat() (steps_per_epoch counts the steps)"])
+            ok = tf.debugging.Assert(
+                opt.has_value(),
+                [
+                    f"dataset_fn's dataset of shard {shard} ended; make it infinite "
+                    "with .repeat() (steps_per_epoch counts the steps)"
+                ],
+            )
             with tf.control_dependencies([ok]):
                 bx, by = opt.get_value()
             return bx, by
@@ -127,8 +146,11 @@ def _loss_of(model: Any) -> Any:
     if loss is None or getattr(model, "optimizer", None) is None:
         raise InputError("compile the model (optimizer= and loss=) before fit", where="model")
     if isinstance(loss, (dict, list, tuple)):
-        raise InputError("one loss for a single-output model is supported on the parameter-server path, got "
-                         f"{type(loss).__name__}", where="loss")
+        raise InputError(
+            "one loss for a single-output model is supported on the parameter-server path, got "
+            f"{type(loss).__name__}",
+            where="loss",
+        )
     return tf_keras.losses.get(loss) if isinstance(loss, str) else loss
 
 
@@ -143,10 +165,21 @@ def _by_shape(kind: str) -> Callable:
         binary = p_shape[-1] == 1
         sparse = len(t_shape) < len(p_shape) or (t_shape[-1] == 1 and p_shape[-1] > 1)
         if kind == "accuracy":
-            f = m.binary_accuracy if binary else m.sparse_categorical_accuracy if sparse else m.categorical_accuracy
+            f = (
+                m.binary_accuracy
+                if binary
+                else m.sparse_categorical_accuracy
+                if sparse
+                else m.categorical_accuracy
+            )
         else:
-            f = (m.binary_crossentropy if binary else m.sparse_categorical_crossentropy if sparse
-                 else m.categorical_crossentropy)
+            f = (
+                m.binary_crossentropy
+                if binary
+                else m.sparse_categorical_crossentropy
+                if sparse
+                else m.categorical_crossentropy
+            )
         return f(y_true, y_pred)
 
     return fn
@@ -163,16 +196,25 @@ def _metric_fns(model: Any) -> List[Tuple[str, Callable]]:
             out.append((spec, _by_shape("accuracy" if spec in ("accuracy", "acc") else "crossentropy")))
             continue
         obj = tf_keras.metrics.get(spec) if isinstance(spec, str) else spec
-        name = spec if isinstance(spec, str) else getattr(obj, "name", None) or getattr(obj, "__name__", "metric")
-        fn = _compat.keras_mean_metric_fn(obj) if isinstance(obj, tf_keras.metrics.Metric) else (
-            obj if callable(obj) else None)
+        name = (
+            spec
+            if isinstance(spec, str)
+            else getattr(obj, "name", None) or getattr(obj, "__name__", "metric")
+        )
+        fn = (
+            _compat.keras_mean_metric_fn(obj)
+            if isinstance(obj, tf_keras.metrics.Metric)
+            else (obj if callable(obj) else None)
+        )
         if fn is None:
             skipped.append(str(name))
         else:
             out.append((str(name), _cast_true(fn)))
     if skipped:
-        sys.stderr.write(f"tf_commopt: ps fit: compiled metric(s) {', '.join(skipped)} are stateful and not computed "
-                         "during training on the parameter-server path; model.evaluate() after fit computes them\n")
+        sys.stderr.write(
+            f"tf_commopt: ps fit: compiled metric(s) {', '.join(skipped)} are stateful and not computed "
+            "during training on the parameter-server path; model.evaluate() after fit computes them\n"
+        )
         sys.stderr.flush()
     return out
 
@@ -184,20 +226,31 @@ def _cast_true(fn: Callable) -> Callable:
     return cast
 
 
-def _source(trainer: ParameterServerSkipCorrect, x: Any, y: Any, batch_size: Optional[int], shuffle: bool,
-            steps_per_epoch: Optional[int], seed: int):
+def _source(
+    trainer: ParameterServerSkipCorrect,
+    x: Any,
+    y: Any,
+    batch_size: Optional[int],
+    shuffle: bool,
+    steps_per_epoch: Optional[int],
+    seed: int,
+):
     """(data source, steps_per_epoch, a key that changes when the data does)."""
     k = trainer.num_workers if not getattr(trainer, "_compiled", False) else trainer.num_shards
     if isinstance(x, tf.data.Dataset):
-        raise InputError("a tf.data.Dataset is one stream, so a shard's batches would depend on which worker ran "
-                         "it; pass a dataset_fn(input_context) (as with ParameterServerStrategy) or arrays",
-                         where="x")
+        raise InputError(
+            "a tf.data.Dataset is one stream, so a shard's batches would depend on which worker ran "
+            "it; pass a dataset_fn(input_context) (as with ParameterServerStrategy) or arrays",
+            where="x",
+        )
     if callable(x):  # dataset_fn or DatasetCreator
         if y is not None:
             raise InputError("y must be None with a dataset function (it yields (x, y))", where="y")
         if not isinstance(steps_per_epoch, int) or isinstance(steps_per_epoch, bool) or steps_per_epoch < 1:
-            raise InputError(f"a dataset function needs steps_per_epoch (an integer >= 1), got {steps_per_epoch!r}",
-                             where="steps_per_epoch")
+            raise InputError(
+                f"a dataset function needs steps_per_epoch (an integer >= 1), got {steps_per_epoch!r}",
+                where="steps_per_epoch",
+            )
         return DatasetFnSource(x, k), steps_per_epoch, ("fn", id(x))
     if x is None or y is None:
         raise InputError("pass arrays x and y, or a dataset_fn(input_context) as x", where="x")
@@ -207,8 +260,10 @@ def _source(trainer: ParameterServerSkipCorrect, x: Any, y: Any, batch_size: Opt
         raise InputError(f"x has {len(x)} rows but y has {len(y)}", where="y")
     batch_size = 32 if batch_size is None else batch_size
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < k or batch_size % k:
-        raise InputError(f"the global batch must be a positive multiple of the {k} shards, got {batch_size!r}",
-                         where="batch_size")
+        raise InputError(
+            f"the global batch must be a positive multiple of the {k} shards, got {batch_size!r}",
+            where="batch_size",
+        )
     if len(x) < batch_size:
         raise InputError(f"{len(x)} rows cannot fill one global batch of {batch_size}", where="x")
     if shuffle:
@@ -225,18 +280,29 @@ def _trainer_of(model: Any, trainer: Optional[ParameterServerSkipCorrect]) -> Pa
     import tf_keras
 
     if not isinstance(model, tf_keras.Model):
-        raise InputError(f"must be a tf-keras model, got {type(model).__module__}.{type(model).__name__}",
-                         where="model")
+        raise InputError(
+            f"must be a tf-keras model, got {type(model).__module__}.{type(model).__name__}", where="model"
+        )
     trainer = trainer or trainer_for(getattr(model, "distribute_strategy", None))
     if trainer is None:
-        raise InputError("build the model inside a ParameterServerSkipCorrect's scope() (its variables live on the "
-                         "ps tasks)", where="model")
+        raise InputError(
+            "build the model inside a ParameterServerSkipCorrect's scope() (its variables live on the "
+            "ps tasks)",
+            where="model",
+        )
     return trainer
 
 
-def prepare(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = None, shuffle: bool = True,
-            steps_per_epoch: Optional[int] = None, trainer: Optional[ParameterServerSkipCorrect] = None,
-            seed: int = 0) -> Tuple[ParameterServerSkipCorrect, int]:
+def prepare(
+    model: Any,
+    x: Any = None,
+    y: Any = None,
+    batch_size: Optional[int] = None,
+    shuffle: bool = True,
+    steps_per_epoch: Optional[int] = None,
+    trainer: Optional[ParameterServerSkipCorrect] = None,
+    seed: int = 0,
+) -> Tuple[ParameterServerSkipCorrect, int]:
     """What :func:`fit` does before training: compile the model's trainer for this data (or switch its data).
     Returns (trainer, steps_per_epoch). Call it to ``trainer.restore_latest(dir)`` before ``fit``; a ``fit``
     with the same data arguments then does not re-trace.
@@ -249,22 +315,43 @@ def prepare(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] 
     loss = _loss_of(model)
     source, steps_per_epoch, key = _source(trainer, x, y, batch_size, shuffle, steps_per_epoch, seed)
     if not getattr(trainer, "_compiled", False):
-        trainer.compile(model, loss=loss, batch_fn=source, num_shards=source.num_shards, optimizer=model.optimizer,
-                        metrics=_metric_fns(model))
+        trainer.compile(
+            model,
+            loss=loss,
+            batch_fn=source,
+            num_shards=source.num_shards,
+            optimizer=model.optimizer,
+            metrics=_metric_fns(model),
+        )
     elif trainer.model is not model:
-        raise InputError("this trainer trains another model; build a ParameterServerSkipCorrect per model",
-                         where="model")
+        raise InputError(
+            "this trainer trains another model; build a ParameterServerSkipCorrect per model", where="model"
+        )
     elif getattr(trainer, "_fit_key", None) != key:
         trainer.set_data(source)
     trainer._fit_key = key  # pylint: disable=protected-access
     return trainer, steps_per_epoch
 
 
-def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = None, epochs: int = 1,
-        verbose: Any = "auto", callbacks: Optional[List[Any]] = None, *, shuffle: bool = True, initial_epoch: int = 0,
-        steps_per_epoch: Optional[int] = None, validation_data: Any = None, validation_batch_size: Optional[int] = None,
-        validation_freq: int = 1, trainer: Optional[ParameterServerSkipCorrect] = None, seed: int = 0,
-        **unsupported: Any) -> Any:
+def fit(
+    model: Any,
+    x: Any = None,
+    y: Any = None,
+    batch_size: Optional[int] = None,
+    epochs: int = 1,
+    verbose: Any = "auto",
+    callbacks: Optional[List[Any]] = None,
+    *,
+    shuffle: bool = True,
+    initial_epoch: int = 0,
+    steps_per_epoch: Optional[int] = None,
+    validation_data: Any = None,
+    validation_batch_size: Optional[int] = None,
+    validation_freq: int = 1,
+    trainer: Optional[ParameterServerSkipCorrect] = None,
+    seed: int = 0,
+    **unsupported: Any,
+) -> Any:
     """``model.fit`` through skip-and-correct rounds on this parameter-server cluster (chief). Returns a History.
 
     Example:
@@ -282,8 +369,11 @@ def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = No
 
     if unsupported:
         name = sorted(unsupported)[0]
-        raise InputError(f"fit({name}=...) is not supported on the parameter-server path (supported: "
-                         f"{', '.join(_FIT_ARGS)})", where=name)
+        raise InputError(
+            f"fit({name}=...) is not supported on the parameter-server path (supported: "
+            f"{', '.join(_FIT_ARGS)})",
+            where=name,
+        )
     trainer = _trainer_of(model, trainer)
     for name, val, low in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0)):
         if isinstance(val, bool) or not isinstance(val, int) or val < low:
@@ -291,20 +381,34 @@ def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = No
     cbs = list(getattr(callbacks, "callbacks", callbacks) or [])
     for cb in cbs:
         if isinstance(cb, tf_keras.callbacks.BackupAndRestore):
-            raise InputError("BackupAndRestore does not hold the per-shard corrections and optimizer slots of the "
-                             "parameter-server path; use trainer.save(dir) / trainer.restore_latest(dir)",
-                             where="callbacks")
-    if validation_data is not None and not (isinstance(validation_data, (tuple, list)) and len(validation_data) == 2):
-        raise InputError("must be a pair (x_val, y_val) of arrays on the parameter-server path, got "
-                         f"{type(validation_data).__name__}", where="validation_data")
+            raise InputError(
+                "BackupAndRestore does not hold the per-shard corrections and optimizer slots of the "
+                "parameter-server path; use trainer.save(dir) / trainer.restore_latest(dir)",
+                where="callbacks",
+            )
+    if validation_data is not None and not (
+        isinstance(validation_data, (tuple, list)) and len(validation_data) == 2
+    ):
+        raise InputError(
+            "must be a pair (x_val, y_val) of arrays on the parameter-server path, got "
+            f"{type(validation_data).__name__}",
+            where="validation_data",
+        )
     if isinstance(validation_freq, bool) or not isinstance(validation_freq, int) or validation_freq < 1:
         raise InputError(f"must be an integer >= 1, got {validation_freq!r}", where="validation_freq")
     trainer, steps_per_epoch = prepare(model, x, y, batch_size, shuffle, steps_per_epoch, trainer, seed)
     copies: List[Any] = []
 
     verbose = 1 if verbose == "auto" else verbose
-    cb = tf_keras.callbacks.CallbackList(cbs, add_history=True, add_progbar=verbose != 0, model=model,
-                                         verbose=verbose, epochs=epochs, steps=steps_per_epoch)
+    cb = tf_keras.callbacks.CallbackList(
+        cbs,
+        add_history=True,
+        add_progbar=verbose != 0,
+        model=model,
+        verbose=verbose,
+        epochs=epochs,
+        steps=steps_per_epoch,
+    )
     model.stop_training = False
     cb.on_train_begin()
     logs: Dict[str, Any] = {}
@@ -316,7 +420,10 @@ def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = No
             cb.on_train_batch_begin(done)
             rec = trainer.run_round(steps=m)
             done += rec["steps"]
-            for name, value in {"loss": rec["loss"], **rec["metrics"]}.items():  # running means over the epoch
+            for name, value in {
+                "loss": rec["loss"],
+                **rec["metrics"],
+            }.items():  # running means over the epoch
                 sums[name] = sums.get(name, 0.0) + value * rec["steps"]
             logs = {name: total / done for name, total in sums.items()}
             cb.on_train_batch_end(done - 1, logs)
@@ -324,8 +431,13 @@ def fit(model: Any, x: Any = None, y: Any = None, batch_size: Optional[int] = No
                 break
         if validation_data is not None and (epoch + 1) % validation_freq == 0:
             copies[:] = [chief_copy(model, copies[0] if copies else None)]
-            val = copies[0].evaluate(validation_data[0], validation_data[1], verbose=0, return_dict=True,
-                                     batch_size=validation_batch_size or batch_size or 32)
+            val = copies[0].evaluate(
+                validation_data[0],
+                validation_data[1],
+                verbose=0,
+                return_dict=True,
+                batch_size=validation_batch_size or batch_size or 32,
+            )
             logs.update({f"val_{k}": float(v) for k, v in val.items()})
         cb.on_epoch_end(epoch, dict(logs))
         if model.stop_training:
@@ -348,17 +460,24 @@ def chief_copy(model: Any, copy: Optional[Any] = None) -> Any:
 
     if copy is None:
         if tf.distribute.has_strategy():
-            raise InputError("evaluate / predict / chief_copy run on a copy on the chief: call them outside the "
-                             "strategy's scope()", where="model")
+            raise InputError(
+                "evaluate / predict / chief_copy run on a copy on the chief: call them outside the "
+                "strategy's scope()",
+                where="model",
+            )
         try:
             copy = tf_keras.models.clone_model(model)
         except Exception as e:  # pylint: disable=broad-except  (subclassed models cannot be cloned)
             first = " ".join(str(e).split())[:200]
-            raise InputError(f"cannot copy this model to the chief for evaluate/predict ({type(e).__name__}: "
-                             f"{first}); build the same model outside the scope and set_weights(model.get_weights())",
-                             where="model") from None
-        metrics = [type(m).from_config(m.get_config()) if isinstance(m, tf_keras.metrics.Metric) else m
-                   for m in _compat.keras_compiled_metrics(model)]
+            raise InputError(
+                f"cannot copy this model to the chief for evaluate/predict ({type(e).__name__}: "
+                f"{first}); build the same model outside the scope and set_weights(model.get_weights())",
+                where="model",
+            ) from None
+        metrics = [
+            type(m).from_config(m.get_config()) if isinstance(m, tf_keras.metrics.Metric) else m
+            for m in _compat.keras_compiled_metrics(model)
+        ]
         loss = getattr(model, "loss", None)
         if loss is not None:
             copy.compile(loss=loss, metrics=metrics)
@@ -380,9 +499,12 @@ def wrap(model: Any, trainer: Optional[ParameterServerSkipCorrect] = None) -> An
     import tf_keras
 
     if not isinstance(model, tf_keras.Model):
-        raise InputError(f"must be a tf-keras model, got {type(model).__module__}.{type(model).__name__}",
-                         where="model")
-    trainer = _trainer_of(model, trainer)  # pinned now: a later trainer on the same strategy does not take over
+        raise InputError(
+            f"must be a tf-keras model, got {type(model).__module__}.{type(model).__name__}", where="model"
+        )
+    trainer = _trainer_of(
+        model, trainer
+    )  # pinned now: a later trainer on the same strategy does not take over
 
     def ps_fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         return fit(self, *args, trainer=trainer, **kwargs)

@@ -32,6 +32,7 @@ Example:
     >>> rule = update_rule(tf_keras.optimizers.Adam(1e-3))           # doctest: +SKIP
     >>> x, slots = rule.apply(x, g, rule.initial_slots(x), rule.lr(step), step + 1)   # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -90,8 +91,9 @@ class UpdateRule:
         """Fresh slots for a variable or tensor shaped like ``x``."""
         return [tf.fill(tf.shape(x), tf.cast(v, x.dtype)) for v in self.slot_init]
 
-    def apply(self, x: tf.Tensor, g: tf.Tensor, slots: Sequence[tf.Tensor], lr: Any, t: Any
-              ) -> Tuple[tf.Tensor, List[tf.Tensor]]:
+    def apply(
+        self, x: tf.Tensor, g: tf.Tensor, slots: Sequence[tf.Tensor], lr: Any, t: Any
+    ) -> Tuple[tf.Tensor, List[tf.Tensor]]:
         """One step of the optimizer on one variable: returns (new x, new slots in ``self.slots`` order).
 
         ``lr``: the learning rate of this step; ``t``: the 1-based step count (Adam's bias correction).
@@ -155,14 +157,21 @@ def sgd_rule(learning_rate: float, momentum: float = 0.0, nesterov: bool = False
     ()
     """
     slots = ("momentum",) if momentum > 0 else ()
-    return UpdateRule("SGD", {"momentum": float(momentum), "nesterov": bool(nesterov)}, slots,
-                      (0.0,) * len(slots), float(learning_rate))
+    return UpdateRule(
+        "SGD",
+        {"momentum": float(momentum), "nesterov": bool(nesterov)},
+        slots,
+        (0.0,) * len(slots),
+        float(learning_rate),
+    )
 
 
 def _supported_message(what: str) -> str:
-    return (f"{what} is not supported on the parameter-server path; supported: tf_keras.optimizers."
-            f"{{{', '.join(SUPPORTED_OPTIMIZERS)}}} with a constant learning rate or a LearningRateSchedule, "
-            f"without {', '.join(_UNSUPPORTED_OPTIONS)}, use_ema or loss scaling")
+    return (
+        f"{what} is not supported on the parameter-server path; supported: tf_keras.optimizers."
+        f"{{{', '.join(SUPPORTED_OPTIMIZERS)}}} with a constant learning rate or a LearningRateSchedule, "
+        f"without {', '.join(_UNSUPPORTED_OPTIONS)}, use_ema or loss scaling"
+    )
 
 
 def update_rule(optimizer: Any) -> UpdateRule:
@@ -202,14 +211,23 @@ def update_rule(optimizer: Any) -> UpdateRule:
         init: Tuple[float, ...] = (0.0,) * len(slots)
     elif name == "Adam":
         hyper = {k: float(cfg[k]) for k in ("beta_1", "beta_2", "epsilon")}
-        hyper.update(amsgrad=bool(cfg["amsgrad"]), adaptive_epsilon=bool(getattr(optimizer, "adaptive_epsilon", False)))
+        hyper.update(
+            amsgrad=bool(cfg["amsgrad"]), adaptive_epsilon=bool(getattr(optimizer, "adaptive_epsilon", False))
+        )
         slots = ("m", "v", "vhat") if hyper["amsgrad"] else ("m", "v")
         init = (0.0,) * len(slots)
     elif name == "RMSprop":
-        hyper = {"rho": float(cfg["rho"]), "momentum": float(cfg["momentum"]), "epsilon": float(cfg["epsilon"]),
-                 "centered": bool(cfg["centered"])}
-        slots = ("velocity",) + (("momentum",) if hyper["momentum"] > 0 else ()) + (
-            ("average_gradient",) if hyper["centered"] else ())
+        hyper = {
+            "rho": float(cfg["rho"]),
+            "momentum": float(cfg["momentum"]),
+            "epsilon": float(cfg["epsilon"]),
+            "centered": bool(cfg["centered"]),
+        }
+        slots = (
+            ("velocity",)
+            + (("momentum",) if hyper["momentum"] > 0 else ())
+            + (("average_gradient",) if hyper["centered"] else ())
+        )
         init = (0.0,) * len(slots)
     else:  # Adagrad
         hyper = {"epsilon": float(cfg["epsilon"])}

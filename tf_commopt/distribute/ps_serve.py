@@ -9,6 +9,7 @@ TensorFlow's own parameter-server tasks call ``server.join()`` and never end, so
 for its workers would wait for ever; ``serve`` watches the chief's port instead and exits 0 once the
 chief, seen up before, stops answering.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,12 @@ def _reachable(address: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def serve(tf_config: Optional[TFConfig] = None, exit_with_chief: bool = True, poll_s: float = 0.5,
-          chief_start_timeout_s: float = 600.0) -> None:
+def serve(
+    tf_config: Optional[TFConfig] = None,
+    exit_with_chief: bool = True,
+    poll_s: float = 0.5,
+    chief_start_timeout_s: float = 600.0,
+) -> None:
     """Start this task's ``tf.distribute.Server`` and serve (worker and ps tasks). Does not return.
 
     Example:
@@ -49,15 +54,20 @@ def serve(tf_config: Optional[TFConfig] = None, exit_with_chief: bool = True, po
     """
     tfc = tf_config or tf_config_from_env()
     if tfc is None:
-        raise InputError("TF_CONFIG is not set: serve() runs a worker or ps task of a cluster", where="TF_CONFIG")
+        raise InputError(
+            "TF_CONFIG is not set: serve() runs a worker or ps task of a cluster", where="TF_CONFIG"
+        )
     if tfc.task_type not in ("worker", "ps"):
-        raise InputError(f"serve() is for worker and ps tasks, this task is {tfc.task_type}", where="TF_CONFIG")
+        raise InputError(
+            f"serve() is for worker and ps tasks, this task is {tfc.task_type}", where="TF_CONFIG"
+        )
     use_tf_keras()
     import tensorflow as tf
 
     spec = tf.train.ClusterSpec(tfc.cluster)
-    server = tf.distribute.Server(spec, job_name=tfc.task_type, task_index=tfc.task_index,
-                                  protocol=tfc.rpc_layer or "grpc", start=True)
+    server = tf.distribute.Server(
+        spec, job_name=tfc.task_type, task_index=tfc.task_index, protocol=tfc.rpc_layer or "grpc", start=True
+    )
     print(f"tf_commopt: {tfc.task_type}:{tfc.task_index} serving at {tfc.address}", flush=True)
     chief = (tfc.cluster.get("chief") or [None])[0]
     if not exit_with_chief or chief is None:
@@ -72,12 +82,17 @@ def serve(tf_config: Optional[TFConfig] = None, exit_with_chief: bool = True, po
         elif seen:
             gone += 1
             if gone >= _CHIEF_GONE_POLLS:
-                print(f"tf_commopt: {tfc.task_type}:{tfc.task_index}: chief {chief} is gone; exiting", flush=True)
+                print(
+                    f"tf_commopt: {tfc.task_type}:{tfc.task_index}: chief {chief} is gone; exiting",
+                    flush=True,
+                )
                 sys.stdout.flush()
                 os._exit(0)  # the gRPC server cannot be stopped cleanly in-process
         elif time.monotonic() - start > chief_start_timeout_s:
-            sys.stderr.write(f"tf_commopt: {tfc.task_type}:{tfc.task_index}: chief {chief} did not start within "
-                             f"{chief_start_timeout_s:g} s\n")
+            sys.stderr.write(
+                f"tf_commopt: {tfc.task_type}:{tfc.task_index}: chief {chief} did not start within "
+                f"{chief_start_timeout_s:g} s\n"
+            )
             sys.stderr.flush()
             os._exit(1)
 
@@ -96,5 +111,7 @@ def serve_unless_chief(tf_config: Optional[TFConfig] = None) -> Optional[TFConfi
     if tfc.task_type in ("worker", "ps"):
         serve(tfc)
     if tfc.task_type != "chief":
-        raise InputError(f"task type {tfc.task_type!r} has no role in parameter-server training", where="TF_CONFIG")
+        raise InputError(
+            f"task type {tfc.task_type!r} has no role in parameter-server training", where="TF_CONFIG"
+        )
     return tfc

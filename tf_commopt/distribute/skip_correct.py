@@ -43,6 +43,7 @@ Reading a variable in cross-replica context returns the mean of the local replic
 model in one process); on a multi-worker cluster it is this worker's copy, and a one-time warning says
 so (call ``strategy.sync()`` first).
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,8 +56,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from tf_commopt._compat import collective_all_reduce_strategy as _cars
-from tf_commopt._compat import next_collective_key_base, optimizer_lr, optimizer_momentum, optimizer_slots
-from tf_commopt._compat import collective_util, distribute_lib, tfconfig_cluster_resolver
+from tf_commopt._compat import (
+    collective_util,
+    distribute_lib,
+    next_collective_key_base,
+    optimizer_lr,
+    optimizer_momentum,
+    optimizer_slots,
+    tfconfig_cluster_resolver,
+)
 from tf_commopt._compat import mirrored_strategy as _ms
 from tf_commopt._compat import values as _values
 from tf_commopt.core.interval import validate_interval, validate_max_interval, validate_target_ratio
@@ -97,9 +105,12 @@ class _SkipCorrectMirroredVariable(_values.MirroredVariable):
         if not self.dtype.is_floating or len(comps) == 1:
             ext = self._distribute_strategy.extended
             if self.dtype.is_floating and getattr(ext, "_num_workers", 1) > 1:
-                _warn_once("mw_read", "SkipCorrectStrategy: a variable read in cross-replica context on a "
-                           "multi-worker cluster is this worker's copy; it is the global model only right "
-                           "after a sync (call strategy.sync() first)")
+                _warn_once(
+                    "mw_read",
+                    "SkipCorrectStrategy: a variable read in cross-replica context on a "
+                    "multi-worker cluster is this worker's copy; it is the global model only right "
+                    "after a sync (call strategy.sync() first)",
+                )
             return tf.identity(comps[0].read_value())
         with tf.device(comps[0].device):
             return tf.add_n([c.read_value() for c in comps]) / tf.cast(len(comps), self.dtype)
@@ -114,19 +125,35 @@ def _components(value: Any) -> List[Any]:
 class _SkipCorrectMixin:
     """Skip-and-correct behaviour shared by the single-process and multi-worker extendeds."""
 
-    def _sc_init(self, interval: Union[int, str], correction: str, warmup_steps: int,
-                 average_optimizer_state: bool, correction_lr: str = "effective", target_ratio: float = 1.0,
-                 max_interval: int = 256, auto_warmup_steps: int = 2, auto_probe_interval: int = 16,
-                 auto_measure_syncs: int = 3, overlap: bool = False) -> None:
+    def _sc_init(
+        self,
+        interval: Union[int, str],
+        correction: str,
+        warmup_steps: int,
+        average_optimizer_state: bool,
+        correction_lr: str = "effective",
+        target_ratio: float = 1.0,
+        max_interval: int = 256,
+        auto_warmup_steps: int = 2,
+        auto_probe_interval: int = 16,
+        auto_measure_syncs: int = 3,
+        overlap: bool = False,
+    ) -> None:
         self._sc_overlap = bool(overlap)
         self._sc_overlappers: Dict[int, OverlapAverager] = {}
         self._sc_correction_lr = correction_lr
         self._sc_correction = correction
         self._sc_warmup = int(warmup_steps)
         self._sc_avg_slots = bool(average_optimizer_state)
-        self.interval_state = IntervalState(interval, target_ratio=target_ratio, max_interval=max_interval,
-                                            warmup_steps=auto_warmup_steps, probe_interval=auto_probe_interval,
-                                            measure_syncs=auto_measure_syncs, overlap=self._sc_overlap)
+        self.interval_state = IntervalState(
+            interval,
+            target_ratio=target_ratio,
+            max_interval=max_interval,
+            warmup_steps=auto_warmup_steps,
+            probe_interval=auto_probe_interval,
+            measure_syncs=auto_measure_syncs,
+            overlap=self._sc_overlap,
+        )
         self.telemetry = Telemetry(overlap=self._sc_overlap)
         self._sc_train_graphs: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._sc_states: Dict[int, SkipCorrectState] = {}
@@ -168,8 +195,7 @@ class _SkipCorrectMixin:
         for v in self._sc_live_vars():
             if id(v) in seen or not v.dtype.is_floating or v.trainable:
                 continue
-            if (isinstance(v, _values.SyncOnReadVariable)
-                    and v.aggregation == tf.VariableAggregation.MEAN):
+            if isinstance(v, _values.SyncOnReadVariable) and v.aggregation == tf.VariableAggregation.MEAN:
                 out.append(v)
                 seen.add(id(v))
         if self._sc_avg_slots and optimizer is not None:
@@ -187,8 +213,12 @@ class _SkipCorrectMixin:
         if state is None:
             with tf.init_scope():
                 beta = float(optimizer_momentum(optimizer))
-                rule = _corr.resolve_correction(self._sc_correction, type(optimizer).__name__, beta,
-                                                bool(getattr(optimizer, "nesterov", False)))
+                rule = _corr.resolve_correction(
+                    self._sc_correction,
+                    type(optimizer).__name__,
+                    beta,
+                    bool(getattr(optimizer, "nesterov", False)),
+                )
                 self._sc_internal = True
                 try:
                     state = SkipCorrectState(self._container_strategy(), list(var_list), rule, optimizer)
@@ -197,15 +227,23 @@ class _SkipCorrectMixin:
                 self._sc_states[key] = state
                 optimizer._track_trackable(state, name="skip_correct_state", overwrite=True)
             if state.rule == "vrl" and self._sc_correction_lr == "optimizer" and beta > 0:
-                _warn_once("momentum", f"SkipCorrectStrategy: vrl with heavy-ball momentum {beta:g} and "
-                           "correction_lr='optimizer' (the rule as stated) over-corrects by up to 1/(1-momentum) "
-                           "and can diverge; consider correction_lr='effective' (docs/skip_correct.md)")
+                _warn_once(
+                    "momentum",
+                    f"SkipCorrectStrategy: vrl with heavy-ball momentum {beta:g} and "
+                    "correction_lr='optimizer' (the rule as stated) over-corrects by up to 1/(1-momentum) "
+                    "and can diverge; consider correction_lr='effective' (docs/skip_correct.md)",
+                )
         else:
             known = {id(v) for v in state.variables}
             if any(id(v) not in known for v in var_list):
-                raise _pass_through(InputError("apply_gradients got a variable that was not in its first call; "
-                                               "SkipCorrectStrategy keeps one correction per variable of the "
-                                               "first list", where="SkipCorrectStrategy"))
+                raise _pass_through(
+                    InputError(
+                        "apply_gradients got a variable that was not in its first call; "
+                        "SkipCorrectStrategy keeps one correction per variable of the "
+                        "first list",
+                        where="SkipCorrectStrategy",
+                    )
+                )
         return state
 
     def correction_state(self, optimizer: Any) -> Optional[SkipCorrectState]:
@@ -214,8 +252,9 @@ class _SkipCorrectMixin:
 
     # ---- the step ---------------------------------------------------------------------------------
     @_no_autograph
-    def _sc_apply(self, optimizer: Any, original: Any, grads_and_vars: Any, name: Optional[str],
-                  legacy: bool) -> Any:
+    def _sc_apply(
+        self, optimizer: Any, original: Any, grads_and_vars: Any, name: Optional[str], legacy: bool
+    ) -> Any:
         """Replica-context ``apply_gradients``: local step with correction, then maybe a sync."""
         ctx = tf.distribute.get_replica_context()
         if not tf.executing_eagerly():
@@ -288,8 +327,9 @@ class _SkipCorrectMixin:
             self._sc_step_bookkeeping(optimizer, var_list, state, t)
 
     @_no_autograph
-    def _sc_step_bookkeeping(self, optimizer: Any, var_list: Sequence[Any], state: SkipCorrectState,
-                             t: tf.Tensor) -> None:
+    def _sc_step_bookkeeping(
+        self, optimizer: Any, var_list: Sequence[Any], state: SkipCorrectState, t: tf.Tensor
+    ) -> None:
         tel, ivs = self.telemetry, self.interval_state
         step_dt = tel.step_time()
         steps = tel.steps.assign_add(1)
@@ -302,7 +342,9 @@ class _SkipCorrectMixin:
 
         def sync() -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             lr = None
-            if state.rule == "vrl":  # only vrl's update needs the lr: read it in the sync branch, not every step
+            if (
+                state.rule == "vrl"
+            ):  # only vrl's update needs the lr: read it in the sync branch, not every step
                 lr = optimizer_lr(optimizer)
                 if self._sc_correction_lr == "effective":
                     lr = lr / (1.0 - optimizer_momentum(optimizer))
@@ -311,8 +353,9 @@ class _SkipCorrectMixin:
                 dt, bg = self._sc_overlapper(state, list(var_list) + extras, len(var_list)).sync(scale)
                 self.telemetry.add_sync(dt, background=bg)
                 return tf.constant(0, tf.int64), dt, bg
-            dt = self._sc_average(list(var_list) + extras, state=state, n_trainable=len(var_list),
-                                  local_steps=k, lr=lr)
+            dt = self._sc_average(
+                list(var_list) + extras, state=state, n_trainable=len(var_list), local_steps=k, lr=lr
+            )
             return tf.constant(0, tf.int64), dt, dt
 
         def skip() -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -325,23 +368,38 @@ class _SkipCorrectMixin:
             # a t_comm sample: the sync's all-reduce (with overlap: the background one applied at this sync)
             sampled = tf.logical_and(do_sync, comm_sample > 0) if self._sc_overlap else do_sync
             with tf.control_dependencies([new_k]):
-                deps.append(ivs.record(steps, step_dt, sampled, comm_sample, tel.comm_s.read_value(), self._sc_agree))
+                deps.append(
+                    ivs.record(steps, step_dt, sampled, comm_sample, tel.comm_s.read_value(), self._sc_agree)
+                )
         with tf.control_dependencies(deps):
             tel.last_end.assign(tf.timestamp())
 
     @_no_autograph
-    def _sc_overlapper(self, state: SkipCorrectState, variables: List[Any], n_trainable: int) -> OverlapAverager:
+    def _sc_overlapper(
+        self, state: SkipCorrectState, variables: List[Any], n_trainable: int
+    ) -> OverlapAverager:
         """The overlapped averaging of ``state`` (built at the first trace of its sync)."""
         avg = self._sc_overlappers.get(id(state))
         if avg is None:
-            avg = OverlapAverager(self, self._container_strategy(), variables, n_trainable, state.rule,
-                                  state.delta_components(),
-                                  state.grad_sum_components())
+            avg = OverlapAverager(
+                self,
+                self._container_strategy(),
+                variables,
+                n_trainable,
+                state.rule,
+                state.delta_components(),
+                state.grad_sum_components(),
+            )
             self._sc_overlappers[id(state)] = avg
         elif not avg.same_layout(variables):
-            raise _pass_through(InputError("the averaged variables changed between two traces of the training "
-                                           "step (e.g. optimizer slots created later); overlap=True needs a "
-                                           "fixed set", where="SkipCorrectStrategy(overlap=True)"))
+            raise _pass_through(
+                InputError(
+                    "the averaged variables changed between two traces of the training "
+                    "step (e.g. optimizer slots created later); overlap=True needs a "
+                    "fixed set",
+                    where="SkipCorrectStrategy(overlap=True)",
+                )
+            )
         return avg
 
     def drain(self) -> int:
@@ -396,8 +454,14 @@ class _SkipCorrectMixin:
         return out  # type: ignore[return-value]
 
     @_no_autograph
-    def _sc_average(self, variables: Sequence[Any], state: Optional[SkipCorrectState] = None,
-                    n_trainable: int = 0, local_steps: Any = None, lr: Any = None) -> tf.Tensor:
+    def _sc_average(
+        self,
+        variables: Sequence[Any],
+        state: Optional[SkipCorrectState] = None,
+        n_trainable: int = 0,
+        local_steps: Any = None,
+        lr: Any = None,
+    ) -> tf.Tensor:
         """x̄ = mean_i x_i in one fused all-reduce; optional Δ update for the first n_trainable; x_i ← x̄.
         Returns the seconds it took (float64)."""
         if not variables:
@@ -419,8 +483,13 @@ class _SkipCorrectMixin:
                         d = deltas[j][i]
                         if rule == "vrl":
                             scale = tf.cast(local_steps, d.dtype) * tf.cast(lr, d.dtype)
-                            new_d = _corr.vrl_delta_update(d.read_value(), tf.cast(means[j][i], d.dtype),
-                                                           tf.cast(comps[j][i], d.dtype), 1.0, scale)
+                            new_d = _corr.vrl_delta_update(
+                                d.read_value(),
+                                tf.cast(means[j][i], d.dtype),
+                                tf.cast(comps[j][i], d.dtype),
+                                1.0,
+                                scale,
+                            )
                         else:  # "gradient": Δ_i = (G_i − Ḡ)/k, then G_i ← 0
                             g_i, g_bar = comps[len(variables) + j][i], means[len(variables) + j][i]
                             new_d = _corr.gradient_delta(g_i, g_bar, tf.cast(local_steps, d.dtype))
@@ -454,8 +523,12 @@ class _SkipCorrectMixin:
         line, callbacks' ``on_epoch_end`` logs) are global, as under MultiWorkerMirroredStrategy; the
         per-batch values in between are this worker's running means.
         """
-        if (getattr(self, "_num_workers", 1) > 1 and isinstance(value, _values.SyncOnReadVariable)
-                and not tf.executing_eagerly() and self._sc_in_train_graph()):
+        if (
+            getattr(self, "_num_workers", 1) > 1
+            and isinstance(value, _values.SyncOnReadVariable)
+            and not tf.executing_eagerly()
+            and self._sc_in_train_graph()
+        ):
             comps = list(value.values)
             with tf.device(comps[0].device):
                 total = tf.add_n([c.read_value() for c in comps]) if len(comps) > 1 else comps[0].read_value()
@@ -509,7 +582,7 @@ def _flatten(rows: List[List[Any]]) -> List[Any]:
 
 def _unflatten(flat: Sequence[Any], n_vars: int, n_local: int) -> List[List[Any]]:
     flat = list(flat)
-    return [flat[j * n_local:(j + 1) * n_local] for j in range(n_vars)]
+    return [flat[j * n_local : (j + 1) * n_local] for j in range(n_vars)]
 
 
 class SkipCorrectExtended(_SkipCorrectMixin, _ms.MirroredExtended):
@@ -525,8 +598,11 @@ class MultiWorkerSkipCorrectExtended(_SkipCorrectMixin, _cars.CollectiveAllReduc
 
     def __init__(self, container_strategy, cluster_resolver=None, **sc):
         _cars.CollectiveAllReduceExtended.__init__(
-            self, container_strategy, cluster_resolver=cluster_resolver,
-            communication_options=collective_util.Options())
+            self,
+            container_strategy,
+            cluster_resolver=cluster_resolver,
+            communication_options=collective_util.Options(),
+        )
         self._sc_init(**sc)
 
 
@@ -544,13 +620,17 @@ def _check_keras() -> None:
         return
     try:
         import keras  # noqa: F401
+
         major = int(str(getattr(keras, "__version__", "0")).split(".")[0])
     except Exception:  # no Keras at all: custom loops with tf-keras optimizers only
         return
     if major >= 3:
-        raise InputError("Keras 3 is the active tf.keras, and its optimizers all-reduce gradients themselves; "
-                         "SkipCorrectStrategy needs tf-keras: pip install tf-keras and set "
-                         "TF_USE_LEGACY_KERAS=1 before importing tensorflow", where="SkipCorrectStrategy")
+        raise InputError(
+            "Keras 3 is the active tf.keras, and its optimizers all-reduce gradients themselves; "
+            "SkipCorrectStrategy needs tf-keras: pip install tf-keras and set "
+            "TF_USE_LEGACY_KERAS=1 before importing tensorflow",
+            where="SkipCorrectStrategy",
+        )
 
 
 class SkipCorrectStrategy(distribute_lib.Strategy):
@@ -600,29 +680,58 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
 
     _collective_key_base = 0
 
-    def __init__(self, interval: Union[int, str] = 4, correction: str = "auto", warmup_steps: int = 0,
-                 average_optimizer_state: bool = False, devices: Optional[Sequence[str]] = None,
-                 cluster_resolver: Any = None, correction_lr: str = "effective", target_ratio: float = 1.0,
-                 max_interval: int = 256, auto_warmup_steps: int = 2, auto_probe_interval: int = 16,
-                 auto_measure_syncs: int = 3, overlap: bool = False):
+    def __init__(
+        self,
+        interval: Union[int, str] = 4,
+        correction: str = "auto",
+        warmup_steps: int = 0,
+        average_optimizer_state: bool = False,
+        devices: Optional[Sequence[str]] = None,
+        cluster_resolver: Any = None,
+        correction_lr: str = "effective",
+        target_ratio: float = 1.0,
+        max_interval: int = 256,
+        auto_warmup_steps: int = 2,
+        auto_probe_interval: int = 16,
+        auto_measure_syncs: int = 3,
+        overlap: bool = False,
+    ):
         interval = validate_interval(interval, where="SkipCorrectStrategy(interval=...)")
         correction = _corr.validate_correction(correction, where="SkipCorrectStrategy(correction=...)")
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise InputError(f"must be a non-negative integer, got {warmup_steps!r}",
-                             where="SkipCorrectStrategy(warmup_steps=...)")
-        correction_lr = _corr.validate_correction_lr(correction_lr, where="SkipCorrectStrategy(correction_lr=...)")
+            raise InputError(
+                f"must be a non-negative integer, got {warmup_steps!r}",
+                where="SkipCorrectStrategy(warmup_steps=...)",
+            )
+        correction_lr = _corr.validate_correction_lr(
+            correction_lr, where="SkipCorrectStrategy(correction_lr=...)"
+        )
         target_ratio = validate_target_ratio(target_ratio, where="SkipCorrectStrategy(target_ratio=...)")
         max_interval = validate_max_interval(max_interval, where="SkipCorrectStrategy(max_interval=...)")
-        for name, v in (("auto_warmup_steps", auto_warmup_steps),
-                        ("auto_probe_interval", auto_probe_interval), ("auto_measure_syncs", auto_measure_syncs)):
+        for name, v in (
+            ("auto_warmup_steps", auto_warmup_steps),
+            ("auto_probe_interval", auto_probe_interval),
+            ("auto_measure_syncs", auto_measure_syncs),
+        ):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"must be an integer >= 1, got {v!r}", where=f"SkipCorrectStrategy({name}=...)")
+                raise InputError(
+                    f"must be an integer >= 1, got {v!r}", where=f"SkipCorrectStrategy({name}=...)"
+                )
         overlap = validate_overlap(overlap, where="SkipCorrectStrategy(overlap=...)")
         _check_keras()
-        sc = dict(overlap=overlap, interval=interval, correction=correction, warmup_steps=warmup_steps,
-                  average_optimizer_state=average_optimizer_state, correction_lr=correction_lr,
-                  target_ratio=float(target_ratio), max_interval=max_interval, auto_warmup_steps=auto_warmup_steps,
-                  auto_probe_interval=auto_probe_interval, auto_measure_syncs=auto_measure_syncs)
+        sc = dict(
+            overlap=overlap,
+            interval=interval,
+            correction=correction,
+            warmup_steps=warmup_steps,
+            average_optimizer_state=average_optimizer_state,
+            correction_lr=correction_lr,
+            target_ratio=float(target_ratio),
+            max_interval=max_interval,
+            auto_warmup_steps=auto_warmup_steps,
+            auto_probe_interval=auto_probe_interval,
+            auto_measure_syncs=auto_measure_syncs,
+        )
         # distinct collective group keys per instance (as TensorFlow's tests do), the same sequence on
         # every worker when they build their strategies in the same order
         self._collective_key_base = next_collective_key_base()

@@ -12,6 +12,7 @@ Example:
     >>> from tf_commopt.distribute.slurm import slurm_cluster_resolver          # doctest: +SKIP
     >>> strategy = SkipCorrectStrategy(cluster_resolver=slurm_cluster_resolver())  # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import os
@@ -36,10 +37,22 @@ class CpuSlurmClusterResolver(_Slurm):
         {'worker': ['node01:8888', 'node02:8888']}
     """
 
-    def __init__(self, jobs: Optional[Dict[str, int]] = None, port_base: int = 8888, tasks_per_node: Any = None,
-                 rpc_layer: str = "grpc"):
-        super().__init__(jobs=jobs, port_base=port_base, gpus_per_node=0, gpus_per_task=0,
-                         tasks_per_node=tasks_per_node, auto_set_gpu=False, rpc_layer=rpc_layer)
+    def __init__(
+        self,
+        jobs: Optional[Dict[str, int]] = None,
+        port_base: int = 8888,
+        tasks_per_node: Any = None,
+        rpc_layer: str = "grpc",
+    ):
+        super().__init__(
+            jobs=jobs,
+            port_base=port_base,
+            gpus_per_node=0,
+            gpus_per_task=0,
+            tasks_per_node=tasks_per_node,
+            auto_set_gpu=False,
+            rpc_layer=rpc_layer,
+        )
 
     def cluster_spec(self) -> tf.train.ClusterSpec:
         # TensorFlow's packing, with one (unused) "GPU slot" per task so every task gets its address
@@ -50,7 +63,9 @@ class CpuSlurmClusterResolver(_Slurm):
         finally:
             self._gpus_per_node, self._gpus_per_task = 0, 0
 
-    def num_accelerators(self, task_type: Any = None, task_id: Any = None, config_proto: Any = None) -> Dict[str, int]:
+    def num_accelerators(
+        self, task_type: Any = None, task_id: Any = None, config_proto: Any = None
+    ) -> Dict[str, int]:
         return {"GPU": 0}
 
 
@@ -67,12 +82,15 @@ def slurm_cluster_resolver(port_base: Optional[int] = None, gpus_per_node: Optio
         InputError: not inside a SLURM step (no ``SLURM_PROCID``), or a bad ``TF_PORT_BASE``.
     """
     if "SLURM_PROCID" not in os.environ:
-        raise InputError("no SLURM_PROCID in the environment: run this inside an srun step",
-                         where="slurm_cluster_resolver")
+        raise InputError(
+            "no SLURM_PROCID in the environment: run this inside an srun step", where="slurm_cluster_resolver"
+        )
     if port_base is None:
         text = os.environ.get("TF_PORT_BASE", "8888")
         if not text.isdigit() or not 0 < int(text) < 65536:
-            raise InputError(f"TF_PORT_BASE must be a port number, got {text!r}", where="slurm_cluster_resolver")
+            raise InputError(
+                f"TF_PORT_BASE must be a port number, got {text!r}", where="slurm_cluster_resolver"
+            )
         port_base = int(text)
     if gpus_per_node is None:
         text = os.environ.get("SLURM_GPUS_ON_NODE", "0")

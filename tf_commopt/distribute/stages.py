@@ -10,6 +10,7 @@ Example:
 
 Used by :mod:`tf_commopt.distribute.pipeline` (see its docstring and docs/hybrid.md for the rules).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Sequence
@@ -81,16 +82,21 @@ class StageLayout:
 
     def __init__(self, model: Any, plan: PartitionPlan, devices: Sequence[str]):
         if not getattr(model, "_is_graph_network", False):
-            raise InputError(f"model {getattr(model, 'name', model)!r} is not a functional or built Sequential "
-                             "tf-keras model; pipelines need the layer graph", where="Pipeline")
+            raise InputError(
+                f"model {getattr(model, 'name', model)!r} is not a functional or built Sequential "
+                "tf-keras model; pipelines need the layer graph",
+                where="Pipeline",
+            )
         self.model = model
         self.plan = plan
         P = plan.num_stages
         where = f"plan {plan.method!r}" + (f" of {plan.graph_name!r}" if plan.graph_name else "")
         for s, d in enumerate(plan.device_of_stage):
             if not 0 <= d < len(devices):
-                raise PlanError(f"stage {s} is placed on device {d} but only {len(devices)} devices are given",
-                                where=where)
+                raise PlanError(
+                    f"stage {s} is placed on device {d} but only {len(devices)} devices are given",
+                    where=where,
+                )
         self.devices = [devices[d] for d in plan.device_of_stage]
 
         nodes: List[Any] = []  # non-input nodes in a topological order (deepest first)
@@ -118,8 +124,11 @@ class StageLayout:
                 continue
             inner = {k: v for k, v in stage_of.items() if k.startswith(name + "/")}
             if len(set(inner.values())) > 1:
-                raise PlanError(f"nested model {name!r} is split across stages {sorted(set(inner.values()))}; "
-                                "a nested model must stay in one stage", where=where)
+                raise PlanError(
+                    f"nested model {name!r} is split across stages {sorted(set(inner.values()))}; "
+                    "a nested model must stay in one stage",
+                    where=where,
+                )
             if inner:
                 for k in inner:
                     del stage_of[k]
@@ -155,12 +164,16 @@ class StageLayout:
             for tid in n.flat_input_ids:
                 ps = producer.get(tid)
                 if ps is None:
-                    raise PlanError(f"layer {cn!r} consumes a tensor the model does not produce "
-                                    "before it", where=where)
+                    raise PlanError(
+                        f"layer {cn!r} consumes a tensor the model does not produce before it", where=where
+                    )
                 if ps > s:
-                    raise PlanError(f"layer {cn!r} (stage {s}) consumes the output of layer "
-                                    f"{producer_layer[tid]!r} (stage {ps}): stages must follow the data flow "
-                                    "(non-convex or out-of-order plan)", where=where)
+                    raise PlanError(
+                        f"layer {cn!r} (stage {s}) consumes the output of layer "
+                        f"{producer_layer[tid]!r} (stage {ps}): stages must follow the data flow "
+                        "(non-convex or out-of-order plan)",
+                        where=where,
+                    )
                 if ps != s:
                     consumers.setdefault(tid, set()).add(s)
             for tid in n.flat_output_ids:
@@ -172,10 +185,12 @@ class StageLayout:
         self.producer = producer
         # stage_inputs[s]: tensors produced outside s (earlier stages or model inputs) that s consumes
         self.stage_inputs: List[List[str]] = [
-            sorted(t for t, cs in consumers.items() if s in cs) for s in range(P)]
+            sorted(t for t, cs in consumers.items() if s in cs) for s in range(P)
+        ]
         # stage_outputs[s]: tensors produced in s and needed by a later stage or by the loss
         self.stage_outputs: List[List[str]] = [
-            sorted(t for t, cs in consumers.items() if producer[t] == s) for s in range(P)]
+            sorted(t for t, cs in consumers.items() if producer[t] == s) for s in range(P)
+        ]
         for tid in self.output_ids:  # a model output that is also a model input (identity model)
             if producer[tid] == -1:
                 raise PlanError("a model output is a model input; nothing to pipeline", where=where)

@@ -12,6 +12,7 @@ Example:
     >>> state.delta_numpy()[0].shape                            # doctest: +SKIP
     (4, 3, 2)
 """
+
 from __future__ import annotations
 
 import weakref
@@ -23,7 +24,6 @@ import tensorflow as tf
 from tf_commopt._compat import resource_variable_ops, save_context
 from tf_commopt._compat import trackable_base as _trackable
 from tf_commopt._compat import values as _values
-
 from tf_commopt.errors import InputError
 
 __all__ = ["SkipCorrectState"]
@@ -45,7 +45,8 @@ class SkipCorrectState(_trackable.Trackable):
         self._optimizer_ref = weakref.ref(optimizer) if optimizer is not None else (lambda: None)
         with tf.device("/CPU:0"):
             self.local_steps = resource_variable_ops.ResourceVariable(
-                tf.constant(0, tf.int64), name="skip_correct/local_steps", trainable=False)
+                tf.constant(0, tf.int64), name="skip_correct/local_steps", trainable=False
+            )
         self.deltas: Optional[List[Any]] = None
         self.grad_sums: Optional[List[Any]] = None  # "gradient": G_i, the raw gradients summed this period
         if rule != "none":
@@ -55,10 +56,16 @@ class SkipCorrectState(_trackable.Trackable):
 
     def _per_replica_zeros(self, what: str) -> List[Any]:
         with self._strategy.scope():
-            return [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"skip_correct/{what}_{j}",
-                                synchronization=tf.VariableSynchronization.ON_WRITE,
-                                aggregation=tf.VariableAggregation.NONE)
-                    for j, v in enumerate(self.variables)]
+            return [
+                tf.Variable(
+                    tf.zeros(v.shape, v.dtype),
+                    trainable=False,
+                    name=f"skip_correct/{what}_{j}",
+                    synchronization=tf.VariableSynchronization.ON_WRITE,
+                    aggregation=tf.VariableAggregation.NONE,
+                )
+                for j, v in enumerate(self.variables)
+            ]
 
     @property
     def optimizer(self) -> Any:
@@ -79,7 +86,9 @@ class SkipCorrectState(_trackable.Trackable):
     def delta_numpy(self) -> List[np.ndarray]:
         """Δ of every variable as a numpy array [local replicas, *shape] (eager)."""
         if self.deltas is None:
-            return [np.zeros((len(v.values),) + tuple(v.shape), v.dtype.as_numpy_dtype) for v in self.variables]
+            return [
+                np.zeros((len(v.values),) + tuple(v.shape), v.dtype.as_numpy_dtype) for v in self.variables
+            ]
         return [np.stack([c.numpy() for c in d.values]) for d in self.deltas]
 
     # ---- checkpointing ----------------------------------------------------------------------------
@@ -107,7 +116,9 @@ class SkipCorrectState(_trackable.Trackable):
             for i in range(n_local):
                 comps = [per_replica[j].values[i] for j in idx]
                 with tf.device(comps[0].device):
-                    bufs.append(tf.expand_dims(tf.concat([tf.reshape(c.read_value(), [-1]) for c in comps], 0), 0))
+                    bufs.append(
+                        tf.expand_dims(tf.concat([tf.reshape(c.read_value(), [-1]) for c in comps], 0), 0)
+                    )
             with self._strategy.scope():
                 rows = self._strategy.gather(_values.PerReplica(tuple(bufs)), axis=0)  # [R, sum(sizes)]
             for j, piece in zip(idx, tf.split(rows, sizes, axis=1)):
@@ -142,25 +153,42 @@ class SkipCorrectState(_trackable.Trackable):
         saved = restored_tensors["num_replicas"]
         ops = []
         if isinstance(saved, tf.Tensor) and not hasattr(saved, "numpy"):  # traced (SavedModel restore fn)
-            ops.append(tf.debugging.assert_equal(tf.cast(saved, tf.int64), tf.constant(here, tf.int64), message=(
-                "SkipCorrectStrategy restore: the checkpoint's replica count differs from this strategy's")))
+            ops.append(
+                tf.debugging.assert_equal(
+                    tf.cast(saved, tf.int64),
+                    tf.constant(here, tf.int64),
+                    message=(
+                        "SkipCorrectStrategy restore: the checkpoint's replica count differs from this strategy's"
+                    ),
+                )
+            )
         elif int(saved) != here:
-            raise _pass_through(InputError(
-                f"the checkpoint was written with {int(saved)} replicas but this SkipCorrectStrategy has {here}; "
-                "the per-replica corrections cannot be mapped", where="SkipCorrectStrategy restore"))
+            raise _pass_through(
+                InputError(
+                    f"the checkpoint was written with {int(saved)} replicas but this SkipCorrectStrategy has {here}; "
+                    "the per-replica corrections cannot be mapped",
+                    where="SkipCorrectStrategy restore",
+                )
+            )
         ops.append(self.local_steps.assign(restored_tensors["local_steps"]))
         # a restored "auto" run keeps the H it chose (no new measurement); a checkpoint written before H
         # was chosen (or by an older version without the flag) measures again
         ops.extend(ext.interval_state.restore_ops(restored_tensors))
         off = self._global_offset()
-        for prefix, per_replica, hint in (("delta", self.deltas, "written with correction 'none'?"),
-                                          ("grad_sum", self.grad_sums, "written with another correction than "
-                                           "'gradient' (or 'auto' with another optimizer)?")):
+        for prefix, per_replica, hint in (
+            ("delta", self.deltas, "written with correction 'none'?"),
+            (
+                "grad_sum",
+                self.grad_sums,
+                "written with another correction than 'gradient' (or 'auto' with another optimizer)?",
+            ),
+        ):
             for j, d in enumerate(per_replica or []):
                 key = "%s_%d" % (prefix, j)
                 if key not in restored_tensors:
-                    raise _pass_through(InputError(f"checkpoint has no {key} ({hint})",
-                                                   where="SkipCorrectStrategy restore"))
+                    raise _pass_through(
+                        InputError(f"checkpoint has no {key} ({hint})", where="SkipCorrectStrategy restore")
+                    )
                 rows = restored_tensors[key]
                 for i, c in enumerate(d.values):
                     with tf.device(c.device):

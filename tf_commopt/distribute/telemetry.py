@@ -19,6 +19,7 @@ snapshot, launch) and ``background_comm_s`` (only then in ``as_dict``) adds the 
 own wall time: the communication that was (mostly) hidden; ``drain_wait_s`` the seconds spent outside the
 steps waiting for and applying an in-flight mean (the end of ``fit``, ``strategy.sync()``; also in ``comm_s``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict
@@ -81,5 +82,11 @@ class Telemetry:
             "compute_s": float(self.compute_s.numpy()),
             "bytes_communicated": int(self.bytes.numpy()),
             "first_sync_s": float(self.first_sync_s.numpy()),
-        } | ({"background_comm_s": float(self.background_comm_s.numpy()),
-              "drain_wait_s": float(self.drain_s.numpy())} if self.overlap else {})
+        } | (
+            {
+                "background_comm_s": float(self.background_comm_s.numpy()),
+                "drain_wait_s": float(self.drain_s.numpy()),
+            }
+            if self.overlap
+            else {}
+        )

@@ -3,6 +3,7 @@
 Example:
     >>> from tf_commopt.keras import SkipCorrectTelemetry   # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import importlib

@@ -8,6 +8,7 @@ Example:
     >>> from tf_commopt.keras.base import Callback   # doctest: +SKIP
     >>> class Mine(Callback): ...                     # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import tf_keras

@@ -21,6 +21,7 @@ callback resets that clock at the start of each epoch so evaluation and callback
 per-sync communication and per-step compute time and sets H. On a cluster every worker must choose the
 same H (average the timings first, e.g. with ``agree_on_timings``); this callback does not communicate.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
@@ -33,8 +34,12 @@ __all__ = ["SkipCorrectTelemetry"]
 def _scalar(tag: str, value: float, step: int) -> None:
     """A TensorBoard scalar (the 'scalars' plugin) written without needing the tensorboard package."""
     from tensorflow.core.framework import summary_pb2
-    meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+
+    meta = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+    )
     tf.summary.write(tag, tf.constant(value, tf.float32), step=step, metadata=meta.SerializeToString())
+
 
 from tf_commopt.keras.base import Callback as _Base  # noqa: E402  (the one callback base)
 
@@ -42,13 +47,21 @@ from tf_commopt.keras.base import Callback as _Base  # noqa: E402  (the one call
 class SkipCorrectTelemetry(_Base):
     """Adds skip-and-correct telemetry to the Keras logs and (optionally) TensorBoard."""
 
-    def __init__(self, strategy: Any = None, log_dir: Optional[str] = None, update_freq: str = "epoch",
-                 interval_policy: Any = None, policy_after_steps: int = 5):
+    def __init__(
+        self,
+        strategy: Any = None,
+        log_dir: Optional[str] = None,
+        update_freq: str = "epoch",
+        interval_policy: Any = None,
+        policy_after_steps: int = 5,
+    ):
         super().__init__()
         if update_freq not in ("epoch", "batch"):
             from tf_commopt.errors import InputError
-            raise InputError(f"update_freq must be 'epoch' or 'batch', got {update_freq!r}",
-                             where="SkipCorrectTelemetry")
+
+            raise InputError(
+                f"update_freq must be 'epoch' or 'batch', got {update_freq!r}", where="SkipCorrectTelemetry"
+            )
         self._strategy = strategy
         self._log_dir = log_dir
         self._update_freq = update_freq
@@ -62,6 +75,7 @@ class SkipCorrectTelemetry(_Base):
         if self._strategy is None:
             self._strategy = self.model.distribute_strategy
         from tf_commopt.distribute.skip_correct import SkipCorrectStrategy
+
         return self._strategy if isinstance(self._strategy, SkipCorrectStrategy) else None
 
     def on_train_begin(self, logs=None):
@@ -84,8 +98,9 @@ class SkipCorrectTelemetry(_Base):
         if self._policy is not None and not self._policy_done and s.auto_interval:
             st = s.stats()
             if st["steps"] >= self._policy_after and st["syncs"] > 0:
-                h = self._policy.choose(t_comm_s=st["comm_s"] / st["syncs"],
-                                        t_comp_s=st["compute_s"] / max(st["steps"] - 1, 1))
+                h = self._policy.choose(
+                    t_comm_s=st["comm_s"] / st["syncs"], t_comp_s=st["compute_s"] / max(st["steps"] - 1, 1)
+                )
                 s.set_interval(int(h))
                 self._policy_done = True
         if self._update_freq == "batch" and logs is not None:

@@ -11,9 +11,30 @@ plan fastest in simulation for the schedule given (GPipe, ``4 K`` micro-batches 
 ``given_plan`` loads an external assignment (e.g. PipeDream's ``stage_id``) as a plan.
 See docs/partitioning.md for the objective, the pipeline model and the methods.
 """
+
 from tf_commopt.core.partition import METHODS, PartitionPlan, evaluate, make_cluster
 from tf_commopt.core.planner import given_plan, partition, read_stage_ids
-from tf_commopt.core.profiles import bundled_profile_path, load_profile, read_json, read_pipedream, write_json, write_pipedream
+from tf_commopt.core.profiles import (
+    bundled_profile_path,
+    load_profile,
+    read_json,
+    read_pipedream,
+    write_json,
+    write_pipedream,
+)
 
-__all__ = ["partition", "given_plan", "read_stage_ids", "evaluate", "make_cluster", "METHODS", "PartitionPlan", "load_profile",
-           "bundled_profile_path", "read_json", "read_pipedream", "write_json", "write_pipedream"]
+__all__ = [
+    "partition",
+    "given_plan",
+    "read_stage_ids",
+    "evaluate",
+    "make_cluster",
+    "METHODS",
+    "PartitionPlan",
+    "load_profile",
+    "bundled_profile_path",
+    "read_json",
+    "read_pipedream",
+    "write_json",
+    "write_pipedream",
+]

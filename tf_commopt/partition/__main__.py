@@ -27,6 +27,7 @@ stdout instead of the JSON. ``--out`` and ``--dot`` files get the usual permissi
 Bad input exits with code 2 and one line on stderr. Flags may also be spelled with underscores
 (``--bandwidth_gbps``); ``--tf-log-level`` sets TensorFlow's C++ logging (default: errors only).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,17 +38,29 @@ import subprocess
 import sys
 from typing import List, Optional
 
+from tf_commopt._cli import CliParser, add_tf_log_level, quiet_tensorflow
 from tf_commopt.core.devices import parse_capacities
 from tf_commopt.core.partition.api import METHODS, SCHEDULES, SCORES
 from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.core.planner import given_plan, partition
-from tf_commopt.partition.profile_arg import load_profile_or_model
-from tf_commopt._cli import CliParser, add_tf_log_level, quiet_tensorflow
 from tf_commopt.core.stagecost import hop_bytes
 from tf_commopt.errors import InputError, TfCommoptError
+from tf_commopt.partition.profile_arg import load_profile_or_model
 
-_PALETTE = ["#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
-            "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f"]
+_PALETTE = [
+    "#8dd3c7",
+    "#ffffb3",
+    "#bebada",
+    "#fb8072",
+    "#80b1d3",
+    "#fdb462",
+    "#b3de69",
+    "#fccde5",
+    "#d9d9d9",
+    "#bc80bd",
+    "#ccebc5",
+    "#ffed6f",
+]
 
 
 class _Parser(CliParser):
@@ -57,32 +70,64 @@ class _Parser(CliParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m tf_commopt.partition", description=__doc__.split("\n")[0],
-                 usage="python -m tf_commopt.partition --profile PROFILE --stages K [options]")
+    ap = _Parser(
+        prog="python -m tf_commopt.partition",
+        description=__doc__.split("\n")[0],
+        usage="python -m tf_commopt.partition --profile PROFILE --stages K [options]",
+    )
     ap.add_argument("--profile", required=True, help="graph.txt, our JSON, or a bundled name")
     ap.add_argument("--stages", default=None, help="number of pipeline stages (not with --method given)")
     ap.add_argument("--method", default="ga", help=f"one of {', '.join(METHODS + ('given',))}")
-    ap.add_argument("--assignment", default=None,
-                    help="for --method given: graph.txt with stage_id=N per node (default: the --profile file)")
+    ap.add_argument(
+        "--assignment",
+        default=None,
+        help="for --method given: graph.txt with stage_id=N per node (default: the --profile file)",
+    )
     ap.add_argument("--capacities", default=None, help="relative device speeds, e.g. 1,1,0.5,0.5")
-    ap.add_argument("--kinds", default=None, help="device kind per device (or one for all), e.g. bf16,bf16,fp32,fp32")
+    ap.add_argument(
+        "--kinds", default=None, help="device kind per device (or one for all), e.g. bf16,bf16,fp32,fp32"
+    )
     ap.add_argument("--bandwidth-gbps", default="10", help="link bandwidth in Gbit/s (default 10)")
     ap.add_argument("--latency-ms", default="0", help="per-message latency in ms (default 0)")
     ap.add_argument("--memory-gb", default=None, help="memory cap per device in GB (10**9 bytes)")
     ap.add_argument("--seed", default="0", help="random seed (default 0)")
     ap.add_argument("--out", default=None, help="also write the plan JSON here")
-    ap.add_argument("--dot", default=None, help="write the graph coloured by stage (Graphviz DOT; PNG too if `dot` exists)")
-    ap.add_argument("--score", default="simulated",
-                    help=f"one of {', '.join(SCORES)}: simulated (default: fastest in the simulator), pipeline "
-                         "(closed-form pipeline time), objective (additive objective only)")
-    ap.add_argument("--schedule", default="gpipe", help=f"the schedule that will run: one of {', '.join(SCHEDULES)}")
-    ap.add_argument("--microbatches", default=None,
-                    help="micro-batches per mini-batch for gpipe / simulated for 1f1b (default 4*stages, 8*stages)")
+    ap.add_argument(
+        "--dot",
+        default=None,
+        help="write the graph coloured by stage (Graphviz DOT; PNG too if `dot` exists)",
+    )
+    ap.add_argument(
+        "--score",
+        default="simulated",
+        help=f"one of {', '.join(SCORES)}: simulated (default: fastest in the simulator), pipeline "
+        "(closed-form pipeline time), objective (additive objective only)",
+    )
+    ap.add_argument(
+        "--schedule", default="gpipe", help=f"the schedule that will run: one of {', '.join(SCHEDULES)}"
+    )
+    ap.add_argument(
+        "--microbatches",
+        default=None,
+        help="micro-batches per mini-batch for gpipe / simulated for 1f1b (default 4*stages, 8*stages)",
+    )
     ap.add_argument("--quiet", action="store_true", help="no progress and no per-stage summary on stderr")
-    ap.add_argument("--format", default="json", choices=("json", "text"),
-                    help="stdout: the plan as one JSON object, or the per-stage summary as text")
-    ap.add_argument("--batch-size", default=None, help="for model files (SavedModel, .keras, .h5, GraphDef): batch size (default 32)")
-    ap.add_argument("--device", default=None, help="for model files: roofline preset (v100, h200, h200-bf16, cpu, cpu-here...)")
+    ap.add_argument(
+        "--format",
+        default="json",
+        choices=("json", "text"),
+        help="stdout: the plan as one JSON object, or the per-stage summary as text",
+    )
+    ap.add_argument(
+        "--batch-size",
+        default=None,
+        help="for model files (SavedModel, .keras, .h5, GraphDef): batch size (default 32)",
+    )
+    ap.add_argument(
+        "--device",
+        default=None,
+        help="for model files: roofline preset (v100, h200, h200-bf16, cpu, cpu-here...)",
+    )
     add_tf_log_level(ap)
     return ap
 
@@ -91,7 +136,9 @@ def _number(text: str, flag: str, kind=float, positive: bool = True):
     try:
         v = kind(text)
     except (TypeError, ValueError):
-        raise InputError(f"{text!r} is not a{'n integer' if kind is int else ' number'}", where=flag) from None
+        raise InputError(
+            f"{text!r} is not a{'n integer' if kind is int else ' number'}", where=flag
+        ) from None
     if kind is float and not (v == v and abs(v) != float("inf")):
         raise InputError(f"{text!r} is not finite", where=flag)
     if positive and v <= 0:
@@ -121,15 +168,19 @@ def summary(plan: PartitionPlan, graph) -> str:
     out = hop_bytes(graph, plan.stage_of_node, k) + [0.0]
     mem = list(plan.stage_memory_bytes) if plan.stage_memory_bytes else [float("nan")] * k
     sim = plan.extra.get("simulated_ms")
-    head = (f"{plan.method} plan, {k} stage(s), {plan.schedule or 'no'} schedule"
-            + (f" x {plan.microbatches} micro-batches" if plan.microbatches else "")
-            + (f": {sim:.1f} ms per mini-batch in the simulator" if isinstance(sim, (int, float)) else "")
-            + "; ms = a stage's compute + sending per mini-batch")
+    head = (
+        f"{plan.method} plan, {k} stage(s), {plan.schedule or 'no'} schedule"
+        + (f" x {plan.microbatches} micro-batches" if plan.microbatches else "")
+        + (f": {sim:.1f} ms per mini-batch in the simulator" if isinstance(sim, (int, float)) else "")
+        + "; ms = a stage's compute + sending per mini-batch"
+    )
     rows = [head, f"{'stage':>5} {'device':>6} {'nodes':>6} {'ms':>10} {'memory':>9} {'out':>9}"]
     for s in range(k):
         m = "-" if math.isnan(mem[s]) else _size(mem[s])
-        rows.append(f"{s:>5} {plan.device_of_stage[s]:>6} {nodes[s]:>6} {plan.stage_ms[s]:>10.1f} {m:>9} "
-                    f"{_size(out[s]) if s < k - 1 else '-':>9}")
+        rows.append(
+            f"{s:>5} {plan.device_of_stage[s]:>6} {nodes[s]:>6} {plan.stage_ms[s]:>10.1f} {m:>9} "
+            f"{_size(out[s]) if s < k - 1 else '-':>9}"
+        )
     return "\n".join(rows)
 
 
@@ -141,7 +192,11 @@ def _write_text(path: str, text: str) -> None:
 
 def write_dot(plan: PartitionPlan, graph, path: str) -> Optional[str]:
     """Write ``graph`` as Graphviz DOT, nodes filled with their stage's colour; PNG beside it if possible."""
-    lines = [f'digraph "{graph.name or "graph"}" {{', "  rankdir=TB;", '  node [style=filled, shape=box, fontsize=10];']
+    lines = [
+        f'digraph "{graph.name or "graph"}" {{',
+        "  rankdir=TB;",
+        "  node [style=filled, shape=box, fontsize=10];",
+    ]
     for name in graph.topological_order():
         s = plan.stage_of_node[name]
         n = graph[name]
@@ -167,8 +222,8 @@ class _Progress:
 
     def __init__(self):
         self.tty = sys.stderr.isatty()
-        self.last = None      # (gen, total, best) of the last call
-        self.shown = None     # gen of the last printed line
+        self.last = None  # (gen, total, best) of the last call
+        self.shown = None  # gen of the last printed line
 
     def _text(self, gen: int, total: int, best: float) -> str:
         done = int(30 * gen / max(total, 1))
@@ -199,24 +254,32 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         given = args.method == "given"
         if args.method not in METHODS and not given:
-            raise InputError(f"unknown method {args.method!r}; choose from {', '.join(METHODS + ('given',))}",
-                             where="--method")
+            raise InputError(
+                f"unknown method {args.method!r}; choose from {', '.join(METHODS + ('given',))}",
+                where="--method",
+            )
         if args.assignment is not None and not given:
             raise InputError("only with --method given", where="--assignment")
         if args.stages is None and not given:
             raise InputError("required (the number of pipeline stages)", where="--stages")
         if args.score not in SCORES:
-            raise InputError(f"unknown score {args.score!r}; choose from {', '.join(SCORES)}", where="--score")
+            raise InputError(
+                f"unknown score {args.score!r}; choose from {', '.join(SCORES)}", where="--score"
+            )
         if args.schedule not in SCHEDULES:
-            raise InputError(f"unknown schedule {args.schedule!r}; choose from {', '.join(SCHEDULES)}",
-                             where="--schedule")
+            raise InputError(
+                f"unknown schedule {args.schedule!r}; choose from {', '.join(SCHEDULES)}", where="--schedule"
+            )
         micro = _number(args.microbatches, "--microbatches", int) if args.microbatches is not None else None
         bw = _number(args.bandwidth_gbps, "--bandwidth-gbps")
         lat = _number(args.latency_ms, "--latency-ms", positive=False)
         seed = _number(args.seed, "--seed", int, positive=False)
         caps = parse_capacities(args.capacities, "--capacities") if args.capacities is not None else None
-        graph, source = load_profile_or_model(args.profile, device=args.device, batch_size=None if args.batch_size
-                                              is None else _number(args.batch_size, "--batch-size", int))
+        graph, source = load_profile_or_model(
+            args.profile,
+            device=args.device,
+            batch_size=None if args.batch_size is None else _number(args.batch_size, "--batch-size", int),
+        )
         if "summary" in source and not args.quiet:
             print(source["summary"], file=sys.stderr)
         if given:
@@ -238,24 +301,50 @@ def main(argv: Optional[List[str]] = None) -> int:
                 raise InputError(f"{len(kinds)} kinds for {n_dev} devices", where="--kinds")
         memory = _number(args.memory_gb, "--memory-gb") * 1e9 if args.memory_gb is not None else None
         if stages > n_dev:
-            raise InputError(f"{stages} stages need at least as many devices; --capacities gives {n_dev}", where="--stages")
+            raise InputError(
+                f"{stages} stages need at least as many devices; --capacities gives {n_dev}", where="--stages"
+            )
         if stages > len(graph):
             raise InputError(f"{stages} stages for a graph of {len(graph)} nodes", where="--stages")
         if kinds is not None:
             bad = [k for k in kinds if k is not None and k not in graph.kinds]
             if bad:
-                raise InputError(f"kind {bad[0]!r} not in the profile (kinds: {graph.kinds or 'none'})", where="--kinds")
+                raise InputError(
+                    f"kind {bad[0]!r} not in the profile (kinds: {graph.kinds or 'none'})", where="--kinds"
+                )
         progress = _Progress() if not args.quiet and args.method == "ga" else None
         if given:
-            plan = given_plan(graph, son, capacities=caps, bandwidth_gbps=bw, latency_ms=lat, memory=memory,
-                              kinds=kinds, schedule=args.schedule, microbatches=micro)
+            plan = given_plan(
+                graph,
+                son,
+                capacities=caps,
+                bandwidth_gbps=bw,
+                latency_ms=lat,
+                memory=memory,
+                kinds=kinds,
+                schedule=args.schedule,
+                microbatches=micro,
+            )
         else:
-            plan = partition(graph, stages, method=args.method, capacities=caps, bandwidth_gbps=bw, latency_ms=lat,
-                             memory=memory, seed=seed, kinds=kinds, progress=progress,
-                             score=args.score, schedule=args.schedule, microbatches=micro)
+            plan = partition(
+                graph,
+                stages,
+                method=args.method,
+                capacities=caps,
+                bandwidth_gbps=bw,
+                latency_ms=lat,
+                memory=memory,
+                seed=seed,
+                kinds=kinds,
+                progress=progress,
+                score=args.score,
+                schedule=args.schedule,
+                microbatches=micro,
+            )
         if progress is not None:
             progress.end()
         from tf_commopt.tf.stage_use import idle_stage_report
+
         idle = idle_stage_report(graph, plan, bw, lat, capacity=max(caps) if caps else 1.0)
         plan.extra.update({"cost_model": source} if "summary" in source else {})
         if idle is not None:
@@ -263,8 +352,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"note: {idle['message']}", file=sys.stderr)
         if not plan.extra.get("feasible", True):
             over = [i for i, q in enumerate(plan.extra.get("stage_penalty_ms", [])) if q > 0]
-            print(f"warning: the plan exceeds the memory cap on stage(s) {over} (see stage_memory_bytes)",
-                  file=sys.stderr)
+            print(
+                f"warning: the plan exceeds the memory cap on stage(s) {over} (see stage_memory_bytes)",
+                file=sys.stderr,
+            )
         if args.out:
             try:
                 plan.save(args.out)
@@ -287,7 +378,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             if not args.quiet:
                 print(summary(plan, graph), file=sys.stderr, flush=True)
             print(plan.to_json(), flush=True)
-    except BrokenPipeError:              # e.g. piped into `head`
+    except BrokenPipeError:  # e.g. piped into `head`
         sys.stderr.close()
     return 0
 

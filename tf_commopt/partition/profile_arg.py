@@ -5,6 +5,7 @@ Example:
     >>> load_profile_arg("pipedream/alexnet").name
     'alexnet'
 """
+
 from __future__ import annotations
 
 import os
@@ -59,8 +60,9 @@ def load_profile_arg(spec: str, flag: str = "--profile") -> CostGraph:
     return g
 
 
-def load_profile_or_model(spec: str, batch_size: Optional[int] = None, device: Optional[str] = None,
-                          flag: str = "--profile") -> Tuple[CostGraph, Dict[str, Any]]:
+def load_profile_or_model(
+    spec: str, batch_size: Optional[int] = None, device: Optional[str] = None, flag: str = "--profile"
+) -> Tuple[CostGraph, Dict[str, Any]]:
     """What the CLIs' ``--profile`` accepts: everything :func:`load_profile_arg` reads (profiles, PipeDream
     optimizer outputs) and, through :func:`tf_commopt.tf.model_files.load_graph` (TensorFlow imported only
     then), a SavedModel directory, a ``.keras``/``.h5`` file or a GraphDef costed at ``batch_size`` with the

@@ -7,6 +7,7 @@ Example:
     >>> main(["--profile", "pipedream/vgg16", "--plan", "plan.json", "--schedule", "gpipe",
     ...       "--microbatches", "8"])     # doctest: +SKIP
 """
+
 from tf_commopt.sim.cli import build_parser, main
 
 __all__ = ["main", "build_parser"]

@@ -1,4 +1,5 @@
 """Entry point of ``python -m tf_commopt.sim`` (see :mod:`tf_commopt.sim.cli`)."""
+
 import sys
 
 from tf_commopt.sim.cli import main

@@ -16,21 +16,37 @@ Modules: :mod:`~tf_commopt.tf.graph_import` (the importers), :mod:`~tf_commopt.t
 :mod:`~tf_commopt.tf.devices` (roofline presets), :mod:`~tf_commopt.tf.calibrate` (vs the H200 profiles),
 :mod:`~tf_commopt.tf.stage_use` (idle stages, break-even bandwidth; pure Python).
 """
+
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
 _WHERE = {
-    "from_keras_model": "graph_import", "from_concrete_function": "graph_import",
-    "from_graph_def": "graph_import", "from_graphdef_file": "graph_import", "read_graphdef": "graph_import",
-    "from_saved_model": "model_files", "from_model_file": "model_files", "load_graph": "model_files",
-    "roofline_preset": "devices", "DEVICE_PRESETS": "devices",
-    "Roofline": "op_costs", "PRESETS": "op_costs", "CostEstimateWarning": "op_costs",
-    "profile_keras_model": "profiler", "device_capacity": "profiler", "relative_capacities": "profiler",
-    "measure_roofline": "profiler", "time_keras_model": "profiler", "model_capacities": "profiler",
-    "slowed": "slowdown", "set_slowdown": "slowdown", "get_slowdown": "slowdown",
-    "clear_slowdowns": "slowdown", "slowdowns": "slowdown",
+    "from_keras_model": "graph_import",
+    "from_concrete_function": "graph_import",
+    "from_graph_def": "graph_import",
+    "from_graphdef_file": "graph_import",
+    "read_graphdef": "graph_import",
+    "from_saved_model": "model_files",
+    "from_model_file": "model_files",
+    "load_graph": "model_files",
+    "roofline_preset": "devices",
+    "DEVICE_PRESETS": "devices",
+    "Roofline": "op_costs",
+    "PRESETS": "op_costs",
+    "CostEstimateWarning": "op_costs",
+    "profile_keras_model": "profiler",
+    "device_capacity": "profiler",
+    "relative_capacities": "profiler",
+    "measure_roofline": "profiler",
+    "time_keras_model": "profiler",
+    "model_capacities": "profiler",
+    "slowed": "slowdown",
+    "set_slowdown": "slowdown",
+    "get_slowdown": "slowdown",
+    "clear_slowdowns": "slowdown",
+    "slowdowns": "slowdown",
 }
 
 __all__ = sorted(_WHERE)

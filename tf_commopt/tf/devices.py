@@ -24,6 +24,7 @@ Example:
     >>> r.peak_gflops, r.mem_gbps, note
     (989000.0, 4800.0, 'datasheet peaks, bf16 tensor cores (dense)')
 """
+
 from __future__ import annotations
 
 from typing import Dict, Tuple
@@ -42,10 +43,14 @@ DEVICE_PRESETS: Dict[str, Tuple[Roofline, str]] = {
     "h200-fp32": (Roofline(67_000.0, 4_800.0), "datasheet peaks, fp32"),
     "h200-tf32": (Roofline(494_700.0, 4_800.0), "datasheet peaks, tf32 tensor cores (dense)"),
     "h200-bf16": (Roofline(989_000.0, 4_800.0), "datasheet peaks, bf16 tensor cores (dense)"),
-    "h200-fit": (Roofline(35_200.0, 4_800.0, backward_factor=1.0, overhead_ms=0.08),
-                 "fitted to the bundled H200 fp32 per-layer profiles (6 models; docs/importing.md)"),
-    "h200-bf16-fit": (Roofline(173_300.0, 4_800.0, backward_factor=1.0, overhead_ms=0.08),
-                      "fitted to the bundled H200 bf16 per-layer profiles (6 models; docs/importing.md)"),
+    "h200-fit": (
+        Roofline(35_200.0, 4_800.0, backward_factor=1.0, overhead_ms=0.08),
+        "fitted to the bundled H200 fp32 per-layer profiles (6 models; docs/importing.md)",
+    ),
+    "h200-bf16-fit": (
+        Roofline(173_300.0, 4_800.0, backward_factor=1.0, overhead_ms=0.08),
+        "fitted to the bundled H200 bf16 per-layer profiles (6 models; docs/importing.md)",
+    ),
     "cpu": (Roofline(100.0, 20.0), "stated guess for a small x86 machine, not measured"),
 }
 
@@ -73,7 +78,11 @@ def roofline_preset(name: str) -> Tuple[Roofline, str]:
             from tf_commopt.tf.profiler import measure_roofline
 
             r = measure_roofline("/CPU:0", size=512, mbytes=16, repeats=5)
-            _measured[key] = (r, f"measured now on /CPU:0: matmul {r.peak_gflops:.1f} GFLOP/s, "
-                                 f"a+b {r.mem_gbps:.1f} GB/s")
+            _measured[key] = (
+                r,
+                f"measured now on /CPU:0: matmul {r.peak_gflops:.1f} GFLOP/s, a+b {r.mem_gbps:.1f} GB/s",
+            )
         return _measured[key]
-    raise InputError(f"unknown device preset {name!r}; choose from {', '.join(preset_names())}", where="--device")
+    raise InputError(
+        f"unknown device preset {name!r}; choose from {', '.join(preset_names())}", where="--device"
+    )

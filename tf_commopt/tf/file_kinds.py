@@ -11,6 +11,7 @@ Example:
     >>> sniff("my_saved_model/saved_model.pb")[0]                      # doctest: +SKIP
     'savedmodel_pb'
 """
+
 from __future__ import annotations
 
 import os
@@ -63,8 +64,12 @@ def _proto_kind(data: bytes) -> Optional[str]:
     if sm is not None and len(sm.meta_graphs) > 0 and _plausible_graph(sm.meta_graphs[0].graph_def):
         return "savedmodel_pb"
     mg = parse(meta_graph_pb2.MetaGraphDef)
-    if mg is not None and mg.HasField("graph_def") and _plausible_graph(mg.graph_def) \
-            and (mg.HasField("meta_info_def") or len(mg.collection_def) or len(mg.signature_def)):
+    if (
+        mg is not None
+        and mg.HasField("graph_def")
+        and _plausible_graph(mg.graph_def)
+        and (mg.HasField("meta_info_def") or len(mg.collection_def) or len(mg.signature_def))
+    ):
         return "metagraph"
     gd = parse(graph_pb2.GraphDef)
     if gd is not None and _plausible_graph(gd):
@@ -99,8 +104,11 @@ def sniff(path: "str | os.PathLike") -> Tuple[str, str]:
     if head.startswith(b"\x89HDF\r\n\x1a\n"):
         return "h5", KINDS["h5"]
     if head.startswith(b"PK\x03\x04"):
-        return ("keras", KINDS["keras"]) if base.endswith(".keras") or b"config.json" in head else \
-            ("unknown", "a zip archive that is not a .keras model")
+        return (
+            ("keras", KINDS["keras"])
+            if base.endswith(".keras") or b"config.json" in head
+            else ("unknown", "a zip archive that is not a .keras model")
+        )
     try:
         text = head.decode("utf-8").lstrip()
     except UnicodeDecodeError:

@@ -24,6 +24,7 @@ Example:
     >>> g.predecessors("conv2_block1_add")                           # doctest: +SKIP
     ['conv2_block1_0_bn', 'conv2_block1_3_bn']
 """
+
 from __future__ import annotations
 
 import json
@@ -36,12 +37,25 @@ import tensorflow as tf
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.errors import InputError
 from tf_commopt.tf.keras_walk import LayerCall, dtype_size, layer_calls
-from tf_commopt.tf.op_costs import (CostEstimateWarning, Roofline, check_unknown_flops, graph_flops,
-                                    warn_unknown)
+from tf_commopt.tf.op_costs import (
+    CostEstimateWarning,
+    Roofline,
+    check_unknown_flops,
+    graph_flops,
+    warn_unknown,
+)
 from tf_commopt.tf.op_graph import graph_def_to_costgraph
 
-__all__ = ["from_keras_model", "from_concrete_function", "from_graph_def", "from_graphdef_file",
-           "read_graphdef", "layer_flops", "Roofline", "CostEstimateWarning"]
+__all__ = [
+    "from_keras_model",
+    "from_concrete_function",
+    "from_graph_def",
+    "from_graphdef_file",
+    "read_graphdef",
+    "layer_flops",
+    "Roofline",
+    "CostEstimateWarning",
+]
 
 
 def _cache_key(call: LayerCall) -> Optional[str]:
@@ -50,8 +64,11 @@ def _cache_key(call: LayerCall) -> Optional[str]:
     except Exception:  # custom layers without a config: no caching
         return None
     cfg.pop("name", None)
-    others = [repr(x) for x in tf.nest.flatten((call.args, call.kwargs))
-              if not any(c.__name__ == "KerasTensor" for c in type(x).__mro__)]
+    others = [
+        repr(x)
+        for x in tf.nest.flatten((call.args, call.kwargs))
+        if not any(c.__name__ == "KerasTensor" for c in type(x).__mro__)
+    ]
     try:
         text = json.dumps(cfg, sort_keys=True, default=repr)
     except (TypeError, ValueError):
@@ -59,8 +76,11 @@ def _cache_key(call: LayerCall) -> Optional[str]:
     return f"{type(call.layer).__module__}.{type(call.layer).__qualname__}|{text}|{call.inputs}|{others}"
 
 
-def layer_flops(call: LayerCall, unknown_flops: str = "elements",
-                cache: Optional[Dict[str, Tuple[float, List[str], bool]]] = None) -> Tuple[float, List[str], bool]:
+def layer_flops(
+    call: LayerCall,
+    unknown_flops: str = "elements",
+    cache: Optional[Dict[str, Tuple[float, List[str], bool]]] = None,
+) -> Tuple[float, List[str], bool]:
     """FLOPs of one layer call traced alone at its static shapes, the op types lacking statistics,
     and whether the layer moves data (False for pure reshapes such as Flatten).
 
@@ -75,16 +95,24 @@ def layer_flops(call: LayerCall, unknown_flops: str = "elements",
     try:
         graph = tf.function(call.call, autograph=False).get_concrete_function(*specs).graph
     except Exception as e:  # a layer that cannot be traced alone: say which
-        raise InputError(f"cannot trace the layer alone to count its FLOPs: {type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else ''}", where=f"layer {call.name!r}") from None
+        raise InputError(
+            f"cannot trace the layer alone to count its FLOPs: {type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}",
+            where=f"layer {call.name!r}",
+        ) from None
     result = graph_flops(graph, unknown_flops)
     if key is not None:
         cache[key] = result
     return result
 
 
-def from_keras_model(model: Any, batch_size: int = 32, roofline: Optional[Roofline] = None,
-                     unknown_flops: str = "elements", name: Optional[str] = None) -> CostGraph:
+def from_keras_model(
+    model: Any,
+    batch_size: int = 32,
+    roofline: Optional[Roofline] = None,
+    unknown_flops: str = "elements",
+    name: Optional[str] = None,
+) -> CostGraph:
     """One node per layer call of a Keras model, costs estimated with a roofline.
 
     Example:
@@ -120,21 +148,32 @@ def from_keras_model(model: Any, batch_size: int = 32, roofline: Optional[Roofli
             continue
         flops, unk, moves_data = layer_flops(c, unknown_flops, cache)
         unknown.extend(unk)
-        weights = sum(float(tf.TensorShape(w.shape).num_elements()) * dtype_size(w.dtype)
-                      for w in getattr(c.layer, "weights", []))
+        weights = sum(
+            float(tf.TensorShape(w.shape).num_elements()) * dtype_size(w.dtype)
+            for w in getattr(c.layer, "weights", [])
+        )
         moved = c.input_bytes() + c.activation_bytes() + weights if moves_data else 0.0
         fwd = roofline.forward_ms(flops, moved)
-        nodes.append(Node(c.name, fwd, roofline.backward_ms(fwd), c.param_bytes(), c.activation_bytes(), c.label))
+        nodes.append(
+            Node(c.name, fwd, roofline.backward_ms(fwd), c.param_bytes(), c.activation_bytes(), c.label)
+        )
         edges.extend((p, c.name) for p in c.preds)
     gname = name if name is not None else getattr(model, "name", "")
     warn_unknown(unknown, unknown_flops, where=f"model {gname!r}")
     return CostGraph(nodes, edges, name=gname)
 
 
-def from_concrete_function(fn: Any, *, group_by_scope: bool = False, scope_depth: Optional[int] = None,
-                           batch_size: Optional[int] = None, roofline: Optional[Roofline] = None,
-                           unknown_flops: str = "elements", unknown_shapes: str = "error",
-                           name: Optional[str] = None) -> CostGraph:
+def from_concrete_function(
+    fn: Any,
+    *,
+    group_by_scope: bool = False,
+    scope_depth: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    roofline: Optional[Roofline] = None,
+    unknown_flops: str = "elements",
+    unknown_shapes: str = "error",
+    name: Optional[str] = None,
+) -> CostGraph:
     """Op-level CostGraph of a ``tf.function`` (with an input signature) or a ConcreteFunction.
 
     Example:
@@ -148,23 +187,43 @@ def from_concrete_function(fn: Any, *, group_by_scope: bool = False, scope_depth
         try:
             fn = fn.get_concrete_function()
         except (TypeError, ValueError) as e:
-            raise InputError(f"tf.function needs an input_signature (or pass a concrete function): {e}",
-                             where="from_concrete_function") from None
+            raise InputError(
+                f"tf.function needs an input_signature (or pass a concrete function): {e}",
+                where="from_concrete_function",
+            ) from None
     if not hasattr(fn, "graph"):
-        raise InputError(f"expected a tf.function or ConcreteFunction, got {type(fn).__name__}",
-                         where="from_concrete_function")
+        raise InputError(
+            f"expected a tf.function or ConcreteFunction, got {type(fn).__name__}",
+            where="from_concrete_function",
+        )
     fname = getattr(fn, "name", "")
     fname = fname.decode() if isinstance(fname, bytes) else str(fname)
-    return from_graph_def(fn.graph.as_graph_def(add_shapes=True), group_by_scope=group_by_scope,
-                          scope_depth=scope_depth,
-                          batch_size=batch_size, roofline=roofline, unknown_flops=unknown_flops,
-                          unknown_shapes=unknown_shapes, name=name if name is not None else fname, source=None)
+    return from_graph_def(
+        fn.graph.as_graph_def(add_shapes=True),
+        group_by_scope=group_by_scope,
+        scope_depth=scope_depth,
+        batch_size=batch_size,
+        roofline=roofline,
+        unknown_flops=unknown_flops,
+        unknown_shapes=unknown_shapes,
+        name=name if name is not None else fname,
+        source=None,
+    )
 
 
-def from_graph_def(graph_def: Any, *, group_by_scope: bool = False, scope_depth: Optional[int] = None,
-                   batch_size: Optional[int] = None, roofline: Optional[Roofline] = None,
-                   unknown_flops: str = "elements", unknown_shapes: str = "error", name: str = "",
-                   source: Optional[str] = None, input_shapes: Optional[Dict[str, Any]] = None) -> CostGraph:
+def from_graph_def(
+    graph_def: Any,
+    *,
+    group_by_scope: bool = False,
+    scope_depth: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    roofline: Optional[Roofline] = None,
+    unknown_flops: str = "elements",
+    unknown_shapes: str = "error",
+    name: str = "",
+    source: Optional[str] = None,
+    input_shapes: Optional[Dict[str, Any]] = None,
+) -> CostGraph:
     """Op-level (or scope-level) CostGraph of a ``tf.compat.v1.GraphDef``.
 
     Args:
@@ -195,11 +254,21 @@ def from_graph_def(graph_def: Any, *, group_by_scope: bool = False, scope_depth:
     """
     check_unknown_flops(unknown_flops)
     if unknown_shapes not in ("error", "estimate"):
-        raise InputError(f"unknown_shapes must be 'error' or 'estimate', got {unknown_shapes!r}", where="unknown_shapes")
-    return graph_def_to_costgraph(graph_def, group_by_scope=group_by_scope, scope_depth=scope_depth,
-                                  batch_size=batch_size, roofline=roofline or Roofline(),
-                                  unknown_flops=unknown_flops, unknown_shapes=unknown_shapes,
-                                  name=name, source=source, input_shapes=input_shapes)
+        raise InputError(
+            f"unknown_shapes must be 'error' or 'estimate', got {unknown_shapes!r}", where="unknown_shapes"
+        )
+    return graph_def_to_costgraph(
+        graph_def,
+        group_by_scope=group_by_scope,
+        scope_depth=scope_depth,
+        batch_size=batch_size,
+        roofline=roofline or Roofline(),
+        unknown_flops=unknown_flops,
+        unknown_shapes=unknown_shapes,
+        name=name,
+        source=source,
+        input_shapes=input_shapes,
+    )
 
 
 def _not_a_graphdef(path: str) -> Optional[InputError]:
@@ -210,14 +279,17 @@ def _not_a_graphdef(path: str) -> Optional[InputError]:
         kind, what = sniff(path)
     except OSError:
         return None
-    hints = {"savedmodel": "use from_saved_model(directory)",
-             "savedmodel_pb": "use from_saved_model on its directory",
-             "metagraph": "import its graph_def: from_graph_def(meta_graph_def.graph_def)",
-             "checkpoint": "it has no graph; export the model (SavedModel, .keras) instead",
-             "checkpoint_dir": "it has no graph; export the model (SavedModel, .keras) instead",
-             "keras": "use tf_commopt.tf.model_files.from_model_file", "h5": "use tf_commopt.tf.model_files.from_model_file",
-             "profile_json": "load it with tf_commopt.core.profiles.load_profile",
-             "pipedream": "load it with tf_commopt.core.profiles.load_profile"}
+    hints = {
+        "savedmodel": "use from_saved_model(directory)",
+        "savedmodel_pb": "use from_saved_model on its directory",
+        "metagraph": "import its graph_def: from_graph_def(meta_graph_def.graph_def)",
+        "checkpoint": "it has no graph; export the model (SavedModel, .keras) instead",
+        "checkpoint_dir": "it has no graph; export the model (SavedModel, .keras) instead",
+        "keras": "use tf_commopt.tf.model_files.from_model_file",
+        "h5": "use tf_commopt.tf.model_files.from_model_file",
+        "profile_json": "load it with tf_commopt.core.profiles.load_profile",
+        "pipedream": "load it with tf_commopt.core.profiles.load_profile",
+    }
     if kind in hints:
         return InputError(f"not a GraphDef: this is {what}; {hints[kind]}", where=path)
     return None
@@ -255,8 +327,12 @@ def read_graphdef(path: Union[str, os.PathLike]) -> Any:
                 if other is not None:
                     raise other
             if len(gd.node) and not gd.HasField("versions"):
-                warnings.warn(f"{path}: GraphDef has no 'versions' field, which TensorFlow serializes last: "
-                              "the file may be truncated at a node boundary", UserWarning, stacklevel=3)
+                warnings.warn(
+                    f"{path}: GraphDef has no 'versions' field, which TensorFlow serializes last: "
+                    "the file may be truncated at a node boundary",
+                    UserWarning,
+                    stacklevel=3,
+                )
             return gd
         except message.DecodeError as e:
             binary_error = str(e) or "cannot decode"
@@ -266,7 +342,9 @@ def read_graphdef(path: Union[str, os.PathLike]) -> Any:
         try:  # a text file with a .pb name?
             data.decode("utf-8")
         except UnicodeDecodeError:
-            raise InputError(f"not a binary GraphDef (truncated or corrupt): {binary_error}", where=path) from None
+            raise InputError(
+                f"not a binary GraphDef (truncated or corrupt): {binary_error}", where=path
+            ) from None
         textual = True
     try:
         text = data.decode("utf-8")
@@ -286,11 +364,18 @@ def read_graphdef(path: Union[str, os.PathLike]) -> Any:
     return gd
 
 
-def from_graphdef_file(path: Union[str, os.PathLike], group_by_scope: bool = False, *,
-                       scope_depth: Optional[int] = None, batch_size: Optional[int] = None,
-                       roofline: Optional[Roofline] = None, unknown_flops: str = "elements",
-                       unknown_shapes: str = "error", name: Optional[str] = None,
-                       input_shapes: Optional[Dict[str, Any]] = None) -> CostGraph:
+def from_graphdef_file(
+    path: Union[str, os.PathLike],
+    group_by_scope: bool = False,
+    *,
+    scope_depth: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    roofline: Optional[Roofline] = None,
+    unknown_flops: str = "elements",
+    unknown_shapes: str = "error",
+    name: Optional[str] = None,
+    input_shapes: Optional[Dict[str, Any]] = None,
+) -> CostGraph:
     """Op-level CostGraph of a GraphDef file written by ``tf.io.write_graph`` (``.pb`` or ``.pbtxt``).
 
     Example:
@@ -301,7 +386,15 @@ def from_graphdef_file(path: Union[str, os.PathLike], group_by_scope: bool = Fal
     """
     path = os.fspath(path)
     gd = read_graphdef(path)
-    return from_graph_def(gd, group_by_scope=group_by_scope, scope_depth=scope_depth, batch_size=batch_size,
-                          roofline=roofline, unknown_flops=unknown_flops, unknown_shapes=unknown_shapes,
-                          name=name if name is not None else os.path.basename(path), source=path,
-                          input_shapes=input_shapes)
+    return from_graph_def(
+        gd,
+        group_by_scope=group_by_scope,
+        scope_depth=scope_depth,
+        batch_size=batch_size,
+        roofline=roofline,
+        unknown_flops=unknown_flops,
+        unknown_shapes=unknown_shapes,
+        name=name if name is not None else os.path.basename(path),
+        source=path,
+        input_shapes=input_shapes,
+    )

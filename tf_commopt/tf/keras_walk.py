@@ -14,6 +14,7 @@ Example:
     >>> [(c.name, c.preds) for c in layer_calls(m, batch_size=2)]  # doctest: +SKIP
     [('input_1', []), ('dense', ['input_1']), ('add', ['dense'])]
 """
+
 from __future__ import annotations
 
 import inspect
@@ -168,8 +169,11 @@ def _spec(t: Any, batch_size: int, where: str) -> TensorSpec:
     if shape and shape[0] is None:
         shape[0] = batch_size
     if any(d is None for d in shape):
-        raise InputError(f"tensor shape {tuple(t.shape)} has an unknown dimension besides the batch; "
-                         "build the model with static input shapes", where=where)
+        raise InputError(
+            f"tensor shape {tuple(t.shape)} has an unknown dimension besides the batch; "
+            "build the model with static input shapes",
+            where=where,
+        )
     return tuple(int(d) for d in shape), tf.as_dtype(t.dtype)
 
 
@@ -192,17 +196,24 @@ class _Walker:
         graph = _graph_of(model)
         if graph is None:
             if not getattr(model, "built", True) or type(model).__name__ == "Sequential":
-                raise InputError("model is not built: call it on data or give it an Input first",
-                                 where=f"model {model.name!r}")
-            raise InputError("subclassed model has no layer graph; trace it with tf.function and use "
-                             "from_concrete_function", where=f"model {model.name!r}")
+                raise InputError(
+                    "model is not built: call it on data or give it an Input first",
+                    where=f"model {model.name!r}",
+                )
+            raise InputError(
+                "subclassed model has no layer graph; trace it with tf.function and use "
+                "from_concrete_function",
+                where=f"model {model.name!r}",
+            )
         produced: Dict[Tuple[int, int, int], Optional[str]] = {}
         for i, t in enumerate(graph.inputs):
             key = _history(t)
             if feed is None:
                 layer = keras_history(t)[0]
                 name = self.unique(prefix + layer.name)
-                self.calls.append(LayerCall(name, layer, [], [], [_spec(t, self.batch_size, f"input {name!r}")]))
+                self.calls.append(
+                    LayerCall(name, layer, [], [], [_spec(t, self.batch_size, f"input {name!r}")])
+                )
                 produced[key] = name
             else:
                 produced[key] = feed[i] if i < len(feed) else None
@@ -226,11 +237,18 @@ class _Walker:
                 self.times_called[id(layer)] = seen + 1
                 name = self.unique(prefix + layer.name + (f"@{seen}" if seen else ""))
                 preds = list(dict.fromkeys(s for s in srcs if s is not None))
-                self.calls.append(LayerCall(
-                    name, layer, preds,
-                    [_spec(t, self.batch_size, f"layer {name!r}") for t in kts],
-                    [_spec(t, self.batch_size, f"layer {name!r}") for t in outs],
-                    args, kwargs, first_call=(seen == 0)))
+                self.calls.append(
+                    LayerCall(
+                        name,
+                        layer,
+                        preds,
+                        [_spec(t, self.batch_size, f"layer {name!r}") for t in kts],
+                        [_spec(t, self.batch_size, f"layer {name!r}") for t in outs],
+                        args,
+                        kwargs,
+                        first_call=(seen == 0),
+                    )
+                )
                 for k in range(len(outs)):
                     produced[(id(layer), node_index, k)] = name
         return [produced.get(_history(t)) for t in graph.outputs]

@@ -17,6 +17,7 @@ Example:
     >>> info["device"]                                                          # doctest: +SKIP
     'h200-bf16'
 """
+
 from __future__ import annotations
 
 import json
@@ -58,10 +59,18 @@ def _body_graph(graph: Any) -> Any:
     return graph
 
 
-def from_saved_model(path: Union[str, os.PathLike], signature: str = "serving_default", *,
-                     batch_size: Optional[int] = None, roofline: Any = None, group_by_scope: bool = False,
-                     scope_depth: Optional[int] = None, unknown_flops: str = "elements",
-                     unknown_shapes: str = "error", name: Optional[str] = None) -> CostGraph:
+def from_saved_model(
+    path: Union[str, os.PathLike],
+    signature: str = "serving_default",
+    *,
+    batch_size: Optional[int] = None,
+    roofline: Any = None,
+    group_by_scope: bool = False,
+    scope_depth: Optional[int] = None,
+    unknown_flops: str = "elements",
+    unknown_shapes: str = "error",
+    name: Optional[str] = None,
+) -> CostGraph:
     """Op-level (or scope-level) CostGraph of a SavedModel's signature.
 
     Example:
@@ -100,10 +109,17 @@ def from_saved_model(path: Union[str, os.PathLike], signature: str = "serving_de
         raise InputError(f"no signature {signature!r}; signatures: {have}", where=p)
     body = _body_graph(sigs[signature].graph)
     gd = body.as_graph_def(add_shapes=True)
-    return from_graph_def(gd, group_by_scope=group_by_scope, scope_depth=scope_depth, batch_size=batch_size,
-                          roofline=roofline, unknown_flops=unknown_flops, unknown_shapes=unknown_shapes,
-                          name=name if name is not None else os.path.basename(os.path.abspath(p)),
-                          source=f"{p}[{signature}]")
+    return from_graph_def(
+        gd,
+        group_by_scope=group_by_scope,
+        scope_depth=scope_depth,
+        batch_size=batch_size,
+        roofline=roofline,
+        unknown_flops=unknown_flops,
+        unknown_shapes=unknown_shapes,
+        name=name if name is not None else os.path.basename(os.path.abspath(p)),
+        source=f"{p}[{signature}]",
+    )
 
 
 def _keras_module_for(path: str) -> Any:
@@ -117,13 +133,21 @@ def _keras_module_for(path: str) -> Any:
             raise InputError(f"not a readable .keras archive: {_first_line(e)}", where=path) from None
     if version.startswith("3"):
         import keras
+
         return keras
     import tf_keras
+
     return tf_keras
 
 
-def from_model_file(path: Union[str, os.PathLike], batch_size: int = 32, *, roofline: Any = None,
-                    unknown_flops: str = "elements", name: Optional[str] = None) -> CostGraph:
+def from_model_file(
+    path: Union[str, os.PathLike],
+    batch_size: int = 32,
+    *,
+    roofline: Any = None,
+    unknown_flops: str = "elements",
+    name: Optional[str] = None,
+) -> CostGraph:
     """Layer-level CostGraph of a saved Keras model (``.keras`` or ``.h5``), via ``from_keras_model``.
 
     Example:
@@ -144,13 +168,25 @@ def from_model_file(path: Union[str, os.PathLike], batch_size: int = 32, *, roof
     try:
         model = K.models.load_model(p, compile=False)
     except Exception as e:  # weights-only h5, unknown custom objects...
-        raise InputError(f"cannot load the Keras model with {K.__name__}: {_first_line(e)}", where=p) from None
-    return from_keras_model(model, batch_size=batch_size, roofline=roofline, unknown_flops=unknown_flops,
-                            name=name if name is not None else os.path.splitext(os.path.basename(p))[0])
+        raise InputError(
+            f"cannot load the Keras model with {K.__name__}: {_first_line(e)}", where=p
+        ) from None
+    return from_keras_model(
+        model,
+        batch_size=batch_size,
+        roofline=roofline,
+        unknown_flops=unknown_flops,
+        name=name if name is not None else os.path.splitext(os.path.basename(p))[0],
+    )
 
 
-def load_graph(spec: str, *, batch_size: Optional[int] = None, device: Optional[str] = None,
-               signature: str = "serving_default") -> Tuple[CostGraph, Dict[str, Any]]:
+def load_graph(
+    spec: str,
+    *,
+    batch_size: Optional[int] = None,
+    device: Optional[str] = None,
+    signature: str = "serving_default",
+) -> Tuple[CostGraph, Dict[str, Any]]:
     """Load ``spec`` for the CLIs: a profile, or a model/graph file imported at ``batch_size``.
 
     Example:
@@ -173,15 +209,21 @@ def load_graph(spec: str, *, batch_size: Optional[int] = None, device: Optional[
     if kind in ("profile_json", "pipedream", "profile"):
         if batch_size is not None or device is not None:
             flag = "--batch-size" if batch_size is not None else "--device"
-            raise InputError(f"{spec} is {what}: its costs are fixed; {flag} applies only to model files "
-                             "(SavedModel, .keras, .h5, GraphDef)", where=flag)
+            raise InputError(
+                f"{spec} is {what}: its costs are fixed; {flag} applies only to model files "
+                "(SavedModel, .keras, .h5, GraphDef)",
+                where=flag,
+            )
         from tf_commopt.core.profiles import load_profile
+
         return load_profile(spec), {"source": what}
     if kind not in MODEL_KINDS:
-        hint = {"metagraph": "; import its graph_def with from_graph_def(meta_graph.graph_def)",
-                "savedmodel_pb": "; pass the SavedModel directory",
-                "checkpoint": "; a checkpoint has no graph: pass the SavedModel or .keras model",
-                "checkpoint_dir": "; a checkpoint has no graph: pass the SavedModel or .keras model"}.get(kind, "")
+        hint = {
+            "metagraph": "; import its graph_def with from_graph_def(meta_graph.graph_def)",
+            "savedmodel_pb": "; pass the SavedModel directory",
+            "checkpoint": "; a checkpoint has no graph: pass the SavedModel or .keras model",
+            "checkpoint_dir": "; a checkpoint has no graph: pass the SavedModel or .keras model",
+        }.get(kind, "")
         if kind == "savedmodel_pb" and os.path.basename(spec) == "saved_model.pb":
             spec_dir = os.path.dirname(spec) or "."
             return load_graph(spec_dir, batch_size=batch_size, device=device, signature=signature)
@@ -198,9 +240,18 @@ def load_graph(spec: str, *, batch_size: Optional[int] = None, device: Optional[
         g = from_model_file(spec, bs, roofline=roof)
     else:
         g = from_graphdef_file(spec, group_by_scope=True, batch_size=bs, roofline=roof)
-    info = {"source": what, "batch_size": bs, "device": dev, "peak_gflops": roof.peak_gflops,
-            "mem_gbps": roof.mem_gbps, "backward_factor": roof.backward_factor, "device_note": roof_note}
-    info["summary"] = (f"{spec}: {what}, imported at batch {bs}: {len(g)} nodes, {g.total_ms():.3f} ms fwd+bwd, "
-                       f"{g.total_param_bytes() / 1e6:.2f} MB params; roofline {dev} = {roof.peak_gflops:g} GFLOP/s, "
-                       f"{roof.mem_gbps:g} GB/s, backward {roof.backward_factor:g}x ({roof_note})")
+    info = {
+        "source": what,
+        "batch_size": bs,
+        "device": dev,
+        "peak_gflops": roof.peak_gflops,
+        "mem_gbps": roof.mem_gbps,
+        "backward_factor": roof.backward_factor,
+        "device_note": roof_note,
+    }
+    info["summary"] = (
+        f"{spec}: {what}, imported at batch {bs}: {len(g)} nodes, {g.total_ms():.3f} ms fwd+bwd, "
+        f"{g.total_param_bytes() / 1e6:.2f} MB params; roofline {dev} = {roof.peak_gflops:g} GFLOP/s, "
+        f"{roof.mem_gbps:g} GB/s, backward {roof.backward_factor:g}x ({roof_note})"
+    )
     return g, info

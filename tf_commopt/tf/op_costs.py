@@ -26,6 +26,7 @@ Example:
     >>> r.forward_ms(flops=1e6, bytes_moved=1e9)      # memory-bound: 1 GB at 100 GB/s
     10.0
 """
+
 from __future__ import annotations
 
 import warnings
@@ -35,24 +36,67 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from tf_commopt.errors import InputError
 
-__all__ = ["Roofline", "PRESETS", "CostEstimateWarning", "PLUMBING_OPS", "FREE_OPS", "op_flops", "tensor_bytes",
-           "warn_unknown", "graph_flops"]
+__all__ = [
+    "Roofline",
+    "PRESETS",
+    "CostEstimateWarning",
+    "PLUMBING_OPS",
+    "FREE_OPS",
+    "op_flops",
+    "tensor_bytes",
+    "warn_unknown",
+    "graph_flops",
+]
 
 #: Ops that move no data worth costing: dropped from op-level graphs (edges are contracted through them).
-PLUMBING_OPS = frozenset({
-    "Const", "HostConst", "NoOp", "Identity", "IdentityN", "Snapshot", "StopGradient", "PreventGradient",
-    "CheckNumerics", "EnsureShape", "DebugIdentity", "DebugIdentityV2", "ReadVariableOp", "VarHandleOp",
-    "VariableV2", "Variable", "VarIsInitializedOp", "Assert", "_Arg", "_Retval", "NextIteration",
-    "PlaceholderWithDefault", "Print", "PrintV2", "StringFormat",
-})
+PLUMBING_OPS = frozenset(
+    {
+        "Const",
+        "HostConst",
+        "NoOp",
+        "Identity",
+        "IdentityN",
+        "Snapshot",
+        "StopGradient",
+        "PreventGradient",
+        "CheckNumerics",
+        "EnsureShape",
+        "DebugIdentity",
+        "DebugIdentityV2",
+        "ReadVariableOp",
+        "VarHandleOp",
+        "VariableV2",
+        "Variable",
+        "VarIsInitializedOp",
+        "Assert",
+        "_Arg",
+        "_Retval",
+        "NextIteration",
+        "PlaceholderWithDefault",
+        "Print",
+        "PrintV2",
+        "StringFormat",
+    }
+)
 
 #: Variable reads and constants: their floating-point outputs feeding a kept op count as its parameters.
 PARAM_SOURCES = frozenset({"Const", "HostConst", "ReadVariableOp", "VariableV2", "Variable", "VarHandleOp"})
 
 
 #: Metadata-only ops (no arithmetic, no data movement): zero FLOPs and zero bytes moved.
-FREE_OPS = frozenset({"Reshape", "Squeeze", "ExpandDims", "Shape", "ShapeN", "Size", "Rank",
-                      "BroadcastArgs", "BroadcastGradientArgs"})
+FREE_OPS = frozenset(
+    {
+        "Reshape",
+        "Squeeze",
+        "ExpandDims",
+        "Shape",
+        "ShapeN",
+        "Size",
+        "Rank",
+        "BroadcastArgs",
+        "BroadcastGradientArgs",
+    }
+)
 
 
 class CostEstimateWarning(UserWarning):
@@ -196,8 +240,9 @@ def _caller_stacklevel() -> int:
     return level
 
 
-def warn_unknown(op_types: Iterable[str], unknown_flops: str, where: str = "",
-                 stacklevel: Optional[int] = None) -> None:
+def warn_unknown(
+    op_types: Iterable[str], unknown_flops: str, where: str = "", stacklevel: Optional[int] = None
+) -> None:
     """Issue ONE :class:`CostEstimateWarning` listing op types without statistics (with counts)."""
     counts = Counter(op_types)
     if not counts:
@@ -205,11 +250,15 @@ def warn_unknown(op_types: Iterable[str], unknown_flops: str, where: str = "",
     how = "estimated as 1 FLOP per output element" if unknown_flops == "elements" else "counted as 0"
     listing = ", ".join(f"{k} ({v})" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     prefix = f"{where}: " if where else ""
-    warnings.warn(f"{prefix}FLOPs {how} for {sum(counts.values())} op(s) without TensorFlow statistics: "
-                  f"{listing}", CostEstimateWarning, stacklevel=stacklevel or _caller_stacklevel())
+    warnings.warn(
+        f"{prefix}FLOPs {how} for {sum(counts.values())} op(s) without TensorFlow statistics: {listing}",
+        CostEstimateWarning,
+        stacklevel=stacklevel or _caller_stacklevel(),
+    )
 
 
 def check_unknown_flops(unknown_flops: str) -> None:
     if unknown_flops not in ("elements", "zero"):
-        raise InputError(f"unknown_flops must be 'elements' or 'zero', got {unknown_flops!r}",
-                         where="unknown_flops")
+        raise InputError(
+            f"unknown_flops must be 'elements' or 'zero', got {unknown_flops!r}", where="unknown_flops"
+        )

@@ -18,6 +18,7 @@ Example:
     ...                            scope_depth=None, batch_size=None, roofline=Roofline(),
     ...                            unknown_flops="elements", name="f", source=None)
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,9 +30,17 @@ import tensorflow as tf
 
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.errors import InputError
+from tf_commopt.tf.op_costs import (
+    FREE_OPS,
+    PARAM_SOURCES,
+    PLUMBING_OPS,
+    Roofline,
+    _caller_stacklevel,
+    op_flops,
+    tensor_bytes,
+    warn_unknown,
+)
 from tf_commopt.tf.train_graph import attribute, classify
-from tf_commopt.tf.op_costs import (FREE_OPS, PARAM_SOURCES, PLUMBING_OPS, Roofline, _caller_stacklevel, op_flops,
-                                    tensor_bytes, warn_unknown)
 
 __all__ = ["graph_def_to_costgraph", "scope_of"]
 
@@ -61,19 +70,28 @@ def _with_input_shapes(graph_def: Any, input_shapes: Dict[str, Any], where: str)
     for name, shape in input_shapes.items():
         nd = by_name.get(name)
         if nd is None:
-            data = sorted(n for n, d in by_name.items() if d.attr["dtype"].type not in (20, 21))  # not resource/variant
-            raise InputError(f"no Placeholder {name!r} in the graph; its inputs: {', '.join(data[:8]) or 'none'}",
-                             where="input_shapes")
+            data = sorted(
+                n for n, d in by_name.items() if d.attr["dtype"].type not in (20, 21)
+            )  # not resource/variant
+            raise InputError(
+                f"no Placeholder {name!r} in the graph; its inputs: {', '.join(data[:8]) or 'none'}",
+                where="input_shapes",
+            )
         try:
             dims = [int(d) for d in shape]
         except (TypeError, ValueError):
-            raise InputError(f"shape of {name!r} must be a list of positive integers, got {shape!r}",
-                             where="input_shapes") from None
+            raise InputError(
+                f"shape of {name!r} must be a list of positive integers, got {shape!r}", where="input_shapes"
+            ) from None
         if any(d <= 0 for d in dims):
-            raise InputError(f"shape of {name!r} must be a list of positive integers, got {shape!r}", where="input_shapes")
+            raise InputError(
+                f"shape of {name!r} must be a list of positive integers, got {shape!r}", where="input_shapes"
+            )
         old = nd.attr["shape"].shape
         if not old.unknown_rank and len(old.dim) != len(dims):
-            raise InputError(f"{name!r} has rank {len(old.dim)}, input_shapes gives {dims}", where="input_shapes")
+            raise InputError(
+                f"{name!r} has rank {len(old.dim)}, input_shapes gives {dims}", where="input_shapes"
+            )
         del old.dim[:]
         old.unknown_rank = False
         for d in dims:
@@ -114,7 +132,7 @@ def _opaque(t: Any) -> bool:
     for _ in range(8):
         if t.op.type.startswith("FusedBatchNorm") and not t.op.type.startswith("FusedBatchNormGrad"):
             return t.value_index >= 3
-        if t.op.type in ("ZerosLike", "OnesLike", "Identity") and t.op.inputs:   # their zero gradients
+        if t.op.type in ("ZerosLike", "OnesLike", "Identity") and t.op.inputs:  # their zero gradients
             t = t.op.inputs[0]
             continue
         return False
@@ -127,7 +145,9 @@ def _unknown_shapes(kept: List[Any]) -> List[Tuple[Any, Any]]:
     for op in kept:
         if op.type in FREE_OPS:
             continue
-        outs = [t for i, t in enumerate(op.outputs) if i == 0 or t.consumers()]  # unused aux outputs do not count
+        outs = [
+            t for i, t in enumerate(op.outputs) if i == 0 or t.consumers()
+        ]  # unused aux outputs do not count
         for t in ([] if op.type == "Placeholder" else list(op.inputs)) + outs:
             if t.dtype in _SHAPELESS or _opaque(t):
                 continue
@@ -144,9 +164,11 @@ def _root_cause(t: Any) -> str:
     while op.type in PLUMBING_OPS and op.type != "ReadVariableOp" and op.inputs and seen < 50:
         op, seen = op.inputs[0].op, seen + 1
     if op.type == "ReadVariableOp":
-        return (f"it reads variable {op.inputs[0].op.name!r}, whose shape the GraphDef does not carry "
-                "(export with graph.as_graph_def(add_shapes=True), freeze with convert_variables_to_constants_v2, "
-                "or import the SavedModel/concrete function)")
+        return (
+            f"it reads variable {op.inputs[0].op.name!r}, whose shape the GraphDef does not carry "
+            "(export with graph.as_graph_def(add_shapes=True), freeze with convert_variables_to_constants_v2, "
+            "or import the SavedModel/concrete function)"
+        )
     if op.type == "Placeholder":
         return _placeholder_hint(op.name, t.shape)
     return f"shape inference left {t.name} as {t.shape}"
@@ -168,8 +190,10 @@ def _unknown_shape_message(pairs: List[Tuple[Any, Any]], batch_size: Optional[in
         cause = _root_cause(t) if t.op is not op else f"shape inference left output {t.name} as {t.shape}"
         if t.op is not op and t.op.type not in PLUMBING_OPS and t.op.type != "Placeholder":
             cause = f"its input {t.name} has shape {t.shape}"
-    return (f"op {op.name!r} ({op.type}) has a tensor of unknown shape{others}, so its FLOPs and bytes "
-            f"would be wrong: {cause}; or pass unknown_shapes='estimate' to accept estimates")
+    return (
+        f"op {op.name!r} ({op.type}) has a tensor of unknown shape{others}, so its FLOPs and bytes "
+        f"would be wrong: {cause}; or pass unknown_shapes='estimate' to accept estimates"
+    )
 
 
 def _is_plumbing(op: Any) -> bool:
@@ -180,10 +204,19 @@ def _is_plumbing(op: Any) -> bool:
     return False
 
 
-def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth: Optional[int],
-                           batch_size: Optional[int], roofline: Roofline, unknown_flops: str,
-                           name: str, source: Optional[str], unknown_shapes: str = "error",
-                           input_shapes: Optional[Dict[str, Any]] = None) -> CostGraph:
+def graph_def_to_costgraph(
+    graph_def: Any,
+    *,
+    group_by_scope: bool,
+    scope_depth: Optional[int],
+    batch_size: Optional[int],
+    roofline: Roofline,
+    unknown_flops: str,
+    name: str,
+    source: Optional[str],
+    unknown_shapes: str = "error",
+    input_shapes: Optional[Dict[str, Any]] = None,
+) -> CostGraph:
     """See :func:`tf_commopt.tf.graph_import.from_graph_def`."""
     where = source or (f"graph {name!r}" if name else "GraphDef")
     if batch_size is not None:
@@ -213,10 +246,13 @@ def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth:
         from tf_commopt.tf.op_costs import CostEstimateWarning
 
         kinds = Counter(op.type for op, _ in unknown_shaped)
-        warnings.warn(f"{where}: {len(unknown_shaped)} op(s) have tensors of unknown shape; their unknown tensors "
-                      f"count 0 bytes (unknown_shapes='estimate'): "
-                      + ", ".join(f"{k} ({v})" for k, v in kinds.most_common()),
-                      CostEstimateWarning, stacklevel=_caller_stacklevel())
+        warnings.warn(
+            f"{where}: {len(unknown_shaped)} op(s) have tensors of unknown shape; their unknown tensors "
+            f"count 0 bytes (unknown_shapes='estimate'): "
+            + ", ".join(f"{k} ({v})" for k, v in kinds.most_common()),
+            CostEstimateWarning,
+            stacklevel=_caller_stacklevel(),
+        )
 
     memo: Dict[str, Tuple[frozenset, Optional[str]]] = {}
 
@@ -251,7 +287,7 @@ def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth:
     counted: Set[str] = set()
     var_owner: Dict[str, str] = {}
     unknown: List[str] = []
-    pending: List[Tuple[str, float]] = []   # training graphs: (gradient/optimizer op, ms) to attribute
+    pending: List[Tuple[str, float]] = []  # training graphs: (gradient/optimizer op, ms) to attribute
     for op in kept:
         is_fwd = not training or kind[op.name] == "forward"
         params, moved = 0.0, 0.0
@@ -281,10 +317,19 @@ def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth:
         if not is_fwd:
             pending.append((op.name, fwd))
             continue
-        nodes.append(Node(op.name, fwd, 0.0 if training else roofline.backward_ms(fwd), params, out_bytes, op.type))
+        nodes.append(
+            Node(op.name, fwd, 0.0 if training else roofline.backward_ms(fwd), params, out_bytes, op.type)
+        )
     if training:
-        nodes = _attribute_backward(ops, kind, nodes, pending, var_owner, var_reads,
-                                    lambda op: {op.name} if op.name in kept_names else set(resolve(op)[0]))
+        nodes = _attribute_backward(
+            ops,
+            kind,
+            nodes,
+            pending,
+            var_owner,
+            var_reads,
+            lambda op: {op.name} if op.name in kept_names else set(resolve(op)[0]),
+        )
     warn_unknown(unknown, unknown_flops, where=where)
     op_graph = CostGraph(nodes, edges, name=name)
     if not group_by_scope:
@@ -292,8 +337,15 @@ def graph_def_to_costgraph(graph_def: Any, *, group_by_scope: bool, scope_depth:
     return _group(op_graph, scope_depth, name, {op.name for op in ops})
 
 
-def _attribute_backward(ops: List[Any], kind: Dict[str, str], nodes: List[Node], pending: List[Tuple[str, float]],
-                        var_owner: Dict[str, str], var_reads: Dict[str, str], up: Any) -> List[Node]:
+def _attribute_backward(
+    ops: List[Any],
+    kind: Dict[str, str],
+    nodes: List[Node],
+    pending: List[Tuple[str, float]],
+    var_owner: Dict[str, str],
+    var_reads: Dict[str, str],
+    up: Any,
+) -> List[Node]:
     """Training graphs: each forward node's backward = the times of the gradient and optimizer ops
     attributed to it (:mod:`tf_commopt.tf.train_graph`); ops tied to nothing go to the last node."""
     forward = [n.name for n in nodes if n.label != "Placeholder"]
@@ -304,8 +356,10 @@ def _attribute_backward(ops: List[Any], kind: Dict[str, str], nodes: List[Node],
     for name, ms in pending:
         o = owner.get(name)
         bwd[o if o is not None else (forward[-1] if forward else nodes[-1].name)] += ms
-    return [Node(n.name, n.forward_ms, bwd.get(n.name, 0.0), n.param_bytes, n.activation_bytes, n.label)
-            for n in nodes]
+    return [
+        Node(n.name, n.forward_ms, bwd.get(n.name, 0.0), n.param_bytes, n.activation_bytes, n.label)
+        for n in nodes
+    ]
 
 
 def _group_key(op_name: str, depth: Optional[int], op_names: Set[str]) -> str:
@@ -315,7 +369,7 @@ def _group_key(op_name: str, depth: Optional[int], op_names: Set[str]) -> str:
     while s != op_name and s in op_names and "/" in s:
         s = scope_of(s)
     if depth is not None and s.count("/") + 1 > depth:
-        s = "/".join(s.split("/")[:max(1, depth)])
+        s = "/".join(s.split("/")[: max(1, depth)])
     return s
 
 
@@ -365,9 +419,12 @@ def _group(op_graph: CostGraph, depth: Optional[int], name: str, op_names: Set[s
             if q != P:
                 qsucc[q].add(P)
     if splits:
-        warnings.warn(f"{name or 'graph'}: {len(splits)} name scope(s) split to keep the grouped graph "
-                      f"acyclic: " + ", ".join(f"{s} ({k + 1} parts)" for s, k in sorted(splits.items())),
-                      UserWarning, stacklevel=_caller_stacklevel())
+        warnings.warn(
+            f"{name or 'graph'}: {len(splits)} name scope(s) split to keep the grouped graph "
+            f"acyclic: " + ", ".join(f"{s} ({k + 1} parts)" for s, k in sorted(splits.items())),
+            UserWarning,
+            stacklevel=_caller_stacklevel(),
+        )
     nodes = []
     for P, label in enumerate(part_names):
         ms = members[P]
@@ -375,10 +432,19 @@ def _group(op_graph: CostGraph, depth: Optional[int], name: str, op_names: Set[s
         sinks = [m for m in ms if not op_graph.successors(m)]
         act = sum(op_graph[m].activation_bytes for m in (leaving or sinks))
         types = list(dict.fromkeys(op_graph[m].label for m in ms))
-        nodes.append(Node(label, sum(op_graph[m].forward_ms for m in ms),
-                          sum(op_graph[m].backward_ms for m in ms),
-                          sum(op_graph[m].param_bytes for m in ms), act,
-                          "+".join(types[:4]) + ("+..." if len(types) > 4 else "")))
-    edges = [(part_names[part_of[a]], part_names[part_of[b]]) for a, b in op_graph.edges
-             if part_of[a] != part_of[b]]
+        nodes.append(
+            Node(
+                label,
+                sum(op_graph[m].forward_ms for m in ms),
+                sum(op_graph[m].backward_ms for m in ms),
+                sum(op_graph[m].param_bytes for m in ms),
+                act,
+                "+".join(types[:4]) + ("+..." if len(types) > 4 else ""),
+            )
+        )
+    edges = [
+        (part_names[part_of[a]], part_names[part_of[b]])
+        for a, b in op_graph.edges
+        if part_of[a] != part_of[b]
+    ]
     return CostGraph(nodes, edges, name=name)

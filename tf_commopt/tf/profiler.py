@@ -28,6 +28,7 @@ Example:
     >>> relative_capacities(["/CPU:0", "/CPU:1"])                               # doctest: +SKIP
     [1.0, 0.5]
 """
+
 from __future__ import annotations
 
 import statistics
@@ -40,13 +41,31 @@ from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.errors import InputError
 from tf_commopt.tf.keras_walk import LayerCall, layer_calls
 from tf_commopt.tf.op_costs import Roofline
-from tf_commopt.tf.slowdown import (canonical_device, clear_slowdowns, get_slowdown, set_slowdown, slowdowns,
-                                    slowed)
+from tf_commopt.tf.slowdown import (
+    canonical_device,
+    clear_slowdowns,
+    get_slowdown,
+    set_slowdown,
+    slowdowns,
+    slowed,
+)
 
-__all__ = ["profile_keras_model", "time_keras_model", "model_capacities", "device_capacity", "relative_capacities",
-           "measure_roofline",
-           "time_fn", "time_interleaved", "compiled",
-           "set_slowdown", "get_slowdown", "clear_slowdowns", "slowdowns", "slowed"]
+__all__ = [
+    "profile_keras_model",
+    "time_keras_model",
+    "model_capacities",
+    "device_capacity",
+    "relative_capacities",
+    "measure_roofline",
+    "time_fn",
+    "time_interleaved",
+    "compiled",
+    "set_slowdown",
+    "get_slowdown",
+    "clear_slowdowns",
+    "slowdowns",
+    "slowed",
+]
 
 
 def _check_device(device: str) -> str:
@@ -61,8 +80,11 @@ def _check_device(device: str) -> str:
 
 def _sync(out: Any) -> Any:
     """A 1-element tensor depending on every output: fetching it waits for all of them."""
-    parts = [tf.reshape(tf.cast(tf.reshape(t, [-1])[:1], tf.float32), [-1])
-             for t in tf.nest.flatten(out) if tf.is_tensor(t) and t.shape.num_elements() != 0]
+    parts = [
+        tf.reshape(tf.cast(tf.reshape(t, [-1])[:1], tf.float32), [-1])
+        for t in tf.nest.flatten(out)
+        if tf.is_tensor(t) and t.shape.num_elements() != 0
+    ]
     return tf.concat(parts, 0) if parts else tf.zeros([1])
 
 
@@ -83,8 +105,9 @@ def time_fn(fn: Callable[..., Any], args: Sequence[Any], repeats: int, warmup: i
     return times
 
 
-def time_interleaved(fns: Sequence[Tuple[Callable[..., Any], Sequence[Any]]], repeats: int,
-                     warmup: int) -> List[List[float]]:
+def time_interleaved(
+    fns: Sequence[Tuple[Callable[..., Any], Sequence[Any]]], repeats: int, warmup: int
+) -> List[List[float]]:
     """Wall times (ms) of several ``(fn, args)``, run in turn each round so load changes hit all alike."""
     for _ in range(max(warmup, 0)):
         for fn, args in fns:
@@ -112,8 +135,8 @@ def _layer_fns(call: LayerCall) -> Tuple[Callable, Callable]:
         return _sync(call.call_training(*xs))
 
     def forward_backward(*xs_and_dys):
-        xs = xs_and_dys[:len(call.inputs)]
-        dys = xs_and_dys[len(call.inputs):]
+        xs = xs_and_dys[: len(call.inputs)]
+        dys = xs_and_dys[len(call.inputs) :]
         with tf.GradientTape() as tape:
             for x in xs:
                 if x.dtype.is_floating:
@@ -123,16 +146,25 @@ def _layer_fns(call: LayerCall) -> Tuple[Callable, Callable]:
         sources = [x for x in xs if x.dtype.is_floating] + call.trainable_variables
         if not flat_out or not sources:
             return _sync(outs)
-        grads = tape.gradient(flat_out, sources, output_gradients=[tf.cast(d, o.dtype) for d, o in zip(dys, flat_out)])
+        grads = tape.gradient(
+            flat_out, sources, output_gradients=[tf.cast(d, o.dtype) for d, o in zip(dys, flat_out)]
+        )
         return _sync([outs, [g for g in grads if g is not None]])
 
     return forward, forward_backward
 
 
-def profile_keras_model(model: Any, batch_size: int, device: str = "/CPU:0", repeats: int = 5,
-                        warmup: int = 1, seed: int = 0, subtract_overhead: bool = True,
-                        name: Optional[str] = None,
-                        calibrate: Union[bool, Tuple[float, float]] = False) -> CostGraph:
+def profile_keras_model(
+    model: Any,
+    batch_size: int,
+    device: str = "/CPU:0",
+    repeats: int = 5,
+    warmup: int = 1,
+    seed: int = 0,
+    subtract_overhead: bool = True,
+    name: Optional[str] = None,
+    calibrate: Union[bool, Tuple[float, float]] = False,
+) -> CostGraph:
     """Measure every layer's forward and backward time (ms) on ``device`` at ``batch_size``.
 
     Example:
@@ -168,11 +200,14 @@ def profile_keras_model(model: Any, batch_size: int, device: str = "/CPU:0", rep
         try:
             whole_f, whole_fb = (float(x) for x in calibrate)  # type: ignore[union-attr]
         except (TypeError, ValueError):
-            raise InputError(f"calibrate must be True/False or (forward_ms, forward_backward_ms), got {calibrate!r}",
-                             where="calibrate") from None
+            raise InputError(
+                f"calibrate must be True/False or (forward_ms, forward_backward_ms), got {calibrate!r}",
+                where="calibrate",
+            ) from None
         if not (0 < whole_f <= whole_fb):
-            raise InputError(f"calibrate needs 0 < forward_ms <= forward_backward_ms, got {calibrate!r}",
-                             where="calibrate")
+            raise InputError(
+                f"calibrate needs 0 < forward_ms <= forward_backward_ms, got {calibrate!r}", where="calibrate"
+            )
     with _KeepState(model):  # training-mode calls update BatchNorm statistics: restore them
         g = _profile(model, calls, rng, batch_size, device, repeats, warmup, subtract_overhead, name)
     if calibrate is True:
@@ -188,18 +223,31 @@ def _scaled(g: CostGraph, forward_ms: float, backward_ms: float) -> CostGraph:
     sb = sum(n.backward_ms for n in g.nodes.values())
     kf = forward_ms / sf if sf > 0 else 0.0
     kb = backward_ms / sb if sb > 0 else 0.0
-    nodes = [Node(n.name, n.forward_ms * kf, n.backward_ms * kb, n.param_bytes, n.activation_bytes, n.label)
-             for n in g.nodes.values()]
+    nodes = [
+        Node(n.name, n.forward_ms * kf, n.backward_ms * kb, n.param_bytes, n.activation_bytes, n.label)
+        for n in g.nodes.values()
+    ]
     return CostGraph(nodes, g.edges, name=g.name)
 
 
-def _profile(model: Any, calls: List[LayerCall], rng: tf.random.Generator, batch_size: int, device: str,
-             repeats: int, warmup: int, subtract_overhead: bool, name: Optional[str]) -> CostGraph:
+def _profile(
+    model: Any,
+    calls: List[LayerCall],
+    rng: tf.random.Generator,
+    batch_size: int,
+    device: str,
+    repeats: int,
+    warmup: int,
+    subtract_overhead: bool,
+    name: Optional[str],
+) -> CostGraph:
     factor = get_slowdown(device)
     with tf.device(device):
         probe = compiled(_sync, factor)
         tiny = tf.zeros([1])
-        overhead = statistics.median(time_fn(probe, [tiny], repeats, warmup + 1)) if subtract_overhead else 0.0
+        overhead = (
+            statistics.median(time_fn(probe, [tiny], repeats, warmup + 1)) if subtract_overhead else 0.0
+        )
         nodes, edges = [], []
         for c in calls:
             if c.is_input:
@@ -213,8 +261,10 @@ def _profile(model: Any, calls: List[LayerCall], rng: tf.random.Generator, batch
             except InputError:
                 raise
             except Exception as e:  # noqa: BLE001 - say which layer failed, one line
-                raise InputError(f"cannot run the layer alone: {type(e).__name__}: "
-                                 f"{(str(e).splitlines() or [''])[0]}", where=f"layer {c.name!r}") from None
+                raise InputError(
+                    f"cannot run the layer alone: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}",
+                    where=f"layer {c.name!r}",
+                ) from None
             f_ms = max(statistics.median(tf_) - overhead, 0.0)
             b_ms = max(statistics.median([b - a for a, b in zip(tf_, tfb)]), 0.0)
             nodes.append(Node(c.name, f_ms, b_ms, c.param_bytes(), c.activation_bytes(), c.label))
@@ -223,7 +273,9 @@ def _profile(model: Any, calls: List[LayerCall], rng: tf.random.Generator, batch
     return CostGraph(nodes, edges, name=gname)
 
 
-def _model_fns(model: Any, batch_size: int, device: str, seed: int) -> Tuple[Callable, Callable, List[tf.Tensor]]:
+def _model_fns(
+    model: Any, batch_size: int, device: str, seed: int
+) -> Tuple[Callable, Callable, List[tf.Tensor]]:
     """Compiled whole-model forward and forward+backward functions on ``device`` and their inputs."""
     _check_device(device)
     factor = get_slowdown(device)
@@ -252,7 +304,9 @@ class _KeepState:
     """Restore a model's non-trainable variables (BatchNorm statistics) on exit."""
 
     def __init__(self, model: Any):
-        self.vars = list(getattr(model, "non_trainable_variables", None) or getattr(model, "non_trainable_weights", []))
+        self.vars = list(
+            getattr(model, "non_trainable_variables", None) or getattr(model, "non_trainable_weights", [])
+        )
 
     def __enter__(self):
         self.saved = [v.numpy() for v in self.vars]
@@ -264,8 +318,9 @@ class _KeepState:
         return False
 
 
-def time_keras_model(model: Any, batch_size: int, device: str = "/CPU:0", repeats: int = 5, warmup: int = 1,
-                     seed: int = 0) -> Tuple[float, float]:
+def time_keras_model(
+    model: Any, batch_size: int, device: str = "/CPU:0", repeats: int = 5, warmup: int = 1, seed: int = 0
+) -> Tuple[float, float]:
     """Median (forward_ms, forward+backward_ms) of the whole model on ``device`` (random inputs, tf.function).
 
     Works on any built Keras model, e.g. a pipeline stage's sub-model: per-stage timing.
@@ -281,8 +336,16 @@ def time_keras_model(model: Any, batch_size: int, device: str = "/CPU:0", repeat
     return f, max(fb, f)
 
 
-def model_capacities(model: Any, batch_size: int, devices: Sequence[str], reference: Optional[str] = None,
-                     repeats: int = 5, warmup: int = 1, stat: str = "min", seed: int = 0) -> List[float]:
+def model_capacities(
+    model: Any,
+    batch_size: int,
+    devices: Sequence[str],
+    reference: Optional[str] = None,
+    repeats: int = 5,
+    warmup: int = 1,
+    stat: str = "min",
+    seed: int = 0,
+) -> List[float]:
     """Speeds of ``devices`` on a real model (or stage) relative to ``reference`` (default: the fastest).
 
     The model's forward+backward runs on every device in turn each round (interleaved); the
@@ -331,7 +394,7 @@ def _bench_ops(kind: str, size: int, device: str, dtype: Any) -> Tuple[Callable,
         if kind == "matmul":
             a = tf.cast(rng.normal([size, size]), dtype)
             b = tf.cast(rng.normal([size, size]), dtype)
-            return lambda x, y: _sync(tf.matmul(x, y)), [a, b], 2.0 * size ** 3
+            return lambda x, y: _sync(tf.matmul(x, y)), [a, b], 2.0 * size**3
         if kind == "conv":
             hw, c, n = max(size // 16, 4), 64, 4
             x = tf.cast(rng.normal([n, hw, hw, c]), dtype)
@@ -340,8 +403,15 @@ def _bench_ops(kind: str, size: int, device: str, dtype: Any) -> Tuple[Callable,
     raise InputError(f"unknown benchmark kind {kind!r}; use 'matmul', 'conv' or 'both'", where="kind")
 
 
-def device_capacity(device: str = "/CPU:0", kind: str = "matmul", size: int = 512, repeats: int = 50,
-                    warmup: int = 1, dtype: Any = tf.float32, stat: str = "min") -> float:
+def device_capacity(
+    device: str = "/CPU:0",
+    kind: str = "matmul",
+    size: int = 512,
+    repeats: int = 50,
+    warmup: int = 1,
+    dtype: Any = tf.float32,
+    stat: str = "min",
+) -> float:
     """Achieved GFLOP/s of ``device`` on a microbenchmark (fastest of ``repeats`` runs by default).
 
     Example:
@@ -355,13 +425,30 @@ def device_capacity(device: str = "/CPU:0", kind: str = "matmul", size: int = 51
         size: problem size (see ``kind``).
         stat: ``"min"`` or ``"median"`` of the run times.
     """
-    return relative_capacities([device], kind=kind, size=size, repeats=repeats, warmup=warmup, dtype=dtype,
-                               reference=None, absolute=True, stat=stat)[0]
+    return relative_capacities(
+        [device],
+        kind=kind,
+        size=size,
+        repeats=repeats,
+        warmup=warmup,
+        dtype=dtype,
+        reference=None,
+        absolute=True,
+        stat=stat,
+    )[0]
 
 
-def relative_capacities(devices: Sequence[str], kind: str = "matmul", size: int = 512, repeats: int = 50,
-                        warmup: int = 1, dtype: Any = tf.float32, reference: Optional[str] = None,
-                        absolute: bool = False, stat: str = "min") -> List[float]:
+def relative_capacities(
+    devices: Sequence[str],
+    kind: str = "matmul",
+    size: int = 512,
+    repeats: int = 50,
+    warmup: int = 1,
+    dtype: Any = tf.float32,
+    reference: Optional[str] = None,
+    absolute: bool = False,
+    stat: str = "min",
+) -> List[float]:
     """Speeds of ``devices`` relative to ``reference`` (default: the fastest), measured interleaved.
 
     Each repeat runs the benchmark once on every device in turn, so load changes on a shared
@@ -419,8 +506,9 @@ def relative_capacities(devices: Sequence[str], kind: str = "matmul", size: int 
     return [g / base for g in gflops]
 
 
-def measure_roofline(device: str = "/CPU:0", size: int = 1024, mbytes: int = 64, repeats: int = 5,
-                     backward_factor: float = 2.0) -> Roofline:
+def measure_roofline(
+    device: str = "/CPU:0", size: int = 1024, mbytes: int = 64, repeats: int = 5, backward_factor: float = 2.0
+) -> Roofline:
     """A :class:`Roofline` of ``device``: matmul GFLOP/s and GB/s of ``a + b`` on ``mbytes`` MB tensors.
 
     Example:

@@ -37,6 +37,7 @@ Example:
     2.0
     >>> clear_slowdowns()
 """
+
 from __future__ import annotations
 
 import collections
@@ -46,13 +47,19 @@ import time
 from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Tuple
 
 import numpy as np
-
 import tensorflow as tf
 
 from tf_commopt.errors import InputError
 
-__all__ = ["slowed", "set_slowdown", "get_slowdown", "clear_slowdowns", "slowdowns", "canonical_device",
-           "sleep_log"]
+__all__ = [
+    "slowed",
+    "set_slowdown",
+    "get_slowdown",
+    "clear_slowdowns",
+    "slowdowns",
+    "canonical_device",
+    "sleep_log",
+]
 
 _REGISTRY: Dict[str, float] = {}
 _LOG: Deque[Tuple[float, float, float]] = collections.deque(maxlen=10000)
@@ -141,8 +148,11 @@ def _sleeper(extra: float) -> Callable[[Any], np.ndarray]:
 def _probe(tensors: List[Any]) -> Any:
     """A cheap scalar that depends on the data of ``tensors`` (so a clock read waits for them and
     cannot be folded or moved), or a constant if there are none."""
-    parts = [tf.reduce_sum(tf.cast(tf.reshape(t, [-1])[:1], tf.float64)) for t in tensors
-             if t.dtype.is_floating or t.dtype.is_integer]
+    parts = [
+        tf.reduce_sum(tf.cast(tf.reshape(t, [-1])[:1], tf.float64))
+        for t in tensors
+        if t.dtype.is_floating or t.dtype.is_integer
+    ]
     return tf.add_n(parts) if parts else tf.constant(0.0, tf.float64)
 
 

@@ -25,6 +25,7 @@ Example:
     >>> round(r["bandwidth_gbps"], 3), r["cut_after"]      # 2 * 12.5 MB in the 3 ms stage b saves
     (66.667, 'a')
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
@@ -34,8 +35,9 @@ __all__ = ["break_even", "idle_stage_report"]
 _GBPS_TO_BYTES_PER_MS = 1e9 / 8 / 1e3
 
 
-def break_even(graph: Any, latency_ms: float = 0.0, capacity: float = 1.0,
-               kind: Optional[str] = None) -> Dict[str, Any]:
+def break_even(
+    graph: Any, latency_ms: float = 0.0, capacity: float = 1.0, kind: Optional[str] = None
+) -> Dict[str, Any]:
     """Smallest link bandwidth at which a 2-stage split beats one stage (see the module docstring).
 
     Returns:
@@ -48,14 +50,19 @@ def break_even(graph: Any, latency_ms: float = 0.0, capacity: float = 1.0,
     comp = [graph.compute_ms(v, kind) / capacity for v in order]
     T = sum(comp)
     last_use = [max((pos[s] for s in graph.successors(v)), default=-1) for v in order]
-    best: Dict[str, Any] = {"bandwidth_gbps": None, "cut_after": None, "cut_bytes": None,
-                            "compute_before_ms": None, "total_compute_ms": T}
+    best: Dict[str, Any] = {
+        "bandwidth_gbps": None,
+        "cut_after": None,
+        "cut_bytes": None,
+        "compute_before_ms": None,
+        "total_compute_ms": T,
+    }
     C, crossing = 0.0, 0.0
     ending: Dict[int, float] = {}
     for i, v in enumerate(order[:-1]):
         C += comp[i]
         b = graph[v].activation_bytes
-        if last_use[i] > i and b > 0:       # v's output crosses every cut until its last consumer
+        if last_use[i] > i and b > 0:  # v's output crosses every cut until its last consumer
             crossing += b
             ending[last_use[i]] = ending.get(last_use[i], 0.0) + b
         crossing -= ending.pop(i, 0.0)
@@ -69,8 +76,14 @@ def break_even(graph: Any, latency_ms: float = 0.0, capacity: float = 1.0,
     return best
 
 
-def idle_stage_report(graph: Any, plan: Any, bandwidth_gbps: float, latency_ms: float = 0.0,
-                      capacity: float = 1.0, busy_fraction: float = 0.1) -> Optional[Dict[str, Any]]:
+def idle_stage_report(
+    graph: Any,
+    plan: Any,
+    bandwidth_gbps: float,
+    latency_ms: float = 0.0,
+    capacity: float = 1.0,
+    busy_fraction: float = 0.1,
+) -> Optional[Dict[str, Any]]:
     """``None`` when every stage of ``plan`` is busy; else what to tell the user.
 
     Example:
@@ -89,22 +102,33 @@ def idle_stage_report(graph: Any, plan: Any, bandwidth_gbps: float, latency_ms: 
     idle = [s for s in range(len(comp)) if s not in busy]
     be = break_even(graph, latency_ms, capacity)
     K = len(comp)
-    head = (f"only {len(busy)} of {K} stages {'is' if len(busy) == 1 else 'are'} busy (stage(s) {idle} hold under {busy_fraction:.0%} of the "
-            f"busiest stage's compute)")
+    head = (
+        f"only {len(busy)} of {K} stages {'is' if len(busy) == 1 else 'are'} busy (stage(s) {idle} hold under {busy_fraction:.0%} of the "
+        f"busiest stage's compute)"
+    )
     if be["bandwidth_gbps"] is None:
         why = "no cut of this graph can pay: one node holds nearly all the compute, or the latency exceeds it"
     else:
         bpm = bandwidth_gbps * _GBPS_TO_BYTES_PER_MS
         saved = be["total_compute_ms"] - be["compute_before_ms"]
         comm = 2.0 * (latency_ms + be["cut_bytes"] / bpm) if be["cut_bytes"] else 0.0
-        why = (f"links too slow to pipeline this model: at {bandwidth_gbps:g} Gbit/s the cut that pays first "
-               f"(after {be['cut_after']!r}, {be['cut_bytes'] / 1e6:.3g} MB each way) costs {comm:.3g} ms of "
-               f"transfer against {saved:.3g} ms of compute it would move off the first stage; pipelining starts "
-               f"to pay above {be['bandwidth_gbps']:.3g} Gbit/s")
+        why = (
+            f"links too slow to pipeline this model: at {bandwidth_gbps:g} Gbit/s the cut that pays first "
+            f"(after {be['cut_after']!r}, {be['cut_bytes'] / 1e6:.3g} MB each way) costs {comm:.3g} ms of "
+            f"transfer against {saved:.3g} ms of compute it would move off the first stage; pipelining starts "
+            f"to pay above {be['bandwidth_gbps']:.3g} Gbit/s"
+        )
         if len(busy) > 1:
-            why = (f"the links limit the pipeline to {len(busy)} busy stages at {bandwidth_gbps:g} Gbit/s: a further cut "
-                   f"costs more transfer than the compute it moves (two stages already pay above "
-                   f"{be['bandwidth_gbps']:.3g} Gbit/s; faster links let more stages work)")
-    return {"busy_stages": len(busy), "idle_stages": idle, "break_even_gbps": be["bandwidth_gbps"],
-            "break_even_cut_after": be["cut_after"], "break_even_cut_bytes": be["cut_bytes"],
-            "message": f"{head}: {why}"}
+            why = (
+                f"the links limit the pipeline to {len(busy)} busy stages at {bandwidth_gbps:g} Gbit/s: a further cut "
+                f"costs more transfer than the compute it moves (two stages already pay above "
+                f"{be['bandwidth_gbps']:.3g} Gbit/s; faster links let more stages work)"
+            )
+    return {
+        "busy_stages": len(busy),
+        "idle_stages": idle,
+        "break_even_gbps": be["bandwidth_gbps"],
+        "break_even_cut_after": be["cut_after"],
+        "break_even_cut_bytes": be["cut_bytes"],
+        "message": f"{head}: {why}",
+    }

@@ -34,6 +34,7 @@ Example:
     >>> kinds = classify(graph.get_operations())            # doctest: +SKIP
     >>> owner = attribute(graph.get_operations(), kinds, forward_kept, var_owner)  # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,10 @@ __all__ = ["classify", "attribute", "summary", "GRAD_SCOPE", "is_gradient_type"]
 GRAD_SCOPE = re.compile(r"^(gradient_tape|gradients(_\d+)?)$")
 _GRAD_TYPE = re.compile(r"(Grad(V\d)?|GradGrad|Backprop(Input|Filter)(V\d)?|GradWithArgmax)$")
 #: ops that write a variable
-UPDATE_TYPES = re.compile(r"^(AssignVariableOp|Assign(Add|Sub)VariableOp|Resource(Sparse)?Apply\w+|ResourceScatter\w+|"
-                          r"Assign|AssignAdd|AssignSub|Apply\w+|SparseApply\w+)$")
+UPDATE_TYPES = re.compile(
+    r"^(AssignVariableOp|Assign(Add|Sub)VariableOp|Resource(Sparse)?Apply\w+|ResourceScatter\w+|"
+    r"Assign|AssignAdd|AssignSub|Apply\w+|SparseApply\w+)$"
+)
 
 
 def is_gradient_type(op_type: str) -> bool:
@@ -63,7 +66,9 @@ def classify(ops: Sequence[Any]) -> Dict[str, str]:
     (``dead``: a gradient op whose result reaches no optimizer op)."""
     kind: Dict[str, str] = {}
     for op in ops:
-        kind[op.name] = "gradient" if GRAD_SCOPE.match(_first(op.name)) or is_gradient_type(op.type) else "forward"
+        kind[op.name] = (
+            "gradient" if GRAD_SCOPE.match(_first(op.name)) or is_gradient_type(op.type) else "forward"
+        )
     grads = [op for op in ops if kind[op.name] == "gradient"]
     if not grads:
         return kind
@@ -84,10 +89,17 @@ def classify(ops: Sequence[Any]) -> Dict[str, str]:
     while changed:
         changed = False
         for op in reversed(list(ops)):
-            if kind[op.name] != "forward" or op.type in ("Placeholder", "ReadVariableOp", "VarHandleOp", "Const"):
+            if kind[op.name] != "forward" or op.type in (
+                "Placeholder",
+                "ReadVariableOp",
+                "VarHandleOp",
+                "Const",
+            ):
                 continue
             cons = [c for t in op.outputs for c in t.consumers()]
-            zero_like = op.type in ("ZerosLike", "OnesLike", "Fill") and all(kind[c.name] != "forward" for c in cons)
+            zero_like = op.type in ("ZerosLike", "OnesLike", "Fill") and all(
+                kind[c.name] != "forward" for c in cons
+            )
             if zero_like or cons and all(kind[c.name] == "gradient" for c in cons):
                 kind[op.name] = "gradient"
                 changed = True
@@ -103,8 +115,11 @@ def classify(ops: Sequence[Any]) -> Dict[str, str]:
     for op in ops:
         r = _first(op.name)
         if kind[op.name] == "forward" and r in opt_roots and "/" in op.name and op.type != "Placeholder":
-            if not any(kind.get(c.name) == "forward" and _first(c.name) != r
-                       for t in op.outputs for c in t.consumers()):
+            if not any(
+                kind.get(c.name) == "forward" and _first(c.name) != r
+                for t in op.outputs
+                for c in t.consumers()
+            ):
                 kind[op.name] = "optimizer"
     return kind
 
@@ -133,8 +148,14 @@ def _strip_grad_scope(name: str) -> str:
     return "/".join(parts[1:]) if parts and GRAD_SCOPE.match(parts[0]) else name
 
 
-def attribute(ops: Sequence[Any], kind: Dict[str, str], forward: Sequence[str],
-              var_owner: Dict[str, str], up: Any, reads: Optional[Dict[str, str]] = None) -> Dict[str, Optional[str]]:
+def attribute(
+    ops: Sequence[Any],
+    kind: Dict[str, str],
+    forward: Sequence[str],
+    var_owner: Dict[str, str],
+    up: Any,
+    reads: Optional[Dict[str, str]] = None,
+) -> Dict[str, Optional[str]]:
     """``{gradient/optimizer op name: forward op name or None}`` (see the module docstring).
 
     Args:
@@ -175,7 +196,7 @@ def attribute(ops: Sequence[Any], kind: Dict[str, str], forward: Sequence[str],
             cand = "/".join(path[:k])
             if cand in fwd_set:
                 return cand
-            if cand in by_name and kind.get(cand) == "forward":   # a dropped forward op: its kept producer
+            if cand in by_name and kind.get(cand) == "forward":  # a dropped forward op: its kept producer
                 ups = sorted(up(by_name[cand]) & fwd_set, key=pos.get)
                 if ups:
                     return ups[-1]
@@ -282,4 +303,3 @@ def summary(owner: Dict[str, Optional[str]], kind: Dict[str, str]) -> Dict[str, 
             if owner.get(n) is None:
                 out["unattributed_ops"] += 1
     return out
-

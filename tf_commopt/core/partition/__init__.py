@@ -14,8 +14,9 @@ search and graph-aware GA on the pipeline time), :mod:`convexity` (repair), :mod
 :mod:`plan` (the result value), :mod:`synthetic` (branchy test graphs). This package does not import
 the simulator; choosing among candidates by simulation is :mod:`tf_commopt.core.planner`.
 """
-from tf_commopt.core.partition.plan import PartitionPlan
-from tf_commopt.core.partition.objective import Evaluation, Problem
+
 from tf_commopt.core.partition.api import METHODS, evaluate, make_cluster, partition
+from tf_commopt.core.partition.objective import Evaluation, Problem
+from tf_commopt.core.partition.plan import PartitionPlan
 
 __all__ = ["PartitionPlan", "Problem", "Evaluation", "partition", "evaluate", "make_cluster", "METHODS"]

@@ -28,6 +28,7 @@ Device placement: the plan uses the ``num_stages`` fastest devices. Every method
 device order, fastest-first and slowest-first (heterogeneous clusters only) and keeps the best under
 its score; ``local`` and ``ga`` then also swap devices.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,21 +42,35 @@ from tf_commopt.core.partition.convexity import dfs_topological_order
 from tf_commopt.core.partition.genetic import genetic
 from tf_commopt.core.partition.local_search import local_search
 from tf_commopt.core.partition.objective import Problem
-from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.core.partition.pipemodel import PipelineModel
 from tf_commopt.core.partition.pipesearch import pipe_genetic, pipe_local_search
+from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.errors import InputError
 
-__all__ = ["partition", "evaluate", "make_cluster", "cluster_record", "check_score", "default_microbatches",
-           "METHODS", "SCORES", "SCHEDULES"]
+__all__ = [
+    "partition",
+    "evaluate",
+    "make_cluster",
+    "cluster_record",
+    "check_score",
+    "default_microbatches",
+    "METHODS",
+    "SCORES",
+    "SCHEDULES",
+]
 
 METHODS = ("layerwise", "balanced", "pipedream", "local", "ga")
 Plan = Tuple[List[int], List[int]]
 
 
-def make_cluster(num_stages: int, capacities: Optional[Sequence[float]] = None, bandwidth_gbps: float = 10.0,
-                 latency_ms: float = 0.0, kinds: Union[None, str, Sequence[Optional[str]]] = None,
-                 cluster: Optional[Cluster] = None) -> Cluster:
+def make_cluster(
+    num_stages: int,
+    capacities: Optional[Sequence[float]] = None,
+    bandwidth_gbps: float = 10.0,
+    latency_ms: float = 0.0,
+    kinds: Union[None, str, Sequence[Optional[str]]] = None,
+    cluster: Optional[Cluster] = None,
+) -> Cluster:
     """The cluster a call describes: ``cluster`` as given, else one device per capacity (default all 1)."""
     if cluster is not None:
         if capacities is not None or kinds is not None:
@@ -89,25 +104,43 @@ def _dp_method(p: Problem, fn) -> Plan:
     return _best(p, [(fn(p, o), o) for o in _device_orders(p)])
 
 
-def _to_plan(p: Problem, method: str, stage: Sequence[int], devs: Sequence[int], search_s: float,
-             extra: Dict) -> PartitionPlan:
+def _to_plan(
+    p: Problem, method: str, stage: Sequence[int], devs: Sequence[int], search_s: float, extra: Dict
+) -> PartitionPlan:
     p.check(stage, devs)
     ev = p.evaluate(stage, devs)
     g = p.graph
     son = {name: int(stage[p.index[name]]) for name in g.nodes}
     extra = dict(extra)
-    extra.update({"hop_bytes": ev.hop_bytes, "stage_penalty_ms": ev.stage_penalty_ms, "feasible": ev.feasible,
-                  "capacities": [p.cap[d] for d in devs], "kinds": [p.cluster.devices[d].kind for d in devs]})
-    return PartitionPlan(method=method, stage_of_node=son, device_of_stage=[int(d) for d in devs],
-                         stage_compute_ms=ev.stage_compute_ms, stage_comm_ms=ev.stage_comm_ms,
-                         stage_memory_bytes=ev.stage_memory_bytes, objective=ev.objective,
-                         comm_bytes=ev.comm_bytes, search_s=search_s, graph_name=g.name, extra=extra)
+    extra.update(
+        {
+            "hop_bytes": ev.hop_bytes,
+            "stage_penalty_ms": ev.stage_penalty_ms,
+            "feasible": ev.feasible,
+            "capacities": [p.cap[d] for d in devs],
+            "kinds": [p.cluster.devices[d].kind for d in devs],
+        }
+    )
+    return PartitionPlan(
+        method=method,
+        stage_of_node=son,
+        device_of_stage=[int(d) for d in devs],
+        stage_compute_ms=ev.stage_compute_ms,
+        stage_comm_ms=ev.stage_comm_ms,
+        stage_memory_bytes=ev.stage_memory_bytes,
+        objective=ev.objective,
+        comm_bytes=ev.comm_bytes,
+        search_s=search_s,
+        graph_name=g.name,
+        extra=extra,
+    )
 
 
 SCORES = ("pipeline", "objective", "simulated")
 SCHEDULES = ("gpipe", "1f1b")
-Ranker = Callable[[Problem, Sequence[Plan], Callable[[Sequence[int], Sequence[int]], PartitionPlan], int],
-                  Tuple[Plan, Dict]]
+Ranker = Callable[
+    [Problem, Sequence[Plan], Callable[[Sequence[int], Sequence[int]], PartitionPlan], int], Tuple[Plan, Dict]
+]
 
 
 def default_microbatches(schedule: str, num_stages: int) -> int:
@@ -120,10 +153,15 @@ def check_score(score: str, schedule: str, microbatches: Optional[int]) -> None:
     if score not in SCORES:
         raise InputError(f"unknown score {score!r}; choose from {', '.join(SCORES)}", where="score")
     if schedule not in SCHEDULES:
-        raise InputError(f"unknown schedule {schedule!r}; choose from {', '.join(SCHEDULES)}", where="schedule")
-    if microbatches is not None and (isinstance(microbatches, bool) or not isinstance(microbatches, int)
-                                     or microbatches < 1):
-        raise InputError(f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches")
+        raise InputError(
+            f"unknown schedule {schedule!r}; choose from {', '.join(SCHEDULES)}", where="schedule"
+        )
+    if microbatches is not None and (
+        isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1
+    ):
+        raise InputError(
+            f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches"
+        )
 
 
 def cluster_record(cl: Cluster, memory: Union[None, float, Sequence[Optional[float]]] = None) -> Dict:
@@ -134,18 +172,32 @@ def cluster_record(cl: Cluster, memory: Union[None, float, Sequence[Optional[flo
         mem = [float(memory)] * len(cl)
     else:
         mem = list(memory)
-    return {"capacities": [float(d.capacity) for d in cl.devices], "kinds": [d.kind for d in cl.devices],
-            "bandwidth_gbps": cl.default_link.bandwidth_gbps, "latency_ms": cl.default_link.latency_ms,
-            "memory_bytes": mem}
+    return {
+        "capacities": [float(d.capacity) for d in cl.devices],
+        "kinds": [d.kind for d in cl.devices],
+        "bandwidth_gbps": cl.default_link.bandwidth_gbps,
+        "latency_ms": cl.default_link.latency_ms,
+        "memory_bytes": mem,
+    }
 
 
-def partition(graph: CostGraph, num_stages: int, method: str = "ga", capacities: Optional[Sequence[float]] = None,
-              bandwidth_gbps: float = 10.0, latency_ms: float = 0.0,
-              memory: Union[None, float, Sequence[Optional[float]]] = None, seed: int = 0,
-              cluster: Optional[Cluster] = None, kinds: Union[None, str, Sequence[Optional[str]]] = None,
-              progress: Optional[Callable[[int, int, float], None]] = None, score: str = "pipeline",
-              schedule: str = "gpipe", microbatches: Optional[int] = None,
-              rank: Optional[Ranker] = None) -> PartitionPlan:
+def partition(
+    graph: CostGraph,
+    num_stages: int,
+    method: str = "ga",
+    capacities: Optional[Sequence[float]] = None,
+    bandwidth_gbps: float = 10.0,
+    latency_ms: float = 0.0,
+    memory: Union[None, float, Sequence[Optional[float]]] = None,
+    seed: int = 0,
+    cluster: Optional[Cluster] = None,
+    kinds: Union[None, str, Sequence[Optional[str]]] = None,
+    progress: Optional[Callable[[int, int, float], None]] = None,
+    score: str = "pipeline",
+    schedule: str = "gpipe",
+    microbatches: Optional[int] = None,
+    rank: Optional[Ranker] = None,
+) -> PartitionPlan:
     """Partition ``graph`` into ``num_stages`` convex pipeline stages.
 
     Args:
@@ -182,18 +234,27 @@ def partition(graph: CostGraph, num_stages: int, method: str = "ga", capacities:
         raise InputError(f"graph must be a CostGraph, got {type(graph).__name__}", where="graph")
     check_score(score, schedule, microbatches)
     if score == "simulated" and rank is None:
-        raise InputError("score='simulated' needs the simulator: call tf_commopt.core.planner.partition "
-                         "(or tf_commopt.partition.partition)", where="score")
+        raise InputError(
+            "score='simulated' needs the simulator: call tf_commopt.core.planner.partition "
+            "(or tf_commopt.partition.partition)",
+            where="score",
+        )
     cl = make_cluster(num_stages, capacities, bandwidth_gbps, latency_ms, kinds, cluster)
     for d in cl.devices:
         if d.kind is not None and d.kind not in graph.kinds:
-            raise InputError(f"device kind {d.kind!r} has no costs in the graph (kinds: {graph.kinds or 'none'})",
-                             where=f"device {d.name!r}")
+            raise InputError(
+                f"device kind {d.kind!r} has no costs in the graph (kinds: {graph.kinds or 'none'})",
+                where=f"device {d.name!r}",
+            )
     t0 = time.perf_counter()
     m = microbatches or default_microbatches(schedule, num_stages)
     p = Problem(graph, cl, num_stages, memory, stash_weights=(schedule == "1f1b" and score != "objective"))
-    extra: Dict = {"bandwidth_gbps": cl.default_link.bandwidth_gbps, "latency_ms": cl.default_link.latency_ms,
-                   "seed": seed, "score": score}
+    extra: Dict = {
+        "bandwidth_gbps": cl.default_link.bandwidth_gbps,
+        "latency_ms": cl.default_link.latency_ms,
+        "seed": seed,
+        "score": score,
+    }
     if score == "objective":
         stage, devs = _objective_search(p, method, seed, progress, extra)
     else:
@@ -229,8 +290,9 @@ def _objective_search(p: Problem, method: str, seed: int, progress, extra: Dict)
     return stage, devs
 
 
-def _pipeline_search(p: Problem, method: str, seed: int, progress, extra: Dict, model: PipelineModel,
-                     rank: Optional[Ranker]) -> Plan:
+def _pipeline_search(
+    p: Problem, method: str, seed: int, progress, extra: Dict, model: PipelineModel, rank: Optional[Ranker]
+) -> Plan:
     """Search and choose by the pipeline time (``score="pipeline"`` / ``"simulated"``).
 
     Baselines keep their own rule for the split; among their device orders (and, for ``pipedream``,
@@ -240,6 +302,7 @@ def _pipeline_search(p: Problem, method: str, seed: int, progress, extra: Dict, 
     objective) then the memetic descent on the pipeline time from the best four. ``ga``: the same,
     then :func:`pipesearch.pipe_genetic` from all of them.
     """
+
     def key(sd: Plan):
         return (float(f"{model.time(*sd):.12g}"), float(f"{p.evaluate(*sd).comm_bytes:.12g}"))
 
@@ -277,19 +340,30 @@ def _pipeline_search(p: Problem, method: str, seed: int, progress, extra: Dict, 
     extra["model_ms"] = key(best)[0]
     if rank is not None:
         base = [lw] + bal + pd
-        best, sinfo = rank(p, base + candidates, lambda s_, d_: _to_plan(p, "candidate", s_, d_, 0.0, {}), len(base))
+        best, sinfo = rank(
+            p, base + candidates, lambda s_, d_: _to_plan(p, "candidate", s_, d_, 0.0, {}), len(base)
+        )
         extra.update(sinfo)
     return best
 
 
-def evaluate(graph: CostGraph, stage_of_node: Dict[str, int], device_of_stage: Optional[Sequence[int]] = None,
-             capacities: Optional[Sequence[float]] = None, bandwidth_gbps: float = 10.0, latency_ms: float = 0.0,
-             memory: Union[None, float, Sequence[Optional[float]]] = None, cluster: Optional[Cluster] = None,
-             kinds: Union[None, str, Sequence[Optional[str]]] = None, method: str = "given") -> PartitionPlan:
+def evaluate(
+    graph: CostGraph,
+    stage_of_node: Dict[str, int],
+    device_of_stage: Optional[Sequence[int]] = None,
+    capacities: Optional[Sequence[float]] = None,
+    bandwidth_gbps: float = 10.0,
+    latency_ms: float = 0.0,
+    memory: Union[None, float, Sequence[Optional[float]]] = None,
+    cluster: Optional[Cluster] = None,
+    kinds: Union[None, str, Sequence[Optional[str]]] = None,
+    method: str = "given",
+) -> PartitionPlan:
     """Score a given assignment (node name -> stage) with the objective; PlanError if not convex."""
     missing = [n for n in graph.nodes if n not in stage_of_node]
     if missing:
         from tf_commopt.errors import PlanError
+
         raise PlanError(f"node {missing[0]!r} has no stage")
     K = max(stage_of_node.values()) + 1
     cl = make_cluster(K, capacities, bandwidth_gbps, latency_ms, kinds, cluster)

@@ -29,6 +29,7 @@ the prefix with a consumer outside it (an antichain's activations, as in PipeDre
   ``compute(i..j)/capacity + 2*transfer(cut(j)) + penalty``: the exact optimum of :mod:`objective`
   over contiguous splits of ``perm`` (used to seed the genetic algorithm).
 """
+
 from __future__ import annotations
 
 from typing import Callable, List, Optional, Sequence
@@ -37,7 +38,15 @@ import numpy as np
 
 from tf_commopt.core.partition.objective import Problem
 
-__all__ = ["layerwise", "balanced", "pipedream", "pipedream_ties", "contiguous_optimal", "cut_bytes", "labels_from_bounds"]
+__all__ = [
+    "layerwise",
+    "balanced",
+    "pipedream",
+    "pipedream_ties",
+    "contiguous_optimal",
+    "cut_bytes",
+    "labels_from_bounds",
+]
 
 
 def labels_from_bounds(p: Problem, perm: Sequence[int], bounds: Sequence[int]) -> List[int]:
@@ -121,10 +130,15 @@ def _balanced_bounds(p: Problem, devs: Sequence[int], perm: Sequence[int]) -> Li
     return best
 
 
-def _dp(p: Problem, devs: Sequence[int], perm: Sequence[int],
-        stage_cost: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
-        compute_pref: Sequence[np.ndarray], bound: Optional[float] = None,
-        secondary: Optional[Callable[[int, np.ndarray, np.ndarray], np.ndarray]] = None) -> List[int]:
+def _dp(
+    p: Problem,
+    devs: Sequence[int],
+    perm: Sequence[int],
+    stage_cost: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
+    compute_pref: Sequence[np.ndarray],
+    bound: Optional[float] = None,
+    secondary: Optional[Callable[[int, np.ndarray, np.ndarray], np.ndarray]] = None,
+) -> List[int]:
     """Minimise the max stage cost over contiguous splits: ``stage_cost(m, i, j)`` is a matrix (i x j).
 
     ``compute_pref[m]`` are prefix sums of stage m's compute, a lower bound of its cost: starts ``i``
@@ -145,17 +159,17 @@ def _dp(p: Problem, devs: Sequence[int], perm: Sequence[int],
     arg = np.zeros((K + 1, n + 1), dtype=np.int64)
     A[0, 0] = 0.0
     for m in range(1, K + 1):
-        jlo, jhi = m, n - (K - m)                       # stage m-1 ends at j, leaving >= 1 node per later stage
+        jlo, jhi = m, n - (K - m)  # stage m-1 ends at j, leaving >= 1 node per later stage
         js = np.arange(jlo, jhi + 1)
         ok = np.nonzero(A[m - 1, :jhi] < INF)[0] if bound is not None else np.nonzero(A[m - 1, :jhi] <= ub)[0]
         pm = compute_pref[m - 1]
         for c0 in range(0, js.size, 256):
-            jj = js[c0:c0 + 256]
+            jj = js[c0 : c0 + 256]
             i_min = int(np.searchsorted(pm, pm[jj[0]] - ub, side="left"))
             ii = ok[(ok >= i_min) & (ok < jj[-1])]
             if ii.size == 0:
                 continue
-            cost = stage_cost(m - 1, ii, jj)            # (len(ii), len(jj))
+            cost = stage_cost(m - 1, ii, jj)  # (len(ii), len(jj))
             if bound is None:
                 tot = np.maximum(A[m - 1, ii][:, None], cost)
             else:
@@ -186,14 +200,17 @@ def _parts(p: Problem, devs: Sequence[int], perm: Sequence[int]):
         cap = p.mem_cap[devs[m]]
         if cap is None:
             return 0.0
-        mem = p.weight_versions[m] * (par[j][None, :] - par[i][:, None]) + (p.K - m) * (act[j][None, :] - act[i][:, None])
+        mem = p.weight_versions[m] * (par[j][None, :] - par[i][:, None]) + (p.K - m) * (
+            act[j][None, :] - act[i][:, None]
+        )
         return p.penalty_factor * np.maximum(mem - cap, 0.0) / cap
 
     return pref, cut, comm, penalty
 
 
-def pipedream(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = None,
-              tie_break: str = "none") -> List[int]:
+def pipedream(
+    p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = None, tie_break: str = "none"
+) -> List[int]:
     """PipeDream's straight-pipeline DP (communication overlapped: max, not sum).
 
     ``tie_break`` among the splits with the optimal bottleneck: ``"none"`` (whichever the DP's argmin
@@ -219,9 +236,11 @@ def pipedream(p: Problem, devs: Sequence[int], perm: Optional[Sequence[int]] = N
     best = max(float(cost(m, np.array([bounds[m]]), np.array([bounds[m + 1]]))[0, 0]) for m in range(p.K))
     sec = None
     if tie_break == "compute2":
+
         def sec(m, i, j):
             c = pref[m][j][None, :] - pref[m][i][:, None]
             return c * c
+
     return _dp(p, devs, perm, cost, pref, bound=best * (1 + 1e-9) + 1e-12, secondary=sec)
 
 

@@ -15,6 +15,7 @@ by shifting one node per stage from the nearest stage with two or more nodes: a 
 stage* (no successor in the same stage) moves one stage up, a *source within its stage* one stage down;
 both moves keep every edge non-decreasing.
 """
+
 from __future__ import annotations
 
 import random
@@ -33,7 +34,9 @@ def make_monotone(stage: Sequence[int], pred: Sequence[Sequence[int]], K: int) -
     return out
 
 
-def fill_empty(stage: List[int], pred: Sequence[Sequence[int]], succ: Sequence[Sequence[int]], K: int) -> List[int]:
+def fill_empty(
+    stage: List[int], pred: Sequence[Sequence[int]], succ: Sequence[Sequence[int]], K: int
+) -> List[int]:
     """Make every stage non-empty (in place and returned) keeping convexity. Needs ``len(stage) >= K``."""
     n = len(stage)
     if n < K:
@@ -46,14 +49,15 @@ def fill_empty(stage: List[int], pred: Sequence[Sequence[int]], succ: Sequence[S
         below = [t for t in range(e) if counts[t] >= 2]
         above = [t for t in range(e + 1, K) if counts[t] >= 2]
         if below and (not above or e - below[-1] <= above[0] - e):
-            for r in range(below[-1], e):          # push one sink per stage upwards
-                v = next(v for v in range(n - 1, -1, -1)
-                         if stage[v] == r and all(stage[w] > r for w in succ[v]))
+            for r in range(below[-1], e):  # push one sink per stage upwards
+                v = next(
+                    v for v in range(n - 1, -1, -1) if stage[v] == r and all(stage[w] > r for w in succ[v])
+                )
                 stage[v] = r + 1
                 counts[r] -= 1
                 counts[r + 1] += 1
         else:
-            for r in range(above[0], e, -1):       # pull one source per stage downwards
+            for r in range(above[0], e, -1):  # pull one source per stage downwards
                 v = next(v for v in range(n) if stage[v] == r and all(stage[p] < r for p in pred[v]))
                 stage[v] = r - 1
                 counts[r] -= 1
@@ -61,13 +65,16 @@ def fill_empty(stage: List[int], pred: Sequence[Sequence[int]], succ: Sequence[S
     return stage
 
 
-def repair(stage: Sequence[int], pred: Sequence[Sequence[int]], succ: Sequence[Sequence[int]], K: int) -> List[int]:
+def repair(
+    stage: Sequence[int], pred: Sequence[Sequence[int]], succ: Sequence[Sequence[int]], K: int
+) -> List[int]:
     """A convex K-stage labelling close to ``stage`` (see module docstring)."""
     return fill_empty(make_monotone(stage, pred, K), pred, succ, K)
 
 
-def random_topological_order(pred: Sequence[Sequence[int]], succ: Sequence[Sequence[int]],
-                             rng: random.Random) -> List[int]:
+def random_topological_order(
+    pred: Sequence[Sequence[int]], succ: Sequence[Sequence[int]], rng: random.Random
+) -> List[int]:
     """A uniformly tie-broken topological order (Kahn's algorithm with random choice)."""
     indeg = [len(p) for p in pred]
     ready = [v for v, d in enumerate(indeg) if d == 0]

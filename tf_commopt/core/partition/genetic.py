@@ -38,6 +38,7 @@ The memetic GA (thesis 000's "genetic algorithm finds the partition"; DEAP: Fort
   all randomness comes from ``random.Random(seed)`` (DEAP's tournament draws from the global ``random``
   module, which is seeded from it and restored afterwards).
 """
+
 from __future__ import annotations
 
 import random
@@ -67,10 +68,19 @@ def _make(stage: Sequence[int], devs: Sequence[int]):
     return ind
 
 
-def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional[int] = None,
-            generations: Optional[int] = None, cxpb: float = 0.5, mutpb: float = 0.5,
-            ls_steps: Optional[int] = None, stall: int = 12, dp_every: Optional[int] = None,
-            progress: Optional[Callable[[int, int, float], None]] = None) -> Tuple[List[int], List[int], Dict]:
+def genetic(
+    p: Problem,
+    seeds: Sequence[Plan],
+    seed: int = 0,
+    pop_size: Optional[int] = None,
+    generations: Optional[int] = None,
+    cxpb: float = 0.5,
+    mutpb: float = 0.5,
+    ls_steps: Optional[int] = None,
+    stall: int = 12,
+    dp_every: Optional[int] = None,
+    progress: Optional[Callable[[int, int, float], None]] = None,
+) -> Tuple[List[int], List[int], Dict]:
     """Run the GA from ``seeds`` (convex ``(stage, devs)`` pairs); returns ``(stage, devs, info)``."""
     if not seeds:
         raise ValueError("the genetic algorithm needs at least one seed plan")
@@ -90,7 +100,7 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
         return (float(f"{ev.objective:.12g}"), ev.comm_bytes)
 
     def mutate(ind):
-        if dp_mut and rng.random() < dp_mut:        # re-split this individual's stage order optimally
+        if dp_mut and rng.random() < dp_mut:  # re-split this individual's stage order optimally
             order = sorted(range(n), key=lambda v: (ind[v], v))
             st = State(p, contiguous_optimal(p, ind.devs, order), ind.devs)
             improve(st, max_steps=ls_steps, rng=rng, closure_samples=12)
@@ -113,7 +123,7 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
             a, b = rng.sample(range(K), 2) if K > 1 else (0, 0)
             if a != b:
                 st.swap_devices(a, b)
-            if p.D > K and rng.random() < 0.5:            # bring in an unused device
+            if p.D > K and rng.random() < 0.5:  # bring in an unused device
                 unused = [d for d in spare if d not in st.devs]
                 if unused:
                     st.devs[rng.randrange(K)] = rng.choice(unused)
@@ -220,6 +230,11 @@ def genetic(p: Problem, seeds: Sequence[Plan], seed: int = 0, pop_size: Optional
     finally:
         random.setstate(saved)
     b = hof[0]
-    info = {"generations": gen, "pop_size": pop_size, "history": history,
-            "ga_s": time.perf_counter() - t0, "population": [(list(x), list(x.devs)) for x in pop]}
+    info = {
+        "generations": gen,
+        "pop_size": pop_size,
+        "history": history,
+        "ga_s": time.perf_counter() - t0,
+        "population": [(list(x), list(x.devs)) for x in pop],
+    }
     return list(b), list(b.devs), info

@@ -26,6 +26,7 @@ The rule (a Kernighan-Lin-flavoured descent on the min-max objective of :mod:`ob
   sorted in decreasing order (lexicographically: first the objective, then the next slowest stages).
 * It stops when no move improves, or after ``max_steps``.
 """
+
 from __future__ import annotations
 
 import random
@@ -49,15 +50,15 @@ class State:
         self.devs = list(devs)
         self.comp_rows, self.act, self.param = p.comp_lists, p.act_list, p.param_list
         self.ck = [np.bincount(st, weights=row, minlength=K).tolist() for row in p.comp]
-        self.ckf = [np.bincount(st, weights=row, minlength=K).tolist() for row in p.fwd]   # forward part
+        self.ckf = [np.bincount(st, weights=row, minlength=K).tolist() for row in p.fwd]  # forward part
         self.acts = np.bincount(st, weights=p.act, minlength=K).tolist()
         self.pars = np.bincount(st, weights=p.param, minlength=K).tolist()
         order = np.argsort(st, kind="stable")
         bounds = np.searchsorted(st[order], np.arange(K + 1))
-        self.members: List[Set[int]] = [set(order[bounds[s]:bounds[s + 1]].tolist()) for s in range(K)]
+        self.members: List[Set[int]] = [set(order[bounds[s] : bounds[s + 1]].tolist()) for s in range(K)]
         last = st.copy()
-        first_succ = np.full(n, K, dtype=np.int64)     # smallest successor stage (K if none)
-        last_pred = np.full(n, -1, dtype=np.int64)     # largest predecessor stage (-1 if none)
+        first_succ = np.full(n, K, dtype=np.int64)  # smallest successor stage (K if none)
+        last_pred = np.full(n, -1, dtype=np.int64)  # largest predecessor stage (-1 if none)
         if p.eu.size:
             np.maximum.at(last, p.eu, st[p.ev])
             np.minimum.at(first_succ, p.eu, st[p.ev])
@@ -88,9 +89,15 @@ class State:
             self.down_front[s].add(v)
 
     # ------------------------------------------------------------------ costs
-    def stage_time(self, s: int, ck_s: Optional[float] = None, hop_s: Optional[float] = None,
-                   devs: Optional[Sequence[int]] = None, acts_s: Optional[float] = None,
-                   pars_s: Optional[float] = None) -> float:
+    def stage_time(
+        self,
+        s: int,
+        ck_s: Optional[float] = None,
+        hop_s: Optional[float] = None,
+        devs: Optional[Sequence[int]] = None,
+        acts_s: Optional[float] = None,
+        pars_s: Optional[float] = None,
+    ) -> float:
         p, devs = self.p, devs or self.devs
         d = devs[s]
         k = p.kind_of_dev[d]
@@ -98,7 +105,9 @@ class State:
         if s < p.K - 1:
             c += p.comm_ms(self.hop[s] if hop_s is None else hop_s, d, devs[s + 1])
         if p.mem_cap[d] is not None:
-            mem = p.weight_versions[s] * (self.pars[s] if pars_s is None else pars_s) + (p.K - s) * (self.acts[s] if acts_s is None else acts_s)
+            mem = p.weight_versions[s] * (self.pars[s] if pars_s is None else pars_s) + (p.K - s) * (
+                self.acts[s] if acts_s is None else acts_s
+            )
             c += p.penalty_ms(mem, d)
         return c
 
@@ -166,10 +175,20 @@ class State:
         dck, dact, dpar, hop_h = self._delta(M, s, t)
         ks, kt = self.p.kind_of_dev[self.devs[s]], self.p.kind_of_dev[self.devs[t]]
         h = min(s, t)
-        ts = self.stage_time(s, self.ck[ks][s] - dck[ks], hop_h if h == s else None,
-                             acts_s=self.acts[s] - dact, pars_s=self.pars[s] - dpar)
-        tt = self.stage_time(t, self.ck[kt][t] + dck[kt], hop_h if h == t else None,
-                             acts_s=self.acts[t] + dact, pars_s=self.pars[t] + dpar)
+        ts = self.stage_time(
+            s,
+            self.ck[ks][s] - dck[ks],
+            hop_h if h == s else None,
+            acts_s=self.acts[s] - dact,
+            pars_s=self.pars[s] - dpar,
+        )
+        tt = self.stage_time(
+            t,
+            self.ck[kt][t] + dck[kt],
+            hop_h if h == t else None,
+            acts_s=self.acts[t] + dact,
+            pars_s=self.pars[t] + dpar,
+        )
         return ts, tt
 
     def apply_move(self, M: Sequence[int], s: int, t: int) -> None:
@@ -220,13 +239,18 @@ def _candidates(st: State, b: int) -> List[Tuple[int, int, int]]:
     for s, t in ((b, b - 1), (b, b + 1), (b - 1, b), (b + 1, b)):
         if not (0 <= s < K and 0 <= t < K) or len(st.members[s]) <= 1:
             continue
-        for v in (st.up_front[s] if t == s + 1 else st.down_front[s]):
+        for v in st.up_front[s] if t == s + 1 else st.down_front[s]:
             out.append((v, s, t))
     return out
 
 
-def improve(st: State, max_steps: int = 10_000, closure_limit: int = 64,
-            rng: Optional[random.Random] = None, closure_samples: int = 24) -> int:
+def improve(
+    st: State,
+    max_steps: int = 10_000,
+    closure_limit: int = 64,
+    rng: Optional[random.Random] = None,
+    closure_samples: int = 24,
+) -> int:
     """Run the descent on ``st`` in place; returns the number of moves applied."""
     K, steps = st.p.K, 0
     rng = rng or random.Random(0)
@@ -264,7 +288,7 @@ def improve(st: State, max_steps: int = 10_000, closure_limit: int = 64,
                     if M is None or len(M) == 1:
                         continue
                     if (st.ck[kt][t] + sum(row[x] for x in M)) / cap_t >= top:
-                        continue                     # the receiving stage alone would be the new maximum
+                        continue  # the receiving stage alone would be the new maximum
                     ts, tt = st.try_move(M, s, t)
                     times = list(st.times)
                     times[s], times[t] = ts, tt
@@ -281,8 +305,9 @@ def improve(st: State, max_steps: int = 10_000, closure_limit: int = 64,
     return steps
 
 
-def local_search(p: Problem, stage: Sequence[int], devs: Sequence[int], max_steps: int = 10_000,
-                 seed: int = 0) -> Tuple[List[int], List[int]]:
+def local_search(
+    p: Problem, stage: Sequence[int], devs: Sequence[int], max_steps: int = 10_000, seed: int = 0
+) -> Tuple[List[int], List[int]]:
     """Descend from a convex assignment; returns ``(stage, devs)``."""
     st = State(p, stage, devs)
     improve(st, max_steps=max_steps, rng=random.Random(seed))

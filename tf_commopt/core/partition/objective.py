@@ -31,6 +31,7 @@ The exact rule (stages ``0..K-1`` in pipeline order, stage ``s`` on device ``d(s
 * **Objective** (minimised): ``max_s compute(s) + comm(s) + penalty(s)``. ``comm_bytes = 2 * sum_h B(h)``
   (forward activations plus backward gradients per mini-batch).
 """
+
 from __future__ import annotations
 
 import math
@@ -85,8 +86,14 @@ class Problem:
             ``K - s`` versions of its parameters, one per micro-batch in flight).
     """
 
-    def __init__(self, graph: CostGraph, cluster: Cluster, num_stages: int,
-                 memory: Union[None, float, Sequence[Optional[float]]] = None, stash_weights: bool = False):
+    def __init__(
+        self,
+        graph: CostGraph,
+        cluster: Cluster,
+        num_stages: int,
+        memory: Union[None, float, Sequence[Optional[float]]] = None,
+        stash_weights: bool = False,
+    ):
         if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
             raise InputError(f"number of stages must be a positive integer, got {num_stages!r}")
         if num_stages > len(graph):
@@ -117,7 +124,9 @@ class Problem:
         self.kinds = kinds
         self.kind_of_dev = [kinds.index(d.kind) for d in cluster.devices]
         self.fwd = np.array([[graph.forward_ms(v, k) for v in self.order] for k in kinds], dtype=float)
-        self.comp = self.fwd + np.array([[graph.backward_ms(v, k) for v in self.order] for k in kinds], dtype=float)
+        self.comp = self.fwd + np.array(
+            [[graph.backward_ms(v, k) for v in self.order] for k in kinds], dtype=float
+        )
         self.cap = [float(d.capacity) for d in cluster.devices]
         # plain-list copies for the incremental (pure Python) evaluation of local search
         self.comp_lists: List[List[float]] = [row.tolist() for row in self.comp]
@@ -158,14 +167,18 @@ class Problem:
         if st.shape != (self.n,):
             raise PlanError(f"plan has {st.shape[0] if st.ndim else 0} node stages for {self.n} nodes")
         if len(devs) != self.K or len(set(devs)) != self.K or any(not 0 <= d < self.D for d in devs):
-            raise PlanError(f"device_of_stage {list(devs)} must be {self.K} distinct devices in [0, {self.D})")
+            raise PlanError(
+                f"device_of_stage {list(devs)} must be {self.K} distinct devices in [0, {self.D})"
+            )
         if st.min() < 0 or st.max() >= self.K:
             raise PlanError(f"stage out of range [0, {self.K})")
         bad = np.nonzero(st[self.eu] > st[self.ev])[0]
         if bad.size:
             u, v = self.order[self.eu[bad[0]]], self.order[self.ev[bad[0]]]
-            raise PlanError(f"not convex: edge {u!r} -> {v!r} goes from stage {st[self.eu[bad[0]]]} "
-                            f"back to stage {st[self.ev[bad[0]]]}")
+            raise PlanError(
+                f"not convex: edge {u!r} -> {v!r} goes from stage {st[self.eu[bad[0]]]} "
+                f"back to stage {st[self.ev[bad[0]]]}"
+            )
         counts = np.bincount(st, minlength=self.K)
         if (counts == 0).any():
             raise PlanError(f"stage {int(np.argmin(counts))} is empty")

@@ -40,6 +40,7 @@ Example:
     >>> m.time([0, 1], [0, 1])          # (M + K - 1)(t_f + t_b) = 3 * 1.5
     4.5
 """
+
 from __future__ import annotations
 
 from typing import List, Sequence, Tuple
@@ -68,16 +69,25 @@ class PipelineModel:
 
     def __init__(self, p: Problem, schedule: str = "gpipe", microbatches: int = 4, optimizer_ms: float = 0.0):
         if schedule not in MODEL_SCHEDULES:
-            raise InputError(f"unknown schedule {schedule!r}; choose from {', '.join(MODEL_SCHEDULES)}",
-                             where="schedule")
+            raise InputError(
+                f"unknown schedule {schedule!r}; choose from {', '.join(MODEL_SCHEDULES)}", where="schedule"
+            )
         if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
-            raise InputError(f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches")
+            raise InputError(
+                f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches"
+            )
         self.p, self.schedule, self.M, self.opt = p, schedule, microbatches, float(optimizer_ms)
         self.split = microbatches if schedule == "gpipe" else 1
 
     # ------------------------------------------------------------------ the formula
-    def from_parts(self, fwd: Sequence[float], comp: Sequence[float], hop: Sequence[float],
-                   devs: Sequence[int], penalty: float = 0.0) -> float:
+    def from_parts(
+        self,
+        fwd: Sequence[float],
+        comp: Sequence[float],
+        hop: Sequence[float],
+        devs: Sequence[int],
+        penalty: float = 0.0,
+    ) -> float:
         """Time from per-stage raw forward / forward+backward ms (before capacity), hop bytes, devices."""
         p, K, split = self.p, len(devs), self.split
         f = [0.0] * K
@@ -99,12 +109,23 @@ class PipelineModel:
             lat += p.lat[da][db] + p.lat[db][da]
         if self.schedule == "gpipe":
             M = self.M
-            t = (sum(f) + sum(x) + (M - 1) * max(f + x) + sum(b) + sum(y) + (M - 1) * max(b + y) + lat + self.opt)
+            t = (
+                sum(f)
+                + sum(x)
+                + (M - 1) * max(f + x)
+                + sum(b)
+                + sum(y)
+                + (M - 1) * max(b + y)
+                + lat
+                + self.opt
+            )
             return t + penalty
         period = max(max(x, default=0.0), max(y, default=0.0))
-        lat_h = [(p.lat[devs[h]][devs[h + 1]] + p.lat[devs[h + 1]][devs[h]]) if hop[h] > EPS_BYTES else 0.0
-                 for h in range(K - 1)]
-        for s in range(K):                        # stages s..t: t - s + 1 micro-batches in flight
+        lat_h = [
+            (p.lat[devs[h]][devs[h + 1]] + p.lat[devs[h + 1]][devs[h]]) if hop[h] > EPS_BYTES else 0.0
+            for h in range(K - 1)
+        ]
+        for s in range(K):  # stages s..t: t - s + 1 micro-batches in flight
             tail = self.opt
             for t in range(s, K):
                 if t > s:
@@ -115,7 +136,9 @@ class PipelineModel:
         return period + penalty
 
     # ------------------------------------------------------------------ full evaluation
-    def parts(self, stage: Sequence[int], devs: Sequence[int]) -> Tuple[List[float], List[float], List[float], float]:
+    def parts(
+        self, stage: Sequence[int], devs: Sequence[int]
+    ) -> Tuple[List[float], List[float], List[float], float]:
         """(forward ms per stage, compute ms per stage, hop bytes, worst memory penalty) of a plan (raw ms)."""
         p, K = self.p, len(devs)
         st = np.asarray(stage, dtype=np.int64)
@@ -128,7 +151,9 @@ class PipelineModel:
         hop = hop_bytes_array(st, p.eu, p.ev, p.act, K)
         par = np.bincount(st, weights=p.param, minlength=K)
         acts = np.bincount(st, weights=p.act, minlength=K)
-        pen = max(p.penalty_ms(float(p.weight_versions[s] * par[s] + (K - s) * acts[s]), devs[s]) for s in range(K))
+        pen = max(
+            p.penalty_ms(float(p.weight_versions[s] * par[s] + (K - s) * acts[s]), devs[s]) for s in range(K)
+        )
         return fwd, comp, hop, pen
 
     def time(self, stage: Sequence[int], devs: Sequence[int]) -> float:

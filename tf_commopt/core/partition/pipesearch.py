@@ -41,6 +41,7 @@ forward/backward compute and hop bytes (:class:`local_search.State`).
   parents and children (elitist: never worse than its best seed). Stops after ``generations`` or
   ``stall`` generations without improvement. Deterministic for a seed (``random.Random(seed)``).
 """
+
 from __future__ import annotations
 
 import random
@@ -76,7 +77,9 @@ class PipeState(State):
         if all(p.mem_cap[d] is None for d in devs):
             return 0.0
         K = p.K
-        return max(p.penalty_ms(p.weight_versions[s] * pars[s] + (K - s) * acts[s], devs[s]) for s in range(K))
+        return max(
+            p.penalty_ms(p.weight_versions[s] * pars[s] + (K - s) * acts[s], devs[s]) for s in range(K)
+        )
 
     def value(self, devs: Optional[Sequence[int]] = None) -> float:
         devs = self.devs if devs is None else devs
@@ -126,8 +129,14 @@ def _critical_moves(st: PipeState) -> List[Tuple[int, int]]:
     return [(a, b) for a, b in dict.fromkeys(pairs) if 0 <= a < K and 0 <= b < K]
 
 
-def pipe_improve(st: PipeState, max_steps: int = 10_000, rng: Optional[random.Random] = None,
-                 closure_samples: int = 16, closure_limit: int = 64, focus: bool = False) -> int:
+def pipe_improve(
+    st: PipeState,
+    max_steps: int = 10_000,
+    rng: Optional[random.Random] = None,
+    closure_samples: int = 16,
+    closure_limit: int = 64,
+    focus: bool = False,
+) -> int:
     """Best-improvement descent of ``st`` on the pipeline model, in place; returns moves applied.
 
     ``focus``: single moves only out of the stages next to the slowest stage and the slowest hop (the
@@ -142,8 +151,9 @@ def pipe_improve(st: PipeState, max_steps: int = 10_000, rng: Optional[random.Ra
         best = None
         sources = range(K)
         if focus:
-            sources = sorted({x for pair in _critical_moves(st) for y in pair for x in (y - 1, y, y + 1)
-                              if 0 <= x < K})
+            sources = sorted(
+                {x for pair in _critical_moves(st) for y in pair for x in (y - 1, y, y + 1) if 0 <= x < K}
+            )
         for s in sources:
             if len(st.members[s]) <= 1:
                 continue
@@ -186,8 +196,14 @@ def pipe_improve(st: PipeState, max_steps: int = 10_000, rng: Optional[random.Ra
     return steps
 
 
-def pipe_local_search(p: Problem, model: PipelineModel, stage: Sequence[int], devs: Sequence[int],
-                      max_steps: int = 10_000, seed: int = 0) -> Plan:
+def pipe_local_search(
+    p: Problem,
+    model: PipelineModel,
+    stage: Sequence[int],
+    devs: Sequence[int],
+    max_steps: int = 10_000,
+    seed: int = 0,
+) -> Plan:
     """Descend from a convex plan on the pipeline model; returns ``(stage, devs)``."""
     st = PipeState(p, model, stage, devs)
     pipe_improve(st, max_steps=max_steps, rng=random.Random(seed))
@@ -199,16 +215,24 @@ def _crossover(p: Problem, a: Plan, b: Plan, h: int) -> Plan:
     sb, db = b
     child = [x if x <= h else max(y, h + 1) for x, y in zip(sa, sb)]
     child = fill_empty(child, p.pred, p.succ, p.K)
-    devs = list(da[: h + 1]) + list(db[h + 1:])
+    devs = list(da[: h + 1]) + list(db[h + 1 :])
     if len(set(devs)) != len(devs):
         devs = list(da)
     return child, devs
 
 
-def pipe_genetic(p: Problem, model: PipelineModel, seeds: Sequence[Plan], seed: int = 0,
-                 pop_size: Optional[int] = None, generations: Optional[int] = None, ls_steps: Optional[int] = None,
-                 stall: int = 8, cxpb: float = 0.6, progress: Optional[Callable[[int, int, float], None]] = None
-                 ) -> Tuple[List[int], List[int], Dict]:
+def pipe_genetic(
+    p: Problem,
+    model: PipelineModel,
+    seeds: Sequence[Plan],
+    seed: int = 0,
+    pop_size: Optional[int] = None,
+    generations: Optional[int] = None,
+    ls_steps: Optional[int] = None,
+    stall: int = 8,
+    cxpb: float = 0.6,
+    progress: Optional[Callable[[int, int, float], None]] = None,
+) -> Tuple[List[int], List[int], Dict]:
     """The GA of the module docstring from convex ``seeds``; returns ``(stage, devs, info)``.
 
     ``info``: ``generations`` run, ``improved`` (generations that lowered the best), ``history`` of the
@@ -245,7 +269,7 @@ def pipe_genetic(p: Problem, model: PipelineModel, seeds: Sequence[Plan], seed: 
     def mutate(x: Plan) -> Plan:
         st = PipeState(p, model, x[0], x[1])
         r = rng.random()
-        if r < 0.25 and K > 2:                       # jump: a node to any stage its edges allow
+        if r < 0.25 and K > 2:  # jump: a node to any stage its edges allow
             v = rng.randrange(n)
             lo = max((st.stage[u] for u in p.pred[v]), default=0)
             hi = min((st.stage[w] for w in p.succ[v]), default=K - 1)
@@ -257,7 +281,7 @@ def pipe_genetic(p: Problem, model: PipelineModel, seeds: Sequence[Plan], seed: 
         if hetero and r < 0.4 and K > 1:
             a, b = rng.sample(range(K), 2)
             st.swap_devices(a, b)
-        elif r < 0.7 and K > 1:                      # frontier moves (one stage: nothing to move)
+        elif r < 0.7 and K > 1:  # frontier moves (one stage: nothing to move)
             for _ in range(rng.randint(1, 3)):
                 h = rng.randrange(K - 1)
                 s, t = (h, h + 1) if rng.random() < 0.5 else (h + 1, h)
@@ -293,8 +317,10 @@ def pipe_genetic(p: Problem, model: PipelineModel, seeds: Sequence[Plan], seed: 
     history, improved, since, gen = [best[0]], 0, 0, 0
     t0 = time.perf_counter()
     for gen in range(1, generations + 1):
+
         def pick() -> Plan:
             return min(rng.sample(pop, min(3, len(pop))), key=fitness)
+
         children: List[Plan] = []
         while len(children) < len(pop):
             a, b = pick(), pick()
@@ -324,6 +350,12 @@ def pipe_genetic(p: Problem, model: PipelineModel, seeds: Sequence[Plan], seed: 
             progress(gen, generations, cur[0])
         if since >= stall:
             break
-    info = {"generations": gen, "improved": improved, "pop_size": pop_size, "history": history,
-            "ga_s": time.perf_counter() - t0, "population": pop}
+    info = {
+        "generations": gen,
+        "improved": improved,
+        "pop_size": pop_size,
+        "history": history,
+        "ga_s": time.perf_counter() - t0,
+        "population": pop,
+    }
     return list(pop[0][0]), list(pop[0][1]), info

@@ -10,6 +10,7 @@ Example:
     >>> PartitionPlan.from_json(p.to_json()) == p
     True
 """
+
 from __future__ import annotations
 
 import json
@@ -96,8 +97,16 @@ class PartitionPlan:
         fmt = d.get("format", "tf_commopt.PartitionPlan/1")
         if fmt != "tf_commopt.PartitionPlan/1":
             raise PlanError(f"unknown plan format {fmt!r}", where=where)
-        required = ["method", "stage_of_node", "device_of_stage", "stage_compute_ms", "stage_comm_ms",
-                    "stage_memory_bytes", "objective", "comm_bytes"]
+        required = [
+            "method",
+            "stage_of_node",
+            "device_of_stage",
+            "stage_compute_ms",
+            "stage_comm_ms",
+            "stage_memory_bytes",
+            "objective",
+            "comm_bytes",
+        ]
         for k in required:
             if k not in d:
                 raise PlanError(f"missing field {k!r}", where=where)
@@ -155,7 +164,9 @@ class PartitionPlan:
         try:
             d = json.loads(text)
         except json.JSONDecodeError as e:
-            raise PlanError(f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}", where=where) from None
+            raise PlanError(
+                f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}", where=where
+            ) from None
         except RecursionError:
             raise PlanError("invalid JSON: nested too deeply", where=where) from None
         return cls.from_dict(d, where=where)
@@ -191,7 +202,11 @@ class PartitionPlan:
 
 
 def _num(x: Any, what: str, where: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(float(x) if abs(x) < 1e308 else math.inf):
+    if (
+        isinstance(x, bool)
+        or not isinstance(x, (int, float))
+        or not math.isfinite(float(x) if abs(x) < 1e308 else math.inf)
+    ):
         raise PlanError(f"{what} = {str(x)[:40]} is not a finite number", where=where)
     return float(x)
 
@@ -210,7 +225,11 @@ def _cluster(c: Any, k: int, where: str) -> Optional[Dict[str, Any]]:
         raise PlanError("cluster.capacities must be positive", where=where)
     n = len(caps)
     kinds = c.get("kinds", [None] * n)
-    if not isinstance(kinds, list) or len(kinds) != n or any(x is not None and not isinstance(x, str) for x in kinds):
+    if (
+        not isinstance(kinds, list)
+        or len(kinds) != n
+        or any(x is not None and not isinstance(x, str) for x in kinds)
+    ):
         raise PlanError(f"cluster.kinds must be a list of {n} strings or nulls", where=where)
     mem = c.get("memory_bytes", [None] * n)
     if not isinstance(mem, list) or len(mem) != n:
@@ -220,4 +239,10 @@ def _cluster(c: Any, k: int, where: str) -> Optional[Dict[str, Any]]:
     lat = _num(c.get("latency_ms", 0.0), "cluster.latency_ms", where)
     if bw <= 0 or lat < 0:
         raise PlanError("cluster.bandwidth_gbps must be > 0 and cluster.latency_ms >= 0", where=where)
-    return {"capacities": caps, "kinds": list(kinds), "bandwidth_gbps": bw, "latency_ms": lat, "memory_bytes": mem}
+    return {
+        "capacities": caps,
+        "kinds": list(kinds),
+        "bandwidth_gbps": bw,
+        "latency_ms": lat,
+        "memory_bytes": mem,
+    }

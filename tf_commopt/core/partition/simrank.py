@@ -7,6 +7,7 @@ Example:
     >>> simrank.default_microbatches("gpipe", 4)
     16
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -11,6 +11,7 @@ parallel chains of 2-4 ops (conv-like: heavy compute, pooling/activation-like: l
 concatenation; every few cells a reduction halves the activation size. Costs are drawn from a seeded
 ``random.Random`` so a seed always gives the same graph.
 """
+
 from __future__ import annotations
 
 import random
@@ -38,8 +39,16 @@ def branchy_graph(num_nodes: int = 2700, seed: int = 0, branches: int = 5, act_m
                 name = f"c{cell}_b{b}_{j}"
                 heavy = rng.random() < 0.5
                 f = rng.uniform(0.3, 1.5) if heavy else rng.uniform(0.02, 0.2)
-                nodes.append(Node(name, f, f * rng.uniform(1.5, 2.5), param_bytes=rng.uniform(1e4, 2e6) if heavy else 0.0,
-                                  activation_bytes=act * rng.choice([0.5, 1.0]), label="Conv" if heavy else "Relu"))
+                nodes.append(
+                    Node(
+                        name,
+                        f,
+                        f * rng.uniform(1.5, 2.5),
+                        param_bytes=rng.uniform(1e4, 2e6) if heavy else 0.0,
+                        activation_bytes=act * rng.choice([0.5, 1.0]),
+                        label="Conv" if heavy else "Relu",
+                    )
+                )
                 edges.append((src, name))
                 src = name
             outs.append(src)

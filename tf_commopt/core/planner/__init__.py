@@ -12,7 +12,8 @@ Modules: :mod:`simrank` (rank candidate plans in the simulator; moved from ``cor
 :mod:`api` (``partition`` whose default returns the plan fastest in simulation for the schedule that
 will run; ``given_plan``: load an external assignment, e.g. PipeDream's ``stage_id``, as a plan).
 """
-from tf_commopt.core.planner.api import partition, given_plan, read_stage_ids
+
+from tf_commopt.core.planner.api import given_plan, partition, read_stage_ids
 from tf_commopt.core.planner.simrank import best_simulated, simulated_ms, simulator_ranker
 
 __all__ = ["partition", "given_plan", "read_stage_ids", "best_simulated", "simulated_ms", "simulator_ranker"]

@@ -17,6 +17,7 @@ the search minimises the pipeline time of ``schedule`` with ``microbatches`` (cl
 discrete-event simulator (:mod:`simrank`). ``score="pipeline"`` skips the simulator (for GPipe the model
 is exact, so the plan is the same); ``score="objective"`` is the additive objective alone.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,7 +27,14 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Union
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster
 from tf_commopt.core.partition.api import (
-    cluster_record, check_score, default_microbatches, evaluate, make_cluster, partition as _search,
+    check_score,
+    cluster_record,
+    default_microbatches,
+    evaluate,
+    make_cluster,
+)
+from tf_commopt.core.partition.api import (
+    partition as _search,
 )
 from tf_commopt.core.partition.objective import Problem
 from tf_commopt.core.partition.plan import PartitionPlan
@@ -36,12 +44,22 @@ from tf_commopt.errors import InputError, PlanError
 __all__ = ["partition", "given_plan", "read_stage_ids"]
 
 
-def partition(graph: CostGraph, num_stages: int, method: str = "ga", capacities: Optional[Sequence[float]] = None,
-              bandwidth_gbps: float = 10.0, latency_ms: float = 0.0,
-              memory: Union[None, float, Sequence[Optional[float]]] = None, seed: int = 0,
-              cluster: Optional[Cluster] = None, kinds: Union[None, str, Sequence[Optional[str]]] = None,
-              progress: Optional[Callable[[int, int, float], None]] = None, score: str = "simulated",
-              schedule: str = "gpipe", microbatches: Optional[int] = None) -> PartitionPlan:
+def partition(
+    graph: CostGraph,
+    num_stages: int,
+    method: str = "ga",
+    capacities: Optional[Sequence[float]] = None,
+    bandwidth_gbps: float = 10.0,
+    latency_ms: float = 0.0,
+    memory: Union[None, float, Sequence[Optional[float]]] = None,
+    seed: int = 0,
+    cluster: Optional[Cluster] = None,
+    kinds: Union[None, str, Sequence[Optional[str]]] = None,
+    progress: Optional[Callable[[int, int, float], None]] = None,
+    score: str = "simulated",
+    schedule: str = "gpipe",
+    microbatches: Optional[int] = None,
+) -> PartitionPlan:
     """Partition ``graph`` into ``num_stages`` stages; by default the plan fastest in simulation.
 
     Arguments as :func:`tf_commopt.core.partition.api.partition`; ``score`` defaults to ``"simulated"``.
@@ -51,9 +69,23 @@ def partition(graph: CostGraph, num_stages: int, method: str = "ga", capacities:
     check_score(score, schedule, microbatches)
     m = microbatches or default_microbatches(schedule, num_stages)
     rank = simulator_ranker(schedule, m) if score == "simulated" else None
-    return _search(graph, num_stages, method=method, capacities=capacities, bandwidth_gbps=bandwidth_gbps,
-                   latency_ms=latency_ms, memory=memory, seed=seed, cluster=cluster, kinds=kinds,
-                   progress=progress, score=score, schedule=schedule, microbatches=m, rank=rank)
+    return _search(
+        graph,
+        num_stages,
+        method=method,
+        capacities=capacities,
+        bandwidth_gbps=bandwidth_gbps,
+        latency_ms=latency_ms,
+        memory=memory,
+        seed=seed,
+        cluster=cluster,
+        kinds=kinds,
+        progress=progress,
+        score=score,
+        schedule=schedule,
+        microbatches=m,
+        rank=rank,
+    )
 
 
 _STAGE_ID = re.compile(r"(?:^|[,\s])stage_id=\s*(-?\d+)\s*(?:,|$)")
@@ -92,12 +124,19 @@ def read_stage_ids(path: str) -> Dict[str, int]:
     return out
 
 
-def given_plan(graph: CostGraph, assignment: Union[str, Mapping[str, int]],
-               device_of_stage: Optional[Sequence[int]] = None, capacities: Optional[Sequence[float]] = None,
-               bandwidth_gbps: float = 10.0, latency_ms: float = 0.0,
-               memory: Union[None, float, Sequence[Optional[float]]] = None, cluster: Optional[Cluster] = None,
-               kinds: Union[None, str, Sequence[Optional[str]]] = None, schedule: str = "gpipe",
-               microbatches: Optional[int] = None) -> PartitionPlan:
+def given_plan(
+    graph: CostGraph,
+    assignment: Union[str, Mapping[str, int]],
+    device_of_stage: Optional[Sequence[int]] = None,
+    capacities: Optional[Sequence[float]] = None,
+    bandwidth_gbps: float = 10.0,
+    latency_ms: float = 0.0,
+    memory: Union[None, float, Sequence[Optional[float]]] = None,
+    cluster: Optional[Cluster] = None,
+    kinds: Union[None, str, Sequence[Optional[str]]] = None,
+    schedule: str = "gpipe",
+    microbatches: Optional[int] = None,
+) -> PartitionPlan:
     """An external assignment (node -> stage, or a path to a graph.txt with ``stage_id``) as a plan.
 
     Stages are renumbered ``0..K-1`` in their given order (PipeDream's ids may skip numbers); stage
@@ -128,7 +167,15 @@ def given_plan(graph: CostGraph, assignment: Union[str, Mapping[str, int]],
         raise InputError(str(e).splitlines()[0], where=where) from None
     p = Problem(graph, cl, K, memory, stash_weights=(schedule == "1f1b"))
     extra = dict(plan.extra)
-    extra.update({"score": "given", "simulated_ms": simulated_ms(p, plan, schedule, m), "source": where,
-                  "bandwidth_gbps": cl.default_link.bandwidth_gbps, "latency_ms": cl.default_link.latency_ms})
-    return dataclasses.replace(plan, extra=extra, cluster=cluster_record(cl, memory), schedule=schedule,
-                               microbatches=m)
+    extra.update(
+        {
+            "score": "given",
+            "simulated_ms": simulated_ms(p, plan, schedule, m),
+            "source": where,
+            "bandwidth_gbps": cl.default_link.bandwidth_gbps,
+            "latency_ms": cl.default_link.latency_ms,
+        }
+    )
+    return dataclasses.replace(
+        plan, extra=extra, cluster=cluster_record(cl, memory), schedule=schedule, microbatches=m
+    )

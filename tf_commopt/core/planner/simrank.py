@@ -22,6 +22,7 @@ Example:
   returned plan's simulated time is never larger than that of the ``layerwise``, ``balanced`` or
   ``pipedream`` plan on the same graph, cluster, schedule and micro-batch count.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -32,8 +33,15 @@ from tf_commopt.core.partition.pipemodel import PipelineModel
 from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.core.simulate.pipeline import simulate_pipeline
 
-__all__ = ["SCORES", "SIM_SCHEDULES", "check_score", "default_microbatches", "simulated_ms", "best_simulated",
-           "simulator_ranker"]
+__all__ = [
+    "SCORES",
+    "SIM_SCHEDULES",
+    "check_score",
+    "default_microbatches",
+    "simulated_ms",
+    "best_simulated",
+    "simulator_ranker",
+]
 
 SIM_SCHEDULES = SCHEDULES
 Plan = Tuple[List[int], List[int]]
@@ -47,9 +55,15 @@ def simulated_ms(p: Problem, plan: PartitionPlan, schedule: str, microbatches: i
     return 1000.0 / r.throughput if r.throughput > 0 else float("inf")
 
 
-def best_simulated(p: Problem, candidates: Sequence[Plan], to_plan: Callable[[Sequence[int], Sequence[int]], PartitionPlan],
-                   schedule: str, microbatches: int, top: Optional[int] = None,
-                   always: int = 0) -> Tuple[Plan, Dict]:
+def best_simulated(
+    p: Problem,
+    candidates: Sequence[Plan],
+    to_plan: Callable[[Sequence[int], Sequence[int]], PartitionPlan],
+    schedule: str,
+    microbatches: int,
+    top: Optional[int] = None,
+    always: int = 0,
+) -> Tuple[Plan, Dict]:
     """The candidate with the smallest ``(infeasible, simulated ms, model ms, bytes)``; and ranking info.
 
     ``always``: the first ``always`` candidates are simulated whatever their model time (the baselines);
@@ -75,14 +89,19 @@ def best_simulated(p: Problem, candidates: Sequence[Plan], to_plan: Callable[[Se
         ranked.append(((infeasible, float(f"{sim:.12g}"), mt, plan.comm_bytes), (stage, devs)))
     ranked.sort(key=lambda x: x[0])
     best_key, best = ranked[0]
-    info = {"simulated_ms": best_key[1], "candidates_simulated": len(ranked),
-            "model_best_simulated_ms": min((k for k, _ in ranked), key=lambda k: (k[0], k[2], k[3]))[1]}
+    info = {
+        "simulated_ms": best_key[1],
+        "candidates_simulated": len(ranked),
+        "model_best_simulated_ms": min((k for k, _ in ranked), key=lambda k: (k[0], k[2], k[3]))[1],
+    }
     return best, info
 
 
 def simulator_ranker(schedule: str, microbatches: int, top: Optional[int] = 12):
     """A ``rank`` callable for :func:`tf_commopt.core.partition.api.partition` backed by the simulator:
     the baseline plans and the ``top`` best others by the pipeline model are simulated."""
+
     def rank(p: Problem, candidates: Sequence[Plan], to_plan, n_baselines: int = 0) -> Tuple[Plan, Dict]:
         return best_simulated(p, candidates, to_plan, schedule, microbatches, top=top, always=n_baselines)
+
     return rank

@@ -7,20 +7,47 @@ Example:
     >>> gpipe(2, 2).compact(), onef1b(2, 2).compact()
     (['F0 F1 B1 B0 U', 'F0 F1 B1 B0 U'], ['F0 F1 B0 U B1 U', 'F0 B0 U F1 B1 U'])
 """
+
 from tf_commopt.core.schedule.base import Schedule, combine
 from tf_commopt.core.schedule.dataparallel import data_parallel, local_sgd
 from tf_commopt.core.schedule.gpipe import gpipe
 from tf_commopt.core.schedule.instructions import (
-    AllReduce, Average, Backward, Forward, Instruction, LocalStep, OptimizerStep, RecvAct, RecvGrad,
-    SendAct, SendGrad, short,
+    AllReduce,
+    Average,
+    Backward,
+    Forward,
+    Instruction,
+    LocalStep,
+    OptimizerStep,
+    RecvAct,
+    RecvGrad,
+    SendAct,
+    SendGrad,
+    short,
 )
 from tf_commopt.core.schedule.onef1b import onef1b, weight_versions
 
-SCHEDULES = {"gpipe": gpipe, "1f1b": onef1b,
-             "1f1b_flush": lambda p, m: onef1b(p, m, flush=True)}
+SCHEDULES = {"gpipe": gpipe, "1f1b": onef1b, "1f1b_flush": lambda p, m: onef1b(p, m, flush=True)}
 
 __all__ = [
-    "Schedule", "combine", "gpipe", "onef1b", "weight_versions", "data_parallel", "local_sgd", "SCHEDULES",
-    "Forward", "Backward", "SendAct", "RecvAct", "SendGrad", "RecvGrad", "AllReduce", "Average",
-    "OptimizerStep", "LocalStep", "Instruction", "short",
+    "Schedule",
+    "combine",
+    "gpipe",
+    "onef1b",
+    "weight_versions",
+    "data_parallel",
+    "local_sgd",
+    "SCHEDULES",
+    "Forward",
+    "Backward",
+    "SendAct",
+    "RecvAct",
+    "SendGrad",
+    "RecvGrad",
+    "AllReduce",
+    "Average",
+    "OptimizerStep",
+    "LocalStep",
+    "Instruction",
+    "short",
 ]

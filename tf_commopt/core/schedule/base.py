@@ -7,14 +7,23 @@ Example:
     >>> s.compact()
     ['F0 B0 U']
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Dict, List, Sequence, Tuple
 
 from tf_commopt.core.schedule.instructions import (
-    INSTRUCTION_TYPES, AllReduce, Average, Backward, Forward, Instruction, RecvAct, RecvGrad, SendAct,
-    SendGrad, shift_ranks, short,
+    INSTRUCTION_TYPES,
+    AllReduce,
+    Average,
+    Instruction,
+    RecvAct,
+    RecvGrad,
+    SendAct,
+    SendGrad,
+    shift_ranks,
+    short,
 )
 from tf_commopt.errors import PlanError
 
@@ -68,8 +77,9 @@ class Schedule:
         if n < 1:
             raise PlanError("a schedule needs at least one stream", where=f"schedule {self.name!r}")
         if not isinstance(m, int) or m < 1:
-            raise PlanError(f"num_microbatches must be a positive integer, got {m!r}",
-                            where=f"schedule {self.name!r}")
+            raise PlanError(
+                f"num_microbatches must be a positive integer, got {m!r}", where=f"schedule {self.name!r}"
+            )
         sends: Dict[tuple, int] = {}
         recvs: Dict[tuple, int] = {}
         colls: Dict[tuple, List[int]] = {}
@@ -100,16 +110,25 @@ class Schedule:
                         raise PlanError(f"{short(ins)} must list distinct ranks including {r}", where=where)
                     colls.setdefault((t, ins.key, ins.ranks), []).append(r)
         for key in sends.keys() - recvs.keys():
-            raise PlanError(f"rank {key[1]} sends {key[0].__name__[4:].lower()} of micro-batch {key[3]} "
-                            f"to rank {key[2]}, which never receives it", where=f"schedule {self.name!r}")
+            raise PlanError(
+                f"rank {key[1]} sends {key[0].__name__[4:].lower()} of micro-batch {key[3]} "
+                f"to rank {key[2]}, which never receives it",
+                where=f"schedule {self.name!r}",
+            )
         for key in recvs.keys() - sends.keys():
-            raise PlanError(f"rank {key[2]} waits for {key[0].__name__[4:].lower()} of micro-batch {key[3]} "
-                            f"from rank {key[1]}, which never sends it", where=f"schedule {self.name!r}")
+            raise PlanError(
+                f"rank {key[2]} waits for {key[0].__name__[4:].lower()} of micro-batch {key[3]} "
+                f"from rank {key[1]}, which never sends it",
+                where=f"schedule {self.name!r}",
+            )
         for (t, key, ranks), issued in colls.items():
             counts = {r: issued.count(r) for r in ranks}
             if len(set(counts.values())) != 1:
-                raise PlanError(f"collective {t.__name__}({key}) over ranks {list(ranks)} is issued "
-                                f"{counts} times per rank", where=f"schedule {self.name!r}")
+                raise PlanError(
+                    f"collective {t.__name__}({key}) over ranks {list(ranks)} is issued "
+                    f"{counts} times per rank",
+                    where=f"schedule {self.name!r}",
+                )
 
 
 def combine(name: str, parts: Sequence[Schedule], extra: Sequence[Sequence[Instruction]] = ()) -> Schedule:
@@ -127,5 +146,10 @@ def combine(name: str, parts: Sequence[Schedule], extra: Sequence[Sequence[Instr
     for r, tail in enumerate(extra):
         streams[r].extend(tail)
     m = max(p.num_microbatches for p in parts)
-    return Schedule(name, m, tuple(tuple(s) for s in streams), all(p.synchronous for p in parts),
-                    max(p.microbatches_per_minibatch for p in parts))
+    return Schedule(
+        name,
+        m,
+        tuple(tuple(s) for s in streams),
+        all(p.synchronous for p in parts),
+        max(p.microbatches_per_minibatch for p in parts),
+    )

@@ -19,6 +19,7 @@ Example:
     >>> local_sgd(2, 2).compact()[0]
     'F0 B0 L F1 B1 L AVG(params:0,1)'
 """
+
 from __future__ import annotations
 
 from typing import List
@@ -26,7 +27,13 @@ from typing import List
 from tf_commopt.core.schedule.base import Schedule
 from tf_commopt.core.schedule.gpipe import _check
 from tf_commopt.core.schedule.instructions import (
-    AllReduce, Average, Backward, Forward, Instruction, LocalStep, OptimizerStep,
+    AllReduce,
+    Average,
+    Backward,
+    Forward,
+    Instruction,
+    LocalStep,
+    OptimizerStep,
 )
 
 __all__ = ["data_parallel", "local_sgd"]
@@ -43,8 +50,13 @@ def data_parallel(num_workers: int, num_microbatches: int = 1) -> Schedule:
             st += [Forward(i), Backward(i)]
         st += [AllReduce("grads", ranks), OptimizerStep()]
         streams.append(tuple(st))
-    return Schedule("data_parallel", num_microbatches, tuple(streams), synchronous=True,
-                    microbatches_per_minibatch=num_microbatches)
+    return Schedule(
+        "data_parallel",
+        num_microbatches,
+        tuple(streams),
+        synchronous=True,
+        microbatches_per_minibatch=num_microbatches,
+    )
 
 
 def local_sgd(num_workers: int, interval: int) -> Schedule:
@@ -58,5 +70,11 @@ def local_sgd(num_workers: int, interval: int) -> Schedule:
             st += [Forward(t), Backward(t), LocalStep()]
         st.append(Average("params", ranks))
         streams.append(tuple(st))
-    return Schedule("local_sgd", interval, tuple(streams), synchronous=True, microbatches_per_minibatch=1,
-                    meta={"interval": interval})
+    return Schedule(
+        "local_sgd",
+        interval,
+        tuple(streams),
+        synchronous=True,
+        microbatches_per_minibatch=1,
+        meta={"interval": interval},
+    )

@@ -17,13 +17,21 @@ Example:
     >>> gpipe(2, 3).compact()
     ['F0 F1 F2 B2 B1 B0 U', 'F0 F1 F2 B2 B1 B0 U']
 """
+
 from __future__ import annotations
 
 from typing import List
 
 from tf_commopt.core.schedule.base import Schedule
 from tf_commopt.core.schedule.instructions import (
-    Backward, Forward, Instruction, OptimizerStep, RecvAct, RecvGrad, SendAct, SendGrad,
+    Backward,
+    Forward,
+    Instruction,
+    OptimizerStep,
+    RecvAct,
+    RecvGrad,
+    SendAct,
+    SendGrad,
 )
 from tf_commopt.errors import InputError
 

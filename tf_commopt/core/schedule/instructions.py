@@ -23,14 +23,27 @@ Example:
     >>> Forward(0), short(SendAct(2, peer=1))
     (Forward(mb=0), 'SA2>1')
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Tuple, Union
 
 __all__ = [
-    "Forward", "Backward", "SendAct", "RecvAct", "SendGrad", "RecvGrad", "AllReduce", "Average",
-    "OptimizerStep", "LocalStep", "Instruction", "INSTRUCTION_TYPES", "short", "shift_ranks",
+    "Forward",
+    "Backward",
+    "SendAct",
+    "RecvAct",
+    "SendGrad",
+    "RecvGrad",
+    "AllReduce",
+    "Average",
+    "OptimizerStep",
+    "LocalStep",
+    "Instruction",
+    "INSTRUCTION_TYPES",
+    "short",
+    "shift_ranks",
 ]
 
 
@@ -106,10 +119,21 @@ class LocalStep:
     """Apply this rank's own gradients without synchronisation (local SGD)."""
 
 
-Instruction = Union[Forward, Backward, SendAct, RecvAct, SendGrad, RecvGrad, AllReduce, Average,
-                    OptimizerStep, LocalStep]
-INSTRUCTION_TYPES = (Forward, Backward, SendAct, RecvAct, SendGrad, RecvGrad, AllReduce, Average,
-                     OptimizerStep, LocalStep)
+Instruction = Union[
+    Forward, Backward, SendAct, RecvAct, SendGrad, RecvGrad, AllReduce, Average, OptimizerStep, LocalStep
+]
+INSTRUCTION_TYPES = (
+    Forward,
+    Backward,
+    SendAct,
+    RecvAct,
+    SendGrad,
+    RecvGrad,
+    AllReduce,
+    Average,
+    OptimizerStep,
+    LocalStep,
+)
 
 _SHORT = {Forward: "F", Backward: "B", SendAct: "SA", RecvAct: "RA", SendGrad: "SG", RecvGrad: "RG"}
 

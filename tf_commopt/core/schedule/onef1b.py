@@ -23,6 +23,7 @@ Example:
     >>> onef1b(2, 3).compact()
     ['F0 F1 B0 U F2 B1 U B2 U', 'F0 B0 U F1 B1 U F2 B2 U']
 """
+
 from __future__ import annotations
 
 from typing import Dict, List
@@ -30,7 +31,14 @@ from typing import Dict, List
 from tf_commopt.core.schedule.base import Schedule
 from tf_commopt.core.schedule.gpipe import _check
 from tf_commopt.core.schedule.instructions import (
-    Backward, Forward, Instruction, OptimizerStep, RecvAct, RecvGrad, SendAct, SendGrad,
+    Backward,
+    Forward,
+    Instruction,
+    OptimizerStep,
+    RecvAct,
+    RecvGrad,
+    SendAct,
+    SendGrad,
 )
 
 __all__ = ["onef1b", "weight_versions"]
@@ -77,10 +85,22 @@ def onef1b(num_stages: int, num_microbatches: int, flush: bool = False) -> Sched
             st.append(OptimizerStep())
         streams.append(tuple(st))
     if flush:
-        return Schedule("1f1b_flush", n, tuple(streams), synchronous=True, microbatches_per_minibatch=n,
-                        meta={"weight_stashing": False})
-    return Schedule("1f1b", n, tuple(streams), synchronous=False, microbatches_per_minibatch=1,
-                    meta={"weight_stashing": True})
+        return Schedule(
+            "1f1b_flush",
+            n,
+            tuple(streams),
+            synchronous=True,
+            microbatches_per_minibatch=n,
+            meta={"weight_stashing": False},
+        )
+    return Schedule(
+        "1f1b",
+        n,
+        tuple(streams),
+        synchronous=False,
+        microbatches_per_minibatch=1,
+        meta={"weight_stashing": True},
+    )
 
 
 def weight_versions(schedule: Schedule) -> List[Dict[int, int]]:

@@ -16,6 +16,7 @@ Example:
     >>> r.iteration_ms        # 12/4 ms compute + 2*3/4 * 1.25e6 B / 1.25e6 B/ms
     4.5
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -30,14 +31,21 @@ from tf_commopt.errors import InputError
 __all__ = ["data_parallel_job", "simulate_data_parallel", "simulate_local_sgd"]
 
 
-def _ranks(graph: CostGraph, cluster: Cluster, fractions: Optional[Sequence[float]], per_step: int,
-           optimizer_ms: float):
+def _ranks(
+    graph: CostGraph,
+    cluster: Cluster,
+    fractions: Optional[Sequence[float]],
+    per_step: int,
+    optimizer_ms: float,
+):
     n = len(cluster)
     if fractions is None:
         fractions = [1.0 / n] * n
     fractions = [float(f) for f in fractions]
     if len(fractions) != n or any(not f > 0 for f in fractions):
-        raise InputError(f"batch_fractions must be {n} positive numbers, got {fractions}", where="batch_fractions")
+        raise InputError(
+            f"batch_fractions must be {n} positive numbers, got {fractions}", where="batch_fractions"
+        )
     ranks = []
     for w, dev in enumerate(cluster.devices):
         f = sum(graph.forward_ms(v, dev.kind) for v in graph.nodes)
@@ -47,24 +55,37 @@ def _ranks(graph: CostGraph, cluster: Cluster, fractions: Optional[Sequence[floa
     return ranks
 
 
-def data_parallel_job(graph: CostGraph, cluster: Cluster, microbatches: int = 1,
-                      batch_fractions: Optional[Sequence[float]] = None, optimizer_ms: float = 0.0) -> Job:
+def data_parallel_job(
+    graph: CostGraph,
+    cluster: Cluster,
+    microbatches: int = 1,
+    batch_fractions: Optional[Sequence[float]] = None,
+    optimizer_ms: float = 0.0,
+) -> Job:
     """Synchronous data parallelism bound to the graph's costs (see module docstring)."""
     sched = data_parallel(len(cluster), microbatches)
     ranks = _ranks(graph, cluster, batch_fractions, microbatches, optimizer_ms)
     return Job(sched, ranks, cluster, {}, {"grads": graph.total_param_bytes()}, split=microbatches)
 
 
-def simulate_data_parallel(graph: CostGraph, cluster: Cluster, microbatches: int = 1,
-                           batch_fractions: Optional[Sequence[float]] = None,
-                           optimizer_ms: float = 0.0) -> SimResult:
+def simulate_data_parallel(
+    graph: CostGraph,
+    cluster: Cluster,
+    microbatches: int = 1,
+    batch_fractions: Optional[Sequence[float]] = None,
+    optimizer_ms: float = 0.0,
+) -> SimResult:
     """One synchronous data-parallel iteration: compute, ring all-reduce of the gradients, update."""
     return simulate_job(data_parallel_job(graph, cluster, microbatches, batch_fractions, optimizer_ms))
 
 
-def simulate_local_sgd(graph: CostGraph, cluster: Cluster, interval: int,
-                       batch_fractions: Optional[Sequence[float]] = None,
-                       optimizer_ms: float = 0.0) -> SimResult:
+def simulate_local_sgd(
+    graph: CostGraph,
+    cluster: Cluster,
+    interval: int,
+    batch_fractions: Optional[Sequence[float]] = None,
+    optimizer_ms: float = 0.0,
+) -> SimResult:
     """One averaging period of local SGD (``interval`` local steps, one parameter all-reduce);
     ``iteration_ms`` is the mean time per step."""
     sched = local_sgd(len(cluster), interval)

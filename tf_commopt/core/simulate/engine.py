@@ -27,16 +27,26 @@ Example:
     >>> run(job).makespan_ms          # (M + P - 1)(t_f + t_b) = 3 * 3
     9.0
 """
+
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 from tf_commopt.core.devices import Cluster
 from tf_commopt.core.schedule.base import Schedule
 from tf_commopt.core.schedule.instructions import (
-    AllReduce, Average, Backward, Forward, LocalStep, OptimizerStep, RecvAct, RecvGrad, SendAct, SendGrad,
+    AllReduce,
+    Average,
+    Backward,
+    Forward,
+    LocalStep,
+    OptimizerStep,
+    RecvAct,
+    RecvGrad,
+    SendAct,
+    SendGrad,
 )
 from tf_commopt.errors import PlanError
 
@@ -124,12 +134,15 @@ def run(job: Job) -> RunTrace:
     streams = sched.streams
     n = len(streams)
     if len(ranks) != n:
-        raise PlanError(f"{len(ranks)} rank costs for a schedule of {n} ranks", where=f"schedule {sched.name!r}")
+        raise PlanError(
+            f"{len(ranks)} rank costs for a schedule of {n} ranks", where=f"schedule {sched.name!r}"
+        )
     ndev = len(cluster)
     for r, rc in enumerate(ranks):
         if not 0 <= rc.device < ndev:
-            raise PlanError(f"rank {r} placed on device {rc.device}, cluster has {ndev}",
-                            where=f"schedule {sched.name!r}")
+            raise PlanError(
+                f"rank {r} placed on device {rc.device}, cluster has {ndev}", where=f"schedule {sched.name!r}"
+            )
     dev = [rc.device for rc in ranks]
     fwd = [rc.forward_ms for rc in ranks]
     bwd = [rc.backward_ms for rc in ranks]
@@ -241,8 +254,10 @@ def run(job: Job) -> RunTrace:
     stuck = [r for r in range(n) if pc[r] < len(streams[r])]
     if stuck:
         r = stuck[0]
-        raise PlanError(f"deadlock: rank {r} waits forever at instruction {pc[r]} ({streams[r][pc[r]]!r})",
-                        where=f"schedule {sched.name!r}")
+        raise PlanError(
+            f"deadlock: rank {r} waits forever at instruction {pc[r]} ({streams[r][pc[r]]!r})",
+            where=f"schedule {sched.name!r}",
+        )
     makespan = max(clock) if clock else 0.0
     return RunTrace(makespan, events, busy, total_bytes, done)
 

@@ -37,6 +37,7 @@ to the simulator's engine (:mod:`tf_commopt.core.simulate.engine`). The binding 
   and (per group) partition method; ``G = N`` is proportional data parallel, so the best is never
   slower than it.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -44,8 +45,15 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster
 from tf_commopt.core.hybrid import (
-    DEFAULT_BUCKET_BYTES, GROUPINGS, HybridProgram, batch_fractions, check_groups, contiguous_groups,
-    hybrid_program, overlap_fraction, snake_groups,
+    DEFAULT_BUCKET_BYTES,
+    GROUPINGS,
+    HybridProgram,
+    batch_fractions,
+    check_groups,
+    contiguous_groups,
+    hybrid_program,
+    overlap_fraction,
+    snake_groups,
 )
 from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.core.simulate.dataparallel import simulate_data_parallel
@@ -54,15 +62,32 @@ from tf_commopt.core.simulate.pipeline import hop_bytes
 from tf_commopt.core.simulate.result import SimResult, simulate_job
 from tf_commopt.errors import InputError, PlanError
 
-__all__ = ["device_speeds", "ideal_iteration_ms", "simulate_dp", "snake_groups", "contiguous_groups",
-           "GROUPINGS", "sub_cluster", "group_plans", "group_alone_ms", "grouped_hybrid_job",
-           "simulate_grouped_hybrid", "search_grouped_hybrid", "as_cluster", "single_stage_plan"]
+__all__ = [
+    "device_speeds",
+    "ideal_iteration_ms",
+    "simulate_dp",
+    "snake_groups",
+    "contiguous_groups",
+    "GROUPINGS",
+    "sub_cluster",
+    "group_plans",
+    "group_alone_ms",
+    "grouped_hybrid_job",
+    "simulate_grouped_hybrid",
+    "search_grouped_hybrid",
+    "as_cluster",
+    "single_stage_plan",
+]
 
 ClusterLike = Union[Cluster, Sequence[float]]
 
 
-def as_cluster(cluster: ClusterLike, bandwidth_gbps: float = 10.0, latency_ms: float = 0.0,
-               kinds: Optional[Sequence[Optional[str]]] = None) -> Cluster:
+def as_cluster(
+    cluster: ClusterLike,
+    bandwidth_gbps: float = 10.0,
+    latency_ms: float = 0.0,
+    kinds: Optional[Sequence[Optional[str]]] = None,
+) -> Cluster:
     """``cluster`` itself, or ``Cluster.from_capacities(cluster, bandwidth_gbps, latency_ms, kinds)``."""
     if isinstance(cluster, Cluster):
         return cluster
@@ -75,7 +100,9 @@ def device_speeds(graph: CostGraph, cluster: Cluster) -> List[float]:
     for d in cluster.devices:
         t = graph.total_ms(d.kind)
         if not t > 0:
-            raise InputError(f"graph {graph.name!r} has no compute time for kind {d.kind!r}", where=f"device {d.name!r}")
+            raise InputError(
+                f"graph {graph.name!r} has no compute time for kind {d.kind!r}", where=f"device {d.name!r}"
+            )
         out.append(d.capacity / t)
     return out
 
@@ -85,9 +112,15 @@ def ideal_iteration_ms(graph: CostGraph, cluster: ClusterLike) -> float:
     return 1.0 / sum(device_speeds(graph, as_cluster(cluster)))
 
 
-def simulate_dp(graph: CostGraph, cluster: ClusterLike, split: str = "equal", microbatches: int = 1,
-                optimizer_ms: float = 0.0, overlap: bool = False,
-                bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES) -> SimResult:
+def simulate_dp(
+    graph: CostGraph,
+    cluster: ClusterLike,
+    split: str = "equal",
+    microbatches: int = 1,
+    optimizer_ms: float = 0.0,
+    overlap: bool = False,
+    bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
+) -> SimResult:
     """Synchronous data parallelism with an ``"equal"`` or speed-``"proportional"`` batch split;
     ``overlap=True``: bucketed all-reduces overlapping the backward (the hybrid's rules, ``G = N``)."""
     cl = as_cluster(cluster)
@@ -100,9 +133,17 @@ def simulate_dp(graph: CostGraph, cluster: ClusterLike, split: str = "equal", mi
         raise InputError(f"split must be 'equal' or 'proportional', got {split!r}", where="split")
     if overlap:
         n = len(cl)
-        res = simulate_grouped_hybrid(graph, cl, [[i] for i in range(n)], microbatches,
-                                      plans=[single_stage_plan(graph)] * n, batch_fractions=fr or [1.0 / n] * n,
-                                      optimizer_ms=optimizer_ms, overlap=True, bucket_bytes=bucket_bytes)
+        res = simulate_grouped_hybrid(
+            graph,
+            cl,
+            [[i] for i in range(n)],
+            microbatches,
+            plans=[single_stage_plan(graph)] * n,
+            batch_fractions=fr or [1.0 / n] * n,
+            optimizer_ms=optimizer_ms,
+            overlap=True,
+            bucket_bytes=bucket_bytes,
+        )
     else:
         res = simulate_data_parallel(graph, cl, microbatches, fr, optimizer_ms)
     res.extra.update({"split": split, "overlap": overlap, "batch_fractions": fr or [1.0 / len(cl)] * len(cl)})
@@ -112,8 +153,17 @@ def simulate_dp(graph: CostGraph, cluster: ClusterLike, split: str = "equal", mi
 def single_stage_plan(graph: CostGraph) -> PartitionPlan:
     """The whole graph as one stage on the group's only device."""
     t = graph.total_ms()
-    return PartitionPlan("single", {v: 0 for v in graph.topological_order()}, [0], [t], [0.0], [0.0], t, 0.0,
-                         graph_name=graph.name)
+    return PartitionPlan(
+        "single",
+        {v: 0 for v in graph.topological_order()},
+        [0],
+        [t],
+        [0.0],
+        [0.0],
+        t,
+        0.0,
+        graph_name=graph.name,
+    )
 
 
 def sub_cluster(cluster: Cluster, group: Sequence[int]) -> Cluster:
@@ -126,24 +176,38 @@ def sub_cluster(cluster: Cluster, group: Sequence[int]) -> Cluster:
 StageDevices = Sequence[Sequence[Sequence[int]]]  # [group][stage] -> device indices of its replicas
 
 
-def _stage_devices(groups: Sequence[Sequence[int]], plans: Sequence[PartitionPlan],
-                   stage_devices: Optional[StageDevices], n: int) -> List[List[Tuple[int, ...]]]:
+def _stage_devices(
+    groups: Sequence[Sequence[int]],
+    plans: Sequence[PartitionPlan],
+    stage_devices: Optional[StageDevices],
+    n: int,
+) -> List[List[Tuple[int, ...]]]:
     if stage_devices is None:
         out = []
         for group, plan in zip(groups, plans):
             k = plan.num_stages
             if k != len(group) or sorted(plan.device_of_stage) != list(range(k)):
-                raise PlanError(f"a group of {len(group)} devices needs a plan using each of them once, got "
-                                f"device_of_stage={plan.device_of_stage}", where=f"plan {plan.method!r}")
+                raise PlanError(
+                    f"a group of {len(group)} devices needs a plan using each of them once, got "
+                    f"device_of_stage={plan.device_of_stage}",
+                    where=f"plan {plan.method!r}",
+                )
             out.append([(group[plan.device_of_stage[s]],) for s in range(k)])
         return out
     out = [[tuple(int(d) for d in reps) for reps in sd] for sd in stage_devices]
     flat = [d for sd in out for reps in sd for d in reps]
-    if len(out) != len(plans) or any(len(sd) != p.num_stages for sd, p in zip(out, plans)) or \
-            any(not reps for sd in out for reps in sd) or len(flat) != len(set(flat)) or \
-            any(not 0 <= d < n for d in flat):
-        raise InputError(f"stage_devices must give each stage of each plan a non-empty list of distinct device "
-                         f"indices in 0..{n - 1}, got {stage_devices!r}", where="stage_devices")
+    if (
+        len(out) != len(plans)
+        or any(len(sd) != p.num_stages for sd, p in zip(out, plans))
+        or any(not reps for sd in out for reps in sd)
+        or len(flat) != len(set(flat))
+        or any(not 0 <= d < n for d in flat)
+    ):
+        raise InputError(
+            f"stage_devices must give each stage of each plan a non-empty list of distinct device "
+            f"indices in 0..{n - 1}, got {stage_devices!r}",
+            where="stage_devices",
+        )
     return out
 
 
@@ -152,8 +216,12 @@ def _stage_ms(graph: CostGraph, nodes: Sequence[str], dev, backward: bool) -> fl
     return sum(get(v, dev.kind) for v in nodes) / dev.capacity
 
 
-def replica_shares(graph: CostGraph, cluster: Cluster, plans: Sequence[PartitionPlan],
-                   stage_devices: Sequence[Sequence[Sequence[int]]]) -> List[List[Tuple[float, ...]]]:
+def replica_shares(
+    graph: CostGraph,
+    cluster: Cluster,
+    plans: Sequence[PartitionPlan],
+    stage_devices: Sequence[Sequence[Sequence[int]]],
+) -> List[List[Tuple[float, ...]]]:
     """Each replica's share of its stage's micro-batch: proportional to its speed on that stage
     (``capacity / stage compute ms on its kind``), so the replicas of a stage finish together."""
     out = []
@@ -170,9 +238,17 @@ def replica_shares(graph: CostGraph, cluster: Cluster, plans: Sequence[Partition
     return out
 
 
-def _bind(graph: CostGraph, cluster: Cluster, prog: HybridProgram, plans: Sequence[PartitionPlan],
-          sdev: Sequence[Sequence[Tuple[int, ...]]], fractions: Sequence[float], microbatches: int,
-          optimizer_ms: float, collectives: bool = True) -> Job:
+def _bind(
+    graph: CostGraph,
+    cluster: Cluster,
+    prog: HybridProgram,
+    plans: Sequence[PartitionPlan],
+    sdev: Sequence[Sequence[Tuple[int, ...]]],
+    fractions: Sequence[float],
+    microbatches: int,
+    optimizer_ms: float,
+    collectives: bool = True,
+) -> Job:
     """Costs and bytes of every rank and message of ``prog`` (see module docstring)."""
     hops = [hop_bytes(graph, p.stage_of_node, p.num_stages) for p in plans]
     ranks: List[RankCost] = []
@@ -205,25 +281,47 @@ def _bind(graph: CostGraph, cluster: Cluster, prog: HybridProgram, plans: Sequen
             g, lo = a.group, min(a.stage, b.stage)
             ia, ib = (a.replica, b.replica) if a.stage < b.stage else (b.replica, a.replica)
             ov = overlap_fraction(prog.shares[g][lo], ia, prog.shares[g][lo + 1], ib)
-            msgs[("act" if t == "SendAct" else "grad", r, ins.peer)] = hops[g][lo] * fractions[g] / microbatches * ov
+            msgs[("act" if t == "SendAct" else "grad", r, ins.peer)] = (
+                hops[g][lo] * fractions[g] / microbatches * ov
+            )
     coll = {bk.key: (bk.nbytes if collectives else 0.0) for bk in prog.buckets}
     return Job(prog.schedule, ranks, cluster, msgs, coll, split=microbatches)
 
 
-def group_alone_ms(graph: CostGraph, cluster: Cluster, group: Sequence[int], plan: PartitionPlan,
-                   microbatches: int, optimizer_ms: float = 0.0,
-                   stage_devices: Optional[Sequence[Sequence[int]]] = None) -> float:
+def group_alone_ms(
+    graph: CostGraph,
+    cluster: Cluster,
+    group: Sequence[int],
+    plan: PartitionPlan,
+    microbatches: int,
+    optimizer_ms: float = 0.0,
+    stage_devices: Optional[Sequence[Sequence[int]]] = None,
+) -> float:
     """``t_g``: the group's GPipe pipeline alone on the whole mini-batch (all-reduces free), simulated."""
     sdev = _stage_devices([group], [plan], None if stage_devices is None else [stage_devices], len(cluster))
-    prog = hybrid_program(graph.topological_order(), {}, [plan.stage_of_node], microbatches, False, None,
-                          [plan.num_stages], replica_shares(graph, cluster, [plan], sdev))
+    prog = hybrid_program(
+        graph.topological_order(),
+        {},
+        [plan.stage_of_node],
+        microbatches,
+        False,
+        None,
+        [plan.num_stages],
+        replica_shares(graph, cluster, [plan], sdev),
+    )
     job = _bind(graph, cluster, prog, [plan], sdev, [1.0], microbatches, optimizer_ms, collectives=False)
     return simulate_job(job).iteration_ms
 
 
-def group_plans(graph: CostGraph, cluster: Cluster, groups: Sequence[Sequence[int]],
-                method: Union[str, Sequence[str]] = "pipedream", microbatches: int = 4, seed: int = 0,
-                cache: Optional[Dict] = None) -> List[PartitionPlan]:
+def group_plans(
+    graph: CostGraph,
+    cluster: Cluster,
+    groups: Sequence[Sequence[int]],
+    method: Union[str, Sequence[str]] = "pipedream",
+    microbatches: int = 4,
+    seed: int = 0,
+    cache: Optional[Dict] = None,
+) -> List[PartitionPlan]:
     """One capacity-aware plan per group (``device_of_stage`` indexes the group's devices).
 
     With several methods, each group keeps the plan whose pipeline alone simulates fastest. ``cache``
@@ -240,8 +338,15 @@ def group_plans(graph: CostGraph, cluster: Cluster, groups: Sequence[Sequence[in
             out.append(single_stage_plan(graph))
             continue
         sub = sub_cluster(cluster, group)
-        key = (tuple((d.capacity, d.kind, d.memory_bytes) for d in sub.devices), sub.default_link,
-               tuple(sorted(sub.links.items())), tuple(methods), microbatches, seed, id(graph))
+        key = (
+            tuple((d.capacity, d.kind, d.memory_bytes) for d in sub.devices),
+            sub.default_link,
+            tuple(sorted(sub.links.items())),
+            tuple(methods),
+            microbatches,
+            seed,
+            id(graph),
+        )
         if cache is not None and key in cache:
             out.append(cache[key])
             continue
@@ -257,11 +362,18 @@ def group_plans(graph: CostGraph, cluster: Cluster, groups: Sequence[Sequence[in
     return out
 
 
-def grouped_hybrid_job(graph: CostGraph, cluster: Cluster, groups: Sequence[Sequence[int]],
-                       plans: Sequence[PartitionPlan], microbatches: int = 4,
-                       batch_fractions: Optional[Sequence[float]] = None, optimizer_ms: float = 0.0,
-                       overlap: bool = True, bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
-                       stage_devices: Optional[StageDevices] = None) -> Tuple[Job, List[float], HybridProgram]:
+def grouped_hybrid_job(
+    graph: CostGraph,
+    cluster: Cluster,
+    groups: Sequence[Sequence[int]],
+    plans: Sequence[PartitionPlan],
+    microbatches: int = 4,
+    batch_fractions: Optional[Sequence[float]] = None,
+    optimizer_ms: float = 0.0,
+    overlap: bool = True,
+    bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
+    stage_devices: Optional[StageDevices] = None,
+) -> Tuple[Job, List[float], HybridProgram]:
     """The hybrid program (:func:`tf_commopt.core.hybrid.hybrid_program`) bound to costs; also the batch
     fractions and the program. ``stage_devices[g][s]``: the devices of stage s's replicas (default:
     one, ``groups[g][plan.device_of_stage[s]]``); ``groups`` then only counts the groups."""
@@ -269,7 +381,9 @@ def grouped_hybrid_job(graph: CostGraph, cluster: Cluster, groups: Sequence[Sequ
     if len(plans) != len(gs):
         raise InputError(f"{len(plans)} plans for {len(gs)} groups", where="plans")
     if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
-        raise InputError(f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches")
+        raise InputError(
+            f"microbatches must be a positive integer, got {microbatches!r}", where="microbatches"
+        )
     sdev = _stage_devices(gs, plans, stage_devices, len(cluster))
     G = len(gs)
     if batch_fractions is None:
@@ -277,31 +391,60 @@ def grouped_hybrid_job(graph: CostGraph, cluster: Cluster, groups: Sequence[Sequ
     else:
         fr = [float(f) for f in batch_fractions]
         if len(fr) != G or any(not f > 0 for f in fr):
-            raise InputError(f"batch_fractions must be {G} positive numbers, got {list(batch_fractions)}",
-                             where="batch_fractions")
+            raise InputError(
+                f"batch_fractions must be {G} positive numbers, got {list(batch_fractions)}",
+                where="batch_fractions",
+            )
     order = graph.topological_order()
-    prog = hybrid_program(order, {v: graph[v].param_bytes for v in order}, [p.stage_of_node for p in plans],
-                          microbatches, overlap, bucket_bytes, [p.num_stages for p in plans],
-                          replica_shares(graph, cluster, plans, sdev))
+    prog = hybrid_program(
+        order,
+        {v: graph[v].param_bytes for v in order},
+        [p.stage_of_node for p in plans],
+        microbatches,
+        overlap,
+        bucket_bytes,
+        [p.num_stages for p in plans],
+        replica_shares(graph, cluster, plans, sdev),
+    )
     return _bind(graph, cluster, prog, plans, sdev, fr, microbatches, optimizer_ms), fr, prog
 
 
-def batch_fractions_of(graph: CostGraph, cluster: Cluster, plans: Sequence[PartitionPlan],
-                       stage_devices: Sequence[Sequence[Sequence[int]]], microbatches: int,
-                       optimizer_ms: float = 0.0) -> List[float]:
+def batch_fractions_of(
+    graph: CostGraph,
+    cluster: Cluster,
+    plans: Sequence[PartitionPlan],
+    stage_devices: Sequence[Sequence[Sequence[int]]],
+    microbatches: int,
+    optimizer_ms: float = 0.0,
+) -> List[float]:
     """:func:`tf_commopt.core.hybrid.batch_fractions` of the groups' simulated times alone."""
-    return batch_fractions([group_alone_ms(graph, cluster, sorted(d for reps in sd for d in reps), p, microbatches,
-                                           optimizer_ms, sd) for p, sd in zip(plans, stage_devices)])
+    return batch_fractions(
+        [
+            group_alone_ms(
+                graph, cluster, sorted(d for reps in sd for d in reps), p, microbatches, optimizer_ms, sd
+            )
+            for p, sd in zip(plans, stage_devices)
+        ]
+    )
 
 
-def simulate_grouped_hybrid(graph: CostGraph, cluster: ClusterLike, groups: Sequence[Sequence[int]],
-                            microbatches: int = 4, plans: Optional[Sequence[PartitionPlan]] = None,
-                            method: Union[str, Sequence[str]] = "pipedream",
-                            batch_fractions: Optional[Sequence[float]] = None, seed: int = 0,
-                            optimizer_ms: float = 0.0, bandwidth_gbps: float = 10.0, latency_ms: float = 0.0,
-                            kinds: Optional[Sequence[Optional[str]]] = None,
-                            cache: Optional[Dict] = None, overlap: bool = True,
-                            bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES) -> SimResult:
+def simulate_grouped_hybrid(
+    graph: CostGraph,
+    cluster: ClusterLike,
+    groups: Sequence[Sequence[int]],
+    microbatches: int = 4,
+    plans: Optional[Sequence[PartitionPlan]] = None,
+    method: Union[str, Sequence[str]] = "pipedream",
+    batch_fractions: Optional[Sequence[float]] = None,
+    seed: int = 0,
+    optimizer_ms: float = 0.0,
+    bandwidth_gbps: float = 10.0,
+    latency_ms: float = 0.0,
+    kinds: Optional[Sequence[Optional[str]]] = None,
+    cache: Optional[Dict] = None,
+    overlap: bool = True,
+    bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
+) -> SimResult:
     """One grouped hybrid iteration (see module docstring).
 
     Args:
@@ -323,15 +466,22 @@ def simulate_grouped_hybrid(graph: CostGraph, cluster: ClusterLike, groups: Sequ
     gs = check_groups(groups, len(cl))
     if plans is None:
         plans = group_plans(graph, cl, gs, method, microbatches, seed, cache)
-    job, fr, prog = grouped_hybrid_job(graph, cl, gs, plans, microbatches, batch_fractions, optimizer_ms,
-                                       overlap, bucket_bytes)
+    job, fr, prog = grouped_hybrid_job(
+        graph, cl, gs, plans, microbatches, batch_fractions, optimizer_ms, overlap, bucket_bytes
+    )
     res = simulate_job(job)
-    res.extra.update({
-        "groups": gs, "batch_fractions": fr, "microbatches": microbatches, "overlap": overlap,
-        "stage_layers": [[len(p.nodes_of_stage(s)) for s in range(p.num_stages)] for p in plans],
-        "plan_methods": [p.method for p in plans], "allreduce_chunks": len(prog.buckets),
-        "allreduce_bytes": sum(b.nbytes for b in prog.buckets),
-    })
+    res.extra.update(
+        {
+            "groups": gs,
+            "batch_fractions": fr,
+            "microbatches": microbatches,
+            "overlap": overlap,
+            "stage_layers": [[len(p.nodes_of_stage(s)) for s in range(p.num_stages)] for p in plans],
+            "plan_methods": [p.method for p in plans],
+            "allreduce_chunks": len(prog.buckets),
+            "allreduce_bytes": sum(b.nbytes for b in prog.buckets),
+        }
+    )
     return res
 
 
@@ -353,17 +503,20 @@ def replica_sets(speeds: Sequence[float], num_stages: int, shape: str) -> List[L
     if shape in GROUPINGS:
         return GROUPINGS[shape](speeds, num_stages)
     if shape not in REPLICA_SHAPES:
-        raise InputError(f"unknown replica shape {shape!r}; choose from {list(REPLICA_SHAPES)}", where="shape")
+        raise InputError(
+            f"unknown replica shape {shape!r}; choose from {list(REPLICA_SHAPES)}", where="shape"
+        )
     if not 1 <= num_stages <= n:
         raise InputError(f"num_stages must be in 1..{n}, got {num_stages}", where="num_stages")
     order = sorted(range(n), key=lambda i: (-float(speeds[i]), i))
-    singles = order[:num_stages - 1] if shape == "wide_first_fast" else order[n - num_stages + 1:]
+    singles = order[: num_stages - 1] if shape == "wide_first_fast" else order[n - num_stages + 1 :]
     rest = sorted(set(range(n)) - set(singles))
     return [rest] + [[d] for d in singles]
 
 
-def replicated_plan(graph: CostGraph, cluster: Cluster, sets: Sequence[Sequence[int]], method: str = "balanced",
-                    seed: int = 0) -> Tuple[PartitionPlan, List[Tuple[int, ...]]]:
+def replicated_plan(
+    graph: CostGraph, cluster: Cluster, sets: Sequence[Sequence[int]], method: str = "balanced", seed: int = 0
+) -> Tuple[PartitionPlan, List[Tuple[int, ...]]]:
     """A one-group plan whose stage s runs on the replica set ``sets[plan.device_of_stage[s]]``: the
     capacity-aware partitioner on *virtual devices*, one per set, of the set's total capacity (and its
     kind if all its devices share one); returns the plan and each stage's devices."""
@@ -374,39 +527,61 @@ def replicated_plan(graph: CostGraph, cluster: Cluster, sets: Sequence[Sequence[
         caps.append(sum(cluster.devices[d].capacity for d in reps))
         ks = {cluster.devices[d].kind for d in reps}
         kinds.append(ks.pop() if len(ks) == 1 else None)
-    virt = Cluster.from_capacities(caps, cluster.default_link.bandwidth_gbps, cluster.default_link.latency_ms,
-                                   kinds=kinds)
+    virt = Cluster.from_capacities(
+        caps, cluster.default_link.bandwidth_gbps, cluster.default_link.latency_ms, kinds=kinds
+    )
     plan = partition(graph, len(sets), method=method, cluster=virt, seed=seed)
     return plan, [tuple(sorted(sets[plan.device_of_stage[s]])) for s in range(plan.num_stages)]
 
 
-def simulate_replicated(graph: CostGraph, cluster: ClusterLike, plan: PartitionPlan,
-                        stage_devices: Sequence[Sequence[int]], microbatches: int = 4, optimizer_ms: float = 0.0,
-                        overlap: bool = True, bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES) -> SimResult:
+def simulate_replicated(
+    graph: CostGraph,
+    cluster: ClusterLike,
+    plan: PartitionPlan,
+    stage_devices: Sequence[Sequence[int]],
+    microbatches: int = 4,
+    optimizer_ms: float = 0.0,
+    overlap: bool = True,
+    bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
+) -> SimResult:
     """One pipeline whose stage s is replicated on ``stage_devices[s]`` (data parallel inside the stage)."""
     cl = as_cluster(cluster)
     _stage_devices([[0]], [plan], [stage_devices], len(cl))  # one-line error before anything else
     flat = sorted(d for reps in stage_devices for d in reps)
-    job, fr, prog = grouped_hybrid_job(graph, cl, [flat], [plan], microbatches, [1.0], optimizer_ms, overlap,
-                                       bucket_bytes, [stage_devices])
+    job, fr, prog = grouped_hybrid_job(
+        graph, cl, [flat], [plan], microbatches, [1.0], optimizer_ms, overlap, bucket_bytes, [stage_devices]
+    )
     res = simulate_job(job)
-    res.extra.update({
-        "groups": [flat], "stage_devices": [[list(r) for r in stage_devices]], "batch_fractions": fr,
-        "microbatches": microbatches, "overlap": overlap,
-        "stage_layers": [[len(plan.nodes_of_stage(s)) for s in range(plan.num_stages)]],
-        "plan_methods": [plan.method], "allreduce_chunks": len(prog.buckets),
-        "allreduce_bytes": sum(b.nbytes for b in prog.buckets),
-    })
+    res.extra.update(
+        {
+            "groups": [flat],
+            "stage_devices": [[list(r) for r in stage_devices]],
+            "batch_fractions": fr,
+            "microbatches": microbatches,
+            "overlap": overlap,
+            "stage_layers": [[len(plan.nodes_of_stage(s)) for s in range(plan.num_stages)]],
+            "plan_methods": [plan.method],
+            "allreduce_chunks": len(prog.buckets),
+            "allreduce_bytes": sum(b.nbytes for b in prog.buckets),
+        }
+    )
     return res
 
 
-def search_grouped_hybrid(graph: CostGraph, cluster: ClusterLike, group_counts: Optional[Sequence[int]] = None,
-                          groupings: Sequence[str] = ("snake", "contiguous"),
-                          microbatches: Union[int, Sequence[int]] = 4,
-                          method: Union[str, Sequence[str]] = "pipedream", seed: int = 0,
-                          optimizer_ms: float = 0.0, cache: Optional[Dict] = None, overlap: bool = True,
-                          bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
-                          replicated: Sequence[str] = ()) -> SimResult:
+def search_grouped_hybrid(
+    graph: CostGraph,
+    cluster: ClusterLike,
+    group_counts: Optional[Sequence[int]] = None,
+    groupings: Sequence[str] = ("snake", "contiguous"),
+    microbatches: Union[int, Sequence[int]] = 4,
+    method: Union[str, Sequence[str]] = "pipedream",
+    seed: int = 0,
+    optimizer_ms: float = 0.0,
+    cache: Optional[Dict] = None,
+    overlap: bool = True,
+    bucket_bytes: Optional[float] = DEFAULT_BUCKET_BYTES,
+    replicated: Sequence[str] = (),
+) -> SimResult:
     """The fastest simulated grouped hybrid over ``group_counts`` (default 1..N), ``groupings``,
     ``microbatches`` (one or several counts) and the plans of ``method`` (see :func:`group_plans`);
     with ``replicated`` (shapes of :func:`replica_sets`) also one pipeline of ``P = 2..N-1`` replicated
@@ -422,11 +597,14 @@ def search_grouped_hybrid(graph: CostGraph, cluster: ClusterLike, group_counts: 
     counts = list(range(1, n + 1)) if group_counts is None else list(group_counts)
     for gname in groupings:
         if gname not in GROUPINGS:
-            raise InputError(f"unknown grouping {gname!r}; choose from {sorted(GROUPINGS)}", where="groupings")
+            raise InputError(
+                f"unknown grouping {gname!r}; choose from {sorted(GROUPINGS)}", where="groupings"
+            )
     for shape in replicated:
         if shape not in REPLICA_SHAPES:
-            raise InputError(f"unknown replica shape {shape!r}; choose from {list(REPLICA_SHAPES)}",
-                             where="replicated")
+            raise InputError(
+                f"unknown replica shape {shape!r}; choose from {list(REPLICA_SHAPES)}", where="replicated"
+            )
     ms_list = [microbatches] if isinstance(microbatches, int) else list(microbatches)
     methods = [method] if isinstance(method, str) else list(method)
     speeds = device_speeds(graph, cl)
@@ -451,9 +629,18 @@ def search_grouped_hybrid(graph: CostGraph, cluster: ClusterLike, group_counts: 
                 if key in seen:
                     continue
                 seen.add(key)
-                r = simulate_grouped_hybrid(graph, cl, groups, m, method=method, seed=seed,
-                                            optimizer_ms=optimizer_ms, cache=cache, overlap=overlap,
-                                            bucket_bytes=bucket_bytes)
+                r = simulate_grouped_hybrid(
+                    graph,
+                    cl,
+                    groups,
+                    m,
+                    method=method,
+                    seed=seed,
+                    optimizer_ms=optimizer_ms,
+                    cache=cache,
+                    overlap=overlap,
+                    bucket_bytes=bucket_bytes,
+                )
                 consider(r, {"num_groups": G, "grouping": gname, "groups": groups, "microbatches": m})
     for P in range(2, n):
         for shape in replicated:
@@ -466,8 +653,16 @@ def search_grouped_hybrid(graph: CostGraph, cluster: ClusterLike, group_counts: 
                 plan, sdev = replicated_plan(graph, cl, sets, meth, seed)
                 for m in ms_list:
                     r = simulate_replicated(graph, cl, plan, sdev, m, optimizer_ms, overlap, bucket_bytes)
-                    consider(r, {"num_groups": 1, "grouping": f"replicated:{shape}", "groups": [list(range(n))],
-                                 "stage_devices": [list(d) for d in sdev], "microbatches": m})
+                    consider(
+                        r,
+                        {
+                            "num_groups": 1,
+                            "grouping": f"replicated:{shape}",
+                            "groups": [list(range(n))],
+                            "stage_devices": [list(d) for d in sdev],
+                            "microbatches": m,
+                        },
+                    )
     assert best is not None
     best.extra["candidates"] = cands
     return best

@@ -21,14 +21,15 @@ Example:
     >>> r.iteration_ms                     # (M + P - 1)(t_f + t_b) = 3 * (1 + 2)
     9.0
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Union
 
+from tf_commopt.core import stagecost
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster
 from tf_commopt.core.schedule import SCHEDULES, Schedule
-from tf_commopt.core import stagecost
 from tf_commopt.core.simulate.engine import Job, RankCost
 from tf_commopt.core.simulate.result import SimResult, simulate_job
 from tf_commopt.errors import InputError, PlanError
@@ -44,14 +45,17 @@ def _stages(graph: CostGraph, plan: "PartitionPlan") -> Dict[str, int]:
     son = plan.stage_of_node
     missing = [n for n in graph.topological_order() if n not in son]
     if missing:
-        raise PlanError(f"node {missing[0]!r} of graph {graph.name!r} has no stage "
-                        f"({len(missing)} missing)", where=where)
+        raise PlanError(
+            f"node {missing[0]!r} of graph {graph.name!r} has no stage ({len(missing)} missing)", where=where
+        )
     extra = [n for n in son if n not in graph]
     if extra:
         raise PlanError(f"plan names node {extra[0]!r} that graph {graph.name!r} lacks", where=where)
     for a, b in graph.edges:
         if son[a] > son[b]:
-            raise PlanError(f"edge {a!r} -> {b!r} goes back from stage {son[a]} to stage {son[b]}", where=where)
+            raise PlanError(
+                f"edge {a!r} -> {b!r} goes back from stage {son[a]} to stage {son[b]}", where=where
+            )
     return son
 
 
@@ -65,7 +69,9 @@ def hop_bytes(graph: CostGraph, stage_of_node: Mapping[str, int], num_stages: in
     >>> hop_bytes(g, {"a": 0, "b": 1, "c": 2}, 3)      # a's output is relayed through stage 1
     [10.0, 13.0]
     """
-    return [h if h > stagecost.EPS_BYTES else 0.0 for h in stagecost.hop_bytes(graph, stage_of_node, num_stages)]
+    return [
+        h if h > stagecost.EPS_BYTES else 0.0 for h in stagecost.hop_bytes(graph, stage_of_node, num_stages)
+    ]
 
 
 def stage_costs(graph: CostGraph, plan: "PartitionPlan", cluster: Cluster) -> List[Tuple[float, float]]:
@@ -73,8 +79,11 @@ def stage_costs(graph: CostGraph, plan: "PartitionPlan", cluster: Cluster) -> Li
     son = _stages(graph, plan)
     k = plan.num_stages
     if len(cluster) <= max(plan.device_of_stage):
-        raise PlanError(f"plan places a stage on device {max(plan.device_of_stage)} but the cluster has "
-                        f"{len(cluster)} device(s)", where=f"plan {plan.method!r}")
+        raise PlanError(
+            f"plan places a stage on device {max(plan.device_of_stage)} but the cluster has "
+            f"{len(cluster)} device(s)",
+            where=f"plan {plan.method!r}",
+        )
     costs = []
     for s in range(k):
         dev = cluster.devices[plan.device_of_stage[s]]
@@ -87,20 +96,32 @@ def stage_costs(graph: CostGraph, plan: "PartitionPlan", cluster: Cluster) -> Li
     return costs
 
 
-def pipeline_job(graph: CostGraph, plan: "PartitionPlan", schedule: Union[str, Schedule] = "gpipe",
-                 microbatches: int = 4, cluster: Optional[Cluster] = None, bandwidth_gbps: float = 10.0,
-                 latency_ms: float = 0.0, split: Optional[int] = None,
-                 micro_profile: Optional[CostGraph] = None, optimizer_ms: float = 0.0) -> Job:
+def pipeline_job(
+    graph: CostGraph,
+    plan: "PartitionPlan",
+    schedule: Union[str, Schedule] = "gpipe",
+    microbatches: int = 4,
+    cluster: Optional[Cluster] = None,
+    bandwidth_gbps: float = 10.0,
+    latency_ms: float = 0.0,
+    split: Optional[int] = None,
+    micro_profile: Optional[CostGraph] = None,
+    optimizer_ms: float = 0.0,
+) -> Job:
     """Bind a pipeline schedule to the graph's costs (see :func:`simulate_pipeline` for the arguments)."""
     k = plan.num_stages
     if isinstance(schedule, str):
         if schedule not in SCHEDULES:
-            raise InputError(f"unknown schedule {schedule!r}; choose one of {sorted(SCHEDULES)}", where="schedule")
+            raise InputError(
+                f"unknown schedule {schedule!r}; choose one of {sorted(SCHEDULES)}", where="schedule"
+            )
         sched = SCHEDULES[schedule](k, microbatches)
     else:
         sched = schedule
     if sched.num_ranks != k:
-        raise PlanError(f"schedule has {sched.num_ranks} ranks, plan has {k} stages", where=f"plan {plan.method!r}")
+        raise PlanError(
+            f"schedule has {sched.num_ranks} ranks, plan has {k} stages", where=f"plan {plan.method!r}"
+        )
     if cluster is None:
         cluster = Cluster.homogeneous(max(plan.device_of_stage) + 1, bandwidth_gbps, latency_ms)
     if split is None:
@@ -111,7 +132,10 @@ def pipeline_job(graph: CostGraph, plan: "PartitionPlan", schedule: Union[str, S
     scale = 1.0 if micro_profile is not None else 1.0 / split
     costs = stage_costs(costed, plan, cluster)
     hops = hop_bytes(costed, plan.stage_of_node, k)
-    ranks = [RankCost(plan.device_of_stage[s], f * scale, b * scale, optimizer_ms) for s, (f, b) in enumerate(costs)]
+    ranks = [
+        RankCost(plan.device_of_stage[s], f * scale, b * scale, optimizer_ms)
+        for s, (f, b) in enumerate(costs)
+    ]
     msgs: Dict[Tuple[str, int, int], float] = {}
     for h, nbytes in enumerate(hops):
         msgs[("act", h, h + 1)] = nbytes * scale
@@ -119,10 +143,18 @@ def pipeline_job(graph: CostGraph, plan: "PartitionPlan", schedule: Union[str, S
     return Job(sched, ranks, cluster, msgs, {}, split=split)
 
 
-def simulate_pipeline(graph: CostGraph, plan: "PartitionPlan", schedule: Union[str, Schedule] = "gpipe",
-                      microbatches: int = 4, cluster: Optional[Cluster] = None, bandwidth_gbps: float = 10.0,
-                      latency_ms: float = 0.0, split: Optional[int] = None,
-                      micro_profile: Optional[CostGraph] = None, optimizer_ms: float = 0.0) -> SimResult:
+def simulate_pipeline(
+    graph: CostGraph,
+    plan: "PartitionPlan",
+    schedule: Union[str, Schedule] = "gpipe",
+    microbatches: int = 4,
+    cluster: Optional[Cluster] = None,
+    bandwidth_gbps: float = 10.0,
+    latency_ms: float = 0.0,
+    split: Optional[int] = None,
+    micro_profile: Optional[CostGraph] = None,
+    optimizer_ms: float = 0.0,
+) -> SimResult:
     """Simulate ``schedule`` for ``plan`` of ``graph``.
 
     Args:
@@ -141,8 +173,18 @@ def simulate_pipeline(graph: CostGraph, plan: "PartitionPlan", schedule: Union[s
         SimResult with iteration_ms, throughput (mini-batches/s), bubble_fraction, busy_ms per device,
         bytes_injected per mini-batch and the timeline.
     """
-    job = pipeline_job(graph, plan, schedule, microbatches, cluster, bandwidth_gbps, latency_ms, split,
-                       micro_profile, optimizer_ms)
+    job = pipeline_job(
+        graph,
+        plan,
+        schedule,
+        microbatches,
+        cluster,
+        bandwidth_gbps,
+        latency_ms,
+        split,
+        micro_profile,
+        optimizer_ms,
+    )
     res = simulate_job(job)
     res.extra["stages"] = plan.num_stages
     res.extra["method"] = plan.method

@@ -22,6 +22,7 @@ Example:
     >>> r.iteration_ms, round(r.bubble_fraction, 3)
     (9.0, 0.333)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -53,10 +54,15 @@ class SimResult:
     def to_dict(self, events: bool = False) -> Dict[str, Any]:
         """A JSON-ready dict (the timeline only if ``events``)."""
         d = {
-            "schedule": self.schedule, "iteration_ms": self.iteration_ms, "throughput": self.throughput,
-            "bubble_fraction": self.bubble_fraction, "bytes_injected": self.bytes_injected,
-            "makespan_ms": self.makespan_ms, "num_microbatches": self.num_microbatches,
-            "split": self.split, "minibatches": self.minibatches,
+            "schedule": self.schedule,
+            "iteration_ms": self.iteration_ms,
+            "throughput": self.throughput,
+            "bubble_fraction": self.bubble_fraction,
+            "bytes_injected": self.bytes_injected,
+            "makespan_ms": self.makespan_ms,
+            "num_microbatches": self.num_microbatches,
+            "split": self.split,
+            "minibatches": self.minibatches,
             "busy_ms": {str(k): v for k, v in sorted(self.busy_ms.items())},
         }
         d.update(self.extra)
@@ -90,8 +96,16 @@ def simulate_job(job: Job) -> SimResult:
         iteration = 1000.0 / throughput if throughput > 0 else float("inf")
         bubble = max(0.0, 1.0 - (busy_total / n_mb) * rate / ndev)
     return SimResult(
-        schedule=sched.name, num_microbatches=n_mb, split=split, minibatches=minibatches,
-        makespan_ms=makespan, iteration_ms=iteration, throughput=throughput, bubble_fraction=bubble,
-        busy_ms=dict(tr.busy_ms), bytes_injected=tr.bytes_total / minibatches, events=tr.events,
+        schedule=sched.name,
+        num_microbatches=n_mb,
+        split=split,
+        minibatches=minibatches,
+        makespan_ms=makespan,
+        iteration_ms=iteration,
+        throughput=throughput,
+        bubble_fraction=bubble,
+        busy_ms=dict(tr.busy_ms),
+        bytes_injected=tr.bytes_total / minibatches,
+        events=tr.events,
         microbatch_done_ms=list(tr.microbatch_done_ms),
     )
