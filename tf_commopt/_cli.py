@@ -1,4 +1,4 @@
-"""What every command line of tf_commopt and experiments/ shares (issue 17).
+"""What every command line of tf_commopt and experiments/ shares.
 
 * **One flag style, the other accepted.** ``python -m tf_commopt.*`` commands document dashed flags
   (``--bandwidth-mbit``); the runners and benches in ``experiments/`` (absl) document underscores

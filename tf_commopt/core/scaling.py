@@ -1,6 +1,6 @@
 """Closed-form cost of data-parallel training at scale: ring all-reduce, SSGD and skip-and-correct epochs.
 
-Used to extrapolate measured single-machine figures to 8 ... 1024 workers (issue 6) and to check the
+Used to extrapolate measured single-machine figures to 8 ... 1024 workers and to check the
 simulator. The models:
 
 * Ring all-reduce of ``B`` bytes over ``N`` workers whose links run at ``bw`` bytes/s with ``a`` seconds

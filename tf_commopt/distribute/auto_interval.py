@@ -1,4 +1,4 @@
-"""Baseline interval policies for SkipCorrectStrategy: AdaComm-style and grid search (issue 6).
+"""Baseline interval policies for SkipCorrectStrategy: AdaComm-style and grid search.
 
 Thesis 001's own rule is built into the strategy (``SkipCorrectStrategy(interval="auto")``). The two
 baselines it is compared with need the training loss, which the strategy does not see, so they are a

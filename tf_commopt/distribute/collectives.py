@@ -11,31 +11,10 @@ Example:
         reduced = self.reduce_to(tf.distribute.ReduceOp.MEAN, value, destinations=value,
                                  options=recommended_options(payload_bytes))
 
-What was measured (``experiments/allreduce_bench.py``; every figure and command in
-docs/results/allreduce.md). MultiWorkerMirroredStrategy on CPU, one process per worker, TF's gRPC ring,
-``tf_commopt.cluster`` tbf shaping; the settings interleaved, a barrier and an idle gap before each timed
-all-reduce, the slowest rank's time, medians over repeats, several runs per configuration:
-
-* 4 workers, one shared 1 Gbit/s segment, 40 MB: TF's defaults took 2.042-2.056 s = 1.06-1.07 x the ring
-  bound 2(N-1) B 8 / R = 1.92 s, i.e. at the TCP wire floor (1514 wire bytes per 1448 payload bytes plus
-  the ACKs: ~1.068 x) and level with the 2.06 s PyTorch gloo figure of issue 12. The best alternative,
-  8 packs of 5 MB, won in 5 of 5 runs by 0.3-1.1 %; RING, chunks in one pack, 1/16 MiB packs: +-1 %.
-  (The 2.56 s in issue 12 did not reproduce: 2.05 s with the old shaping too.)
-* 4 workers, shared 1 Gbit/s, 0.4 MB (the mlp model): one collective 27 ms; 2 packs 28 ms; 4 packs
-  35-38 ms; 16 packs 97-115 ms. Packs run one after another (TF orders collectives with an ordering
-  token), each paying 2(N-1) RPC round trips.
-* 2 workers, switch 10 Mbit/s per link, 0.4 MB: every setting's minimum is ~0.35 s (1.07 x the 0.326 s
-  bound); one buffer has a tail (medians 0.373-0.395 s in 7 runs) that 2 or 4 packs avoid (0.349-0.353 s,
-  -6 to -11 %), with far fewer TCP retransmissions. It depends on the emulated switch's buffer: with a
-  16 KiB queue one buffer won (0.364 vs 0.373 s).
-* AUTO and RING measured the same: TF 2.21 registers two all-reduce implementations, ``RingReduce`` and
-  ``NcclReduce`` (GPU only), so on CPU AUTO is the ring. AUTO is kept so that GPU clusters can get NCCL.
-
-Hence: ``CommunicationOptions(implementation=AUTO, bytes_per_pack=0)`` — one fused collective per dtype,
-exactly TF's defaults — and no chunking, for every payload measured (0.2 MB to 40 MB): already at the
-wire floor for large payloads; the slow-link gain of 2 packs is queue-dependent and costs on fast links.
-``timeout_seconds`` stays unset: a sync over a slow link legitimately takes long (40 MB over 4 ranks at
-10 Mbit/s per link: >= 48 s), and MultiWorkerMirroredStrategy's heartbeats already detect a dead peer.
+Why TensorFlow's defaults (one fused collective per dtype, no chunking) are kept, with the
+measurements, is in docs/architecture.md and docs/results/allreduce.md. ``timeout_seconds`` stays unset:
+a sync over a slow link legitimately takes long, and MultiWorkerMirroredStrategy's heartbeats already
+detect a dead peer.
 """
 
 from __future__ import annotations
