@@ -1,0 +1,243 @@
+"""``run_cluster``: one process per TF_CONFIG task on this machine, optionally behind a shaped network.
+
+It puts the pieces together — the layout (:mod:`~tf_commopt.cluster.layout`), the network
+(:mod:`~tf_commopt.cluster.netns`), the failure policy (:mod:`~tf_commopt.cluster.policy`) and the
+supervisor (:mod:`~tf_commopt.cluster.supervise`) — and guarantees the clean-up: every task's process
+group is killed and every namespace deleted whatever ends the run (normal end, failure, timeout, an
+exception, Ctrl-C, SIGTERM).
+
+Example:
+    >>> r = run_cluster(["sh", "-c", "exit 3"], workers=1, echo=False)
+    >>> r.returncode, r.failed_task
+    (3, 'worker:0')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, TextIO
+
+from tf_commopt.cluster.layout import Layout, pick_ports, plan_layout, task_env, tf_configs
+from tf_commopt.cluster.netns import open_network
+from tf_commopt.cluster.policy import failure_policy
+from tf_commopt.cluster.procs import TaskSpec
+from tf_commopt.cluster.shaping import DEFAULT_SHAPING, TOPOLOGIES, ShapingOptions
+from tf_commopt.cluster.supervise import Outcome, Supervisor
+from tf_commopt.errors import InputError
+
+__all__ = ["ClusterResult", "run_cluster", "LAST_LINES"]
+
+LAST_LINES = 20
+
+
+@dataclass
+class ClusterResult:
+    """What a cluster run did.
+
+    Attributes:
+        returncode: 0 when every chief/worker task exited 0; else the first failing task's exit code
+            (128 + signal number for a task killed by a signal), 124 on timeout.
+        outputs: task name (``"worker:0"``) -> its output lines (stdout and stderr merged, unprefixed).
+        wall_s: seconds from the first start to the end of the last task.
+        failed_task: name of the first task that failed, or None.
+        timed_out: True when ``timeout`` ended the run.
+        tf_configs: task name -> the TF_CONFIG dict it was given.
+        message: one-line summary of how the cluster ended.
+        failed_signal: the signal that killed the failed task, if a signal did.
+        worker_failures: with ``tolerate_worker_failures`` / ``restart_workers``: the worker deaths the
+            run went on through, e.g. ``["worker:1 exit 137"]``.
+        restarts: how many dead workers were started again (``restart_workers``).
+    """
+
+    returncode: int
+    outputs: Dict[str, List[str]]
+    wall_s: float
+    failed_task: Optional[str] = None
+    timed_out: bool = False
+    tf_configs: Dict[str, dict] = field(default_factory=dict)
+    message: str = ""
+    failed_signal: Optional[int] = None
+    worker_failures: List[str] = field(default_factory=list)
+    restarts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when the cluster finished with return code 0."""
+        return self.returncode == 0
+
+    def last_lines(self, task: str, n: int = LAST_LINES) -> List[str]:
+        """The last ``n`` output lines of ``task``."""
+        return self.outputs.get(task, [])[-n:]
+
+
+def _is_int(x: object, low: int) -> bool:
+    return not isinstance(x, bool) and isinstance(x, int) and x >= low
+
+
+def _validate(
+    command: Sequence[str],
+    workers: int,
+    ps: int,
+    bandwidth_mbit: Optional[float],
+    topology: str,
+    timeout: Optional[float],
+    threads_per_task: Optional[int],
+) -> None:
+    if not command or not all(isinstance(c, str) for c in command):
+        raise InputError("missing COMMAND (give it after --)", where="command")
+    if not _is_int(workers, 1):
+        raise InputError(f"must be an integer >= 1, got {workers!r}", where="--workers")
+    if not _is_int(ps, 0):
+        raise InputError(f"must be an integer >= 0, got {ps!r}", where="--ps")
+    if bandwidth_mbit is not None and not (
+        isinstance(bandwidth_mbit, (int, float)) and math.isfinite(bandwidth_mbit) and bandwidth_mbit > 0
+    ):
+        raise InputError(
+            f"must be a positive number of Mbit/s, got {bandwidth_mbit!r}", where="--bandwidth-mbit"
+        )
+    if topology not in TOPOLOGIES:
+        raise InputError(
+            f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}", where="--topology"
+        )
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise InputError(f"must be a positive number of seconds, got {timeout!r}", where="--timeout")
+    if threads_per_task is not None and not _is_int(threads_per_task, 0):
+        raise InputError(
+            f"must be an integer >= 0 or None, got {threads_per_task!r}", where="threads_per_task"
+        )
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread by the SIGTERM handler so every ``finally`` runs."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
+@contextlib.contextmanager
+def _guarded_signals() -> Iterator[Dict[str, object]]:
+    """While the cluster runs, SIGTERM raises :class:`_Terminated` (main thread only); the caller's
+    handlers come back afterwards. ``guard["cleanup"]()`` starts the clean-up phase, during which a second
+    Ctrl-C or SIGTERM is ignored so it cannot cut the clean-up short."""
+    in_main = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
+    old_int: List[object] = []
+
+    def cleanup() -> None:
+        if in_main:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            old_int.append(signal.signal(signal.SIGINT, signal.SIG_IGN))
+
+    try:
+        yield {"cleanup": cleanup}
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
+            prev = old_int[0] if old_int and old_int[0] is not None else signal.default_int_handler
+            signal.signal(signal.SIGINT, prev)
+
+
+def _task_specs(
+    layout: Layout, configs: List[dict], net, command: Sequence[str], env: Dict[str, str], cwd: Optional[str]
+) -> List[TaskSpec]:
+    return [
+        TaskSpec(name, net.wrap(host, list(command)), dict(env, TF_CONFIG=json.dumps(cfg)), cwd)
+        for name, host, cfg in zip(layout.names, layout.host_of, configs)
+    ]
+
+
+def run_cluster(
+    command: List[str],
+    workers: int = 2,
+    ps: int = 0,
+    chief: bool = False,
+    bandwidth_mbit: Optional[float] = None,
+    topology: str = "switch",
+    timeout: Optional[float] = None,
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[str] = None,
+    echo: bool = True,
+    stream: Optional[TextIO] = None,
+    threads_per_task: Optional[int] = None,
+    tolerate_worker_failures: bool = False,
+    restart_workers: int = 0,
+    shaping: Optional[ShapingOptions] = None,
+) -> ClusterResult:
+    """Run ``command`` once per task of a local TF_CONFIG cluster and wait for it to finish.
+
+    Example:
+        >>> r = run_cluster(["python", "-c", "import os; print(os.environ['TF_CONFIG'][:11])"],
+        ...                 workers=2, echo=False)
+        >>> r.returncode, r.outputs["worker:1"]
+        (0, ['{"cluster":'])
+
+    Args:
+        command: argv run by every task (each gets its own ``TF_CONFIG``; ``PYTHONUNBUFFERED=1``).
+        workers: worker tasks (>= 1). ps: parameter-server tasks. chief: add a ``chief:0`` task.
+        bandwidth_mbit: shape the cluster's network to this rate (Mbit/s); None = plain loopback.
+        topology: ``"switch"`` (a shaped link per task) or ``"shared"`` (one shaped loopback); only
+            used with ``bandwidth_mbit``.
+        timeout: seconds before every task is killed (returncode 124).
+        env: extra environment variables for every task (on top of this process's environment).
+        cwd: working directory of the tasks.
+        echo: print each task's lines, prefixed ``[task:i] ``, as they come (to ``stream``, default stdout).
+        threads_per_task: TensorFlow/OpenMP threads of each task (:mod:`tf_commopt.threads`); None = the
+            machine's cores divided among the tasks, 0 = leave TensorFlow's defaults. Variables already
+            set in ``env`` or this process's environment win.
+        tolerate_worker_failures: parameter-server clusters only (``ps`` >= 1 and ``chief``): a worker that
+            exits non-zero does not end the cluster; the run is done when the chief and every worker
+            still counted have exited 0.
+        restart_workers: parameter-server clusters only: start a dead worker again (same TF_CONFIG, same
+            address), at most this many times in all, while the chief runs; implies
+            ``tolerate_worker_failures``.
+        shaping: token-bucket sizes and sysctls of the shaped network (default: the launcher's).
+
+    Returns:
+        A ClusterResult; task failures are reported in it, not raised.
+
+    Raises:
+        InputError: bad arguments. ClusterError: the processes or the shaped network cannot be set up.
+        KeyboardInterrupt / SystemExit(143): on Ctrl-C / SIGTERM, after every task is killed and the
+        network removed.
+    """
+    _validate(command, workers, ps, bandwidth_mbit, topology, timeout, threads_per_task)
+    policy = failure_policy(ps, chief, tolerate_worker_failures, restart_workers)
+    layout = plan_layout(workers, ps, chief)
+    sup = Supervisor(policy, (stream or sys.stdout) if echo else None)
+    configs: List[dict] = []
+    net = None
+    start = time.monotonic()
+    with _guarded_signals() as guard:
+        try:
+            net = open_network(layout.hosts, bandwidth_mbit, topology, shaping or DEFAULT_SHAPING)
+            configs = tf_configs(layout, net.addresses, pick_ports(len(layout.tasks)))
+            base_env = task_env(len(layout.tasks), env, threads_per_task)
+            sup.start(_task_specs(layout, configs, net, command, base_env, cwd))
+            outcome: Outcome = sup.watch(None if timeout is None else start + float(timeout), timeout)
+        except _Terminated:
+            raise SystemExit(128 + signal.SIGTERM) from None
+        finally:
+            guard["cleanup"]()
+            sup.stop()
+            if net is not None:
+                net.close()
+    return ClusterResult(
+        outcome.returncode,
+        sup.outputs(),
+        time.monotonic() - start,
+        outcome.failed_task,
+        outcome.timed_out,
+        dict(zip(layout.names, configs)),
+        outcome.message,
+        outcome.failed_signal,
+        outcome.tolerated,
+        outcome.restarts,
+    )

@@ -1,0 +1,105 @@
+"""Who runs where: the tasks of a cluster, the host of each, their ports, TF_CONFIG and environment.
+
+A :class:`Layout` lists the tasks (``chief:0``, ``worker:0..``, ``ps:0..``, in that order) and the host
+each runs on (an index into the network's hosts). :func:`plan_layout` puts every task on its own host;
+a layout with several tasks per host gives them one address (and different ports).
+
+Example:
+    >>> lay = plan_layout(workers=2, ps=1, chief=True)
+    >>> lay.names, lay.hosts
+    (['chief:0', 'worker:0', 'worker:1', 'ps:0'], 4)
+    >>> tf_configs(lay, ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"], [1, 2, 3, 4])[2]["task"]
+    {'type': 'worker', 'index': 1}
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from tf_commopt.threads import thread_env
+
+__all__ = ["Layout", "plan_layout", "pick_ports", "tf_configs", "task_env"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Tasks and the host each runs on.
+
+    Attributes:
+        tasks: ``(type, index)`` of every task, e.g. ``("worker", 1)``.
+        host_of: the host index of each task (same order as ``tasks``).
+    """
+
+    tasks: Tuple[Tuple[str, int], ...]
+    host_of: Tuple[int, ...]
+
+    @property
+    def names(self) -> List[str]:
+        """``"type:index"`` of every task."""
+        return [f"{t}:{i}" for t, i in self.tasks]
+
+    @property
+    def hosts(self) -> int:
+        """How many hosts the tasks use."""
+        return max(self.host_of) + 1 if self.host_of else 0
+
+
+def plan_layout(workers: int, ps: int, chief: bool) -> Layout:
+    """The tasks of a cluster, one host each (``chief:0`` first, then workers, then ps tasks).
+
+    Example:
+        >>> plan_layout(2, 0, False).host_of
+        (0, 1)
+    """
+    tasks = [("chief", 0)] if chief else []
+    tasks += [("worker", i) for i in range(workers)]
+    tasks += [("ps", i) for i in range(ps)]
+    return Layout(tuple(tasks), tuple(range(len(tasks))))
+
+
+def pick_ports(n: int) -> List[int]:
+    """``n`` distinct free TCP ports (``portpicker``)."""
+    import portpicker
+
+    ports: List[int] = []
+    while len(ports) < n:
+        p = portpicker.pick_unused_port()
+        if p not in ports:
+            ports.append(p)
+    return ports
+
+
+def tf_configs(layout: Layout, addresses: Sequence[str], ports: Sequence[int]) -> List[dict]:
+    """The TF_CONFIG dict of every task: the same ``cluster``, its own ``task``.
+
+    Args:
+        layout: the tasks and their hosts.
+        addresses: the address of every host.
+        ports: one port per task.
+    """
+    cluster: Dict[str, List[str]] = {}
+    for (ttype, _), host, port in zip(layout.tasks, layout.host_of, ports):
+        cluster.setdefault(ttype, []).append(f"{addresses[host]}:{port}")
+    return [{"cluster": cluster, "task": {"type": t, "index": i}} for t, i in layout.tasks]
+
+
+def task_env(tasks: int, env: Optional[Mapping[str, str]], threads_per_task: Optional[int]) -> Dict[str, str]:
+    """The environment every task starts from (TF_CONFIG is added per task).
+
+    This process's environment, updated with ``env``, plus ``PYTHONUNBUFFERED=1`` and, unless
+    ``threads_per_task == 0``, each task's share of the cores (:func:`tf_commopt.threads.thread_env`);
+    variables already set win.
+
+    Example:
+        >>> task_env(2, {"PYTHONUNBUFFERED": "0"}, 3)["PYTHONUNBUFFERED"]
+        '0'
+    """
+    base = dict(os.environ)
+    base.update(env or {})
+    base.setdefault("PYTHONUNBUFFERED", "1")
+    if threads_per_task != 0:
+        for var, value in thread_env(tasks, per_task=threads_per_task).items():
+            base.setdefault(var, value)
+    return base
