@@ -14,8 +14,8 @@ link: B for N = 2, so T >= B x 8 / R. Two facts make this a two-sided check:
 * TCP/IP/Ethernet headers (1514 wire bytes per 1448 payload bytes) plus the ACKs of the reverse flow
   cost ~7 %, and TF's gRPC ring adds its own overhead; 30 % above B x 8 / R is the allowed slack.
 
-The second test is the bug of issue 12: with the old ``burst 256kb`` a ~200 KB sync after idle local
-steps went through at full speed (0.2 MB at 20 Mbit/s measured 5 ms, where 80 ms are needed).
+The second test holds the bucket small: a ~200 KB sync after idle local steps must not pass at full
+speed (a 256 KiB bucket lets 0.2 MB at 20 Mbit/s through in ~5 ms, where 80 ms are needed).
 """
 
 import json
@@ -124,5 +124,5 @@ def test_launcher_applies_the_documented_qdisc_and_sysctl():
             assert qdisc.split()[:2] == ["qdisc", "tbf"] and "rate 20Mbit" in qdisc, (topology, task, qdisc)
             assert any(f"burst {b}b" in qdisc for b in (burst - 1, burst, burst + 1)), qdisc
             assert "lat 97.6ms" in qdisc, qdisc
-            # the launcher leaves TCP's slow start after idle at the kernel default (tf_commopt.cluster docstring)
+            # the launcher leaves TCP's slow start after idle at the kernel default (docs/cluster.md)
             assert (ssai, mtu) == ("1", "1500"), (topology, task, ssai, mtu)

@@ -26,7 +26,6 @@ TOO_LONG = {
     "tf_commopt/core/hybrid.py": {"<module>", "hybrid_program"},
     "tf_commopt/core/partition/genetic.py": {"genetic"},
     "tf_commopt/core/partition/pipesearch.py": {"pipe_genetic"},
-    "tf_commopt/core/profiles.py": {"read_json"},
     "tf_commopt/core/simulate/engine.py": {"run"},
     "tf_commopt/core/simulate/hybrid.py": {"<module>"},
     "tf_commopt/distribute/hybrid.py": {"<module>", "__init__"},
@@ -36,10 +35,6 @@ TOO_LONG = {
     "tf_commopt/distribute/skip_correct.py": {"<module>"},
     "tf_commopt/distribute/stages.py": {"__init__"},
     "tf_commopt/partition/__main__.py": {"main"},
-    "tf_commopt/tf/calibrate.py": {"main"},
-    "tf_commopt/tf/op_graph.py": {"graph_def_to_costgraph"},
-    "tf_commopt/tf/profiler.py": {"<module>"},
-    "tf_commopt/tf/train_graph.py": {"attribute"},
 }
 
 

@@ -36,7 +36,7 @@ def exported(tmp_path_factory):
     m.save(str(d / "m.keras"))
     m.save(str(d / "m.h5"))
     cf = tf.function(lambda x: m(x, training=False)).get_concrete_function(tf.TensorSpec([B, 64, 64, 3]))
-    tf.io.write_graph(cf.graph.as_graph_def(), str(d), "bare.pb", as_text=False)  # what the issue tried
+    tf.io.write_graph(cf.graph.as_graph_def(), str(d), "bare.pb", as_text=False)  # no variable shapes
     tf.io.write_graph(cf.graph.as_graph_def(add_shapes=True), str(d), "shapes.pb", as_text=False)
     tf.io.write_graph(convert_variables_to_constants_v2(cf).graph, str(d), "frozen.pb", as_text=False)
     mg = tf.compat.v1.train.export_meta_graph(graph_def=cf.graph.as_graph_def(), graph=cf.graph)
@@ -99,9 +99,9 @@ def test_keras3_archive_is_loaded_with_keras3(tmp_path):
 
 
 def test_tf2_forward_graphdef_costs_match_the_keras_import(exported):
-    """The issue's case: get_concrete_function(...).graph.as_graph_def() of MobileNetV2 imported at
-    0.3% of from_keras_model's total. Without variable shapes it is now an error naming the variable;
-    with them (add_shapes, or frozen) the totals agree within 25%."""
+    """MobileNetV2's forward get_concrete_function(...).graph.as_graph_def(): without variable shapes it is
+    an error naming the variable (estimates would be near zero); with them (add_shapes, or frozen) the
+    totals agree with from_keras_model's within 25%."""
     ref = exported["ref"]
     d = exported["dir"]
     with pytest.raises(InputError, match=r"bare\.pb: op .*Conv1/Conv2D.*reads variable .*does not carry"):

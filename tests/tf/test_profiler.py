@@ -19,7 +19,7 @@ from tf_commopt.tf.profiler import (
     slowdowns,
     time_keras_model,
 )
-from tf_commopt.tf.slowdown import clear_slowdowns, get_slowdown, set_slowdown, slowed
+from tf_commopt.tf.slowdown import clear_slowdowns, get_slowdown, set_slowdown, sleep_log, slowed
 
 pytestmark = pytest.mark.filterwarnings("ignore::tf_commopt.tf.op_costs.CostEstimateWarning")
 
@@ -81,16 +81,33 @@ def _sleepy(ms):
 
 @pytest.mark.parametrize("in_graph", [False, True])
 def test_slowed_stretches_wall_time_by_the_factor(in_graph):
+    """``slowed(fn, 3)`` releases the outputs ``t + 2 t_min`` after the inputs (the module's rule), checked
+    against the sleep log rather than a wall-clock window, so a loaded machine cannot break it: the wrapped
+    work holds a 60 ms sleep (every ``t`` >= 60 ms), so each call asks for >= 120 ms more and takes >= 180 ms
+    in all; the delay asked for is 2 x the shortest work measured so far, hence never more than 2 x any
+    call's own work (its wall time minus the delay), and it never grows."""
     fn = slowed(_sleepy(60), 3.0)
     if in_graph:
         fn = tf.function(fn)
     fn(tf.ones([3]))  # trace / warm up
+    sleep_log(clear=True)
     x = tf.constant([1.0, 2.0, 3.0])
-    t0 = time.perf_counter()
-    y = fn(x).numpy()
-    dt = (time.perf_counter() - t0) * 1e3
-    np.testing.assert_array_equal(y, [2.0, 4.0, 6.0])
-    assert 3 * 60 <= dt < 3 * 60 + 120  # 60 ms of work stretched to 180 ms
+    walls = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        y = fn(x).numpy()
+        walls.append(time.perf_counter() - t0)
+        np.testing.assert_array_equal(y, [2.0, 4.0, 6.0])
+    log = sleep_log(clear=True)
+    assert len(log) == 3  # one emulated delay per call
+    work = [wall - (end - start) for wall, (start, end, _) in zip(walls, log)]  # >= the wrapped work's t
+    asked = [s for _, _, s in log]
+    for k, (start, end, s) in enumerate(log):
+        assert s >= 2 * 0.060  # (factor - 1) x a work time that holds a 60 ms sleep
+        assert end - start >= s  # it slept at least what it asked
+        assert s <= 2 * min(work[: k + 1]) + 1e-6  # (factor - 1) x the shortest work so far, never more
+        assert walls[k] >= 0.060 + s  # work + delay: at least 3 x 60 ms
+    assert asked == sorted(asked, reverse=True)  # the calibration is a running minimum
 
 
 def test_slowed_keeps_gradients():

@@ -99,7 +99,7 @@ def test_keras_optimizer_ops_are_attributed_to_their_variables():
 
 
 def test_mobilenet_training_step_vs_forward():
-    """The issue's check: a training step imports at forward x (1 + backward factor) within 20%, with the
+    """A training step imports at forward x (1 + backward factor) within 20%, with the
     model's parameter bytes, and no gradient op is a node."""
     m = tf_keras.applications.MobileNetV2(weights=None, input_shape=(64, 64, 3), alpha=0.35, classes=10)
     opt = tf_keras.optimizers.SGD(0.01, momentum=0.9)

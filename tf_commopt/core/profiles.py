@@ -253,44 +253,59 @@ def write_json(graph: CostGraph, path: str) -> None:
     _atomic_write(path, "\n".join(lines) + "\n")
 
 
-def read_json(path: str) -> CostGraph:
-    """Read our JSON format. Errors name ``path:line`` (of the node or edge where known)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read profile: {e}", where=path) from None
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise GraphError(f"invalid JSON (column {e.colno}): {e.msg}", where=f"{path}:{e.lineno}") from None
-    except RecursionError:
-        raise GraphError("invalid JSON: nested too deeply", where=path) from None
-    if not isinstance(d, dict):
-        raise GraphError("expected a JSON object", where=f"{path}:1")
-    if d.get("format") != JSON_FORMAT:
-        raise GraphError(f"format must be {JSON_FORMAT!r}, got {d.get('format')!r}", where=f"{path}:1")
-    text_lines = text.splitlines()
-    Q_NODES, Q_EDGES, Q_KINDS = '"nodes"', '"edges"', '"kinds"'
+class _JsonSource:
+    """A JSON profile's text: parsed, and searched for the line a node, edge or key is on."""
 
-    def line_of(needle: str, default: int = 1) -> int:
-        for i, ln in enumerate(text_lines, 1):
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            with open(path, encoding="utf-8") as f:
+                self.text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"cannot read profile: {e}", where=path) from None
+        self.lines = self.text.splitlines()
+
+    def parse(self) -> dict:
+        """The top-level object, checked to carry our format tag."""
+        path = self.path
+        try:
+            d = json.loads(self.text)
+        except json.JSONDecodeError as e:
+            raise GraphError(
+                f"invalid JSON (column {e.colno}): {e.msg}", where=f"{path}:{e.lineno}"
+            ) from None
+        except RecursionError:
+            raise GraphError("invalid JSON: nested too deeply", where=path) from None
+        if not isinstance(d, dict):
+            raise GraphError("expected a JSON object", where=f"{path}:1")
+        if d.get("format") != JSON_FORMAT:
+            raise GraphError(f"format must be {JSON_FORMAT!r}, got {d.get('format')!r}", where=f"{path}:1")
+        return d
+
+    def where(self, needle: str) -> str:
+        """``path:line`` of the first line containing ``needle`` (line 1 if none does)."""
+        for i, ln in enumerate(self.lines, 1):
             if needle in ln:
-                return i
-        return default
+                return f"{self.path}:{i}"
+        return f"{self.path}:1"
 
-    nodes, sources = [], {}
-    raw_nodes = d.get("nodes")
+
+_NODE_FIELDS = {"name", "forward_ms", "backward_ms", "param_bytes", "activation_bytes", "label"}
+
+
+def _json_nodes(src: _JsonSource, raw_nodes: object) -> Tuple[List[Node], Dict[str, str]]:
+    """The nodes of a JSON profile and where each is (``name -> path:line``)."""
     if not isinstance(raw_nodes, list):
-        raise GraphError("'nodes' must be a list", where=f"{path}:{line_of(Q_NODES)}")
+        raise GraphError("'nodes' must be a list", where=src.where('"nodes"'))
     if not raw_nodes:
-        raise GraphError("empty graph: no nodes", where=f"{path}:{line_of(Q_NODES)}")
+        raise GraphError("empty graph: no nodes", where=src.where('"nodes"'))
+    nodes, sources = [], {}
     for i, rn in enumerate(raw_nodes):
         name = rn.get("name") if isinstance(rn, dict) else None
-        where = f"{path}:{line_of(json.dumps({'name': name})[:-1]) if isinstance(name, str) else 1}"
+        where = src.where(json.dumps({"name": name})[:-1]) if isinstance(name, str) else f"{src.path}:1"
         if not isinstance(rn, dict) or not isinstance(name, str):
             raise GraphError(f"nodes[{i}] must be an object with a string 'name'", where=where)
-        unknown = set(rn) - {"name", "forward_ms", "backward_ms", "param_bytes", "activation_bytes", "label"}
+        unknown = set(rn) - _NODE_FIELDS
         if unknown:
             raise GraphError(f"node {name!r}: unknown field(s) {sorted(unknown)}", where=where)
         for k in ("forward_ms", "backward_ms"):
@@ -309,23 +324,28 @@ def read_json(path: str) -> CostGraph:
                 str(rn.get("label", "")),
             )
         )
-    edges = []
-    raw_edges = d.get("edges", [])
+    return nodes, sources
+
+
+def _json_edges(src: _JsonSource, raw_edges: object, sources: Dict[str, str]) -> List[Tuple[str, str]]:
+    """The edges of a JSON profile; adds ``"a->b" -> path:line`` to ``sources``."""
     if not isinstance(raw_edges, list):
-        raise GraphError("'edges' must be a list", where=f"{path}:{line_of(Q_EDGES)}")
+        raise GraphError("'edges' must be a list", where=src.where('"edges"'))
+    edges = []
     for e in raw_edges:
         if not (isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e)):
-            raise GraphError(
-                f"edge must be [producer, consumer], got {e!r}", where=f"{path}:{line_of(json.dumps(e))}"
-            )
+            raise GraphError(f"edge must be [producer, consumer], got {e!r}", where=src.where(json.dumps(e)))
         edges.append((e[0], e[1]))
-        sources.setdefault(f"{e[0]}->{e[1]}", f"{path}:{line_of(json.dumps(e))}")
-    g = CostGraph(nodes, edges, name=str(d.get("name", "")), sources=sources)
-    kinds = d.get("kinds", {})
+        sources.setdefault(f"{e[0]}->{e[1]}", src.where(json.dumps(e)))
+    return edges
+
+
+def _json_kinds(src: _JsonSource, kinds: object, g: CostGraph) -> None:
+    """Add the per-kind costs of a JSON profile to ``g``."""
     if not isinstance(kinds, dict):
-        raise GraphError("'kinds' must be an object", where=f"{path}:{line_of(Q_KINDS)}")
+        raise GraphError("'kinds' must be an object", where=src.where('"kinds"'))
     for k, table in kinds.items():
-        where = f"{path}:{line_of(json.dumps(k) + ':')}"
+        where = src.where(json.dumps(k) + ":")
         if not isinstance(table, dict):
             raise GraphError(f"kind {k!r} must map node -> [forward_ms, backward_ms]", where=where)
         costs = {}
@@ -337,6 +357,24 @@ def read_json(path: str) -> CostGraph:
             g.add_kind(k, costs)
         except GraphError as e:
             raise GraphError(str(e), where=where) from None
+
+
+def read_json(path: str) -> CostGraph:
+    """Read our JSON format. Errors name ``path:line`` (of the node or edge where known).
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "g.json")
+        >>> write_json(load_profile("pipedream/vgg16"), p)
+        >>> len(read_json(p))
+        41
+    """
+    src = _JsonSource(path)
+    d = src.parse()
+    nodes, sources = _json_nodes(src, d.get("nodes"))
+    edges = _json_edges(src, d.get("edges", []), sources)
+    g = CostGraph(nodes, edges, name=str(d.get("name", "")), sources=sources)
+    _json_kinds(src, d.get("kinds", {}), g)
     return g
 
 

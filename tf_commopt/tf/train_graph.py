@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from typing import Any, Dict, Optional, Sequence, Set
+from typing import Any, Dict, Optional, Sequence, Set, Tuple
 
 __all__ = ["classify", "attribute", "summary", "GRAD_SCOPE", "is_gradient_type"]
 
@@ -148,6 +148,144 @@ def _strip_grad_scope(name: str) -> str:
     return "/".join(parts[1:]) if parts and GRAD_SCOPE.match(parts[0]) else name
 
 
+class _Attribution:
+    """Owners of the gradient and optimizer ops of one graph (the rules of the module docstring)."""
+
+    def __init__(
+        self,
+        ops: Sequence[Any],
+        kind: Dict[str, str],
+        forward: Sequence[str],
+        var_owner: Dict[str, str],
+        up: Any,
+        reads: Dict[str, str],
+    ):
+        self.ops, self.kind, self.forward = ops, kind, list(forward)
+        self.var_owner, self.up, self.reads = var_owner, up, reads
+        self.fwd_set = set(forward)
+        self.pos = {n: i for i, n in enumerate(forward)}
+        self.in_scope: Dict[str, list] = {}
+        for n in forward:
+            parts = n.split("/")
+            for k in range(1, len(parts)):
+                self.in_scope.setdefault("/".join(parts[:k]), []).append(n)
+        self.by_name = {op.name: op for op in ops}
+        self.owner: Dict[str, Optional[str]] = {}
+        self.slot_owner = self._slot_owners()
+
+    # ---------------------------------------------------------------------------------- gradient ops
+    def forward_read_by(self, op: Any) -> Optional[str]:
+        """The latest kept forward op ``op`` reads (directly or through dropped plumbing)."""
+        best = None
+        for t in op.inputs:
+            p = t.op
+            cands = [p.name] if p.name in self.fwd_set else sorted(self.up(p) & self.fwd_set)
+            for c in cands:
+                if best is None or self.pos[c] > self.pos[best]:
+                    best = c
+        return best
+
+    def type_of(self, name: str) -> str:
+        return self.by_name[name].type
+
+    def grad_owner(self, op: Any) -> Optional[str]:
+        """Longest forward-op prefix of the gradient op's path, else its scope's op, else what it reads."""
+        path = _strip_grad_scope(op.name).split("/")
+        for k in range(len(path), 0, -1):
+            cand = "/".join(path[:k])
+            if cand in self.fwd_set:
+                return cand
+            if cand in self.by_name and self.kind.get(cand) == "forward":  # dropped: its kept producer
+                ups = sorted(self.up(self.by_name[cand]) & self.fwd_set, key=self.pos.get)
+                if ups:
+                    return ups[-1]
+        for k in range(len(path) - 1, 0, -1):
+            members = self.in_scope.get("/".join(path[:k]))
+            if members:
+                return _pick_in_scope(op, members, self.forward_read_by, self.type_of)
+        return self.forward_read_by(op) or (self.forward[-1] if self.forward else None)
+
+    # --------------------------------------------------------------------------------- optimizer ops
+    def _slot_owners(self) -> Dict[str, str]:
+        """Optimizer slots (momentum, Adam's m and v) -> the variable whose update reads the slot."""
+        slot_owner: Dict[str, str] = {}
+        for op in self.ops:
+            if self.kind[op.name] == "optimizer" and UPDATE_TYPES.match(op.type) and op.inputs:
+                w = self.var_owner.get(op.inputs[0].op.name)
+                if w is None:
+                    continue
+                for t in op.inputs[1:]:
+                    h = self.reads.get(t.op.name)
+                    if h is not None and h not in self.var_owner:
+                        slot_owner.setdefault(h, w)
+        return slot_owner
+
+    def var_of(self, op: Any) -> Optional[str]:
+        """The owner of the variable (or slot) ``op`` takes as an input, if any."""
+        for t in op.inputs:
+            n = t.op.name
+            if n in self.var_owner:
+                return self.var_owner[n]
+            h = self.reads.get(n, n)
+            if h in self.slot_owner:
+                return self.slot_owner[h]
+        return None
+
+    def _via_gradient(self, op: Any) -> Tuple[bool, Optional[str]]:
+        """Upward to the gradient ``op`` consumes (IdentityN passes output k from input k only):
+        (whether one was found, its owner)."""
+        queue_t = deque(op.inputs)
+        seen_t: Set[str] = set()
+        while queue_t:
+            t = queue_t.popleft()
+            if t.name in seen_t:
+                continue
+            seen_t.add(t.name)
+            p = t.op
+            if self.kind.get(p.name) == "gradient":
+                return True, self.owner.get(p.name)
+            if p.type == "IdentityN":
+                queue_t.append(p.inputs[t.value_index])
+            elif self.kind.get(p.name) == "optimizer" or p.type in ("Identity", "ReadVariableOp"):
+                queue_t.extend(p.inputs)
+        return False, None
+
+    def _via_update(self, op: Any) -> Optional[str]:
+        """Downward to the variable update ``op`` feeds."""
+        from tf_commopt._compat import op_control_outputs
+
+        queue, seen = deque([op]), {op.name}
+        while queue:
+            x = queue.popleft()
+            for c in [c for t in x.outputs for c in t.consumers()] + op_control_outputs(x):
+                if c.name in seen:
+                    continue
+                seen.add(c.name)
+                v = self.var_of(c)
+                if v is not None and UPDATE_TYPES.match(c.type):
+                    return v
+                if self.kind.get(c.name) == "optimizer":
+                    queue.append(c)
+        return None
+
+    def optimizer_owner(self, op: Any) -> Optional[str]:
+        """The forward op holding the variable ``op`` updates (see the module docstring)."""
+        v = self.var_of(op)
+        if v is not None:
+            return v
+        found, owner = self._via_gradient(op)
+        return owner if found else self._via_update(op)
+
+    def run(self) -> Dict[str, Optional[str]]:
+        for op in self.ops:
+            if self.kind[op.name] == "gradient":
+                self.owner[op.name] = self.grad_owner(op)
+        for op in self.ops:
+            if self.kind[op.name] == "optimizer":
+                self.owner[op.name] = self.optimizer_owner(op)
+        return self.owner
+
+
 def attribute(
     ops: Sequence[Any],
     kind: Dict[str, str],
@@ -158,6 +296,9 @@ def attribute(
 ) -> Dict[str, Optional[str]]:
     """``{gradient/optimizer op name: forward op name or None}`` (see the module docstring).
 
+    Example:
+        >>> owner = attribute(ops, classify(ops), forward_kept, var_owner, up)   # doctest: +SKIP
+
     Args:
         ops: all ops of the graph.
         kind: from :func:`classify`.
@@ -166,112 +307,7 @@ def attribute(
         up: ``up(op)`` -> kept forward op names reached upward from a dropped op through plumbing.
         reads: variable-read op name -> variable handle name (reads replaced by shaped placeholders).
     """
-    reads = reads or {}
-    fwd_set = set(forward)
-    pos = {n: i for i, n in enumerate(forward)}
-    in_scope: Dict[str, list] = {}
-    for n in forward:
-        parts = n.split("/")
-        for k in range(1, len(parts)):
-            in_scope.setdefault("/".join(parts[:k]), []).append(n)
-    by_name = {op.name: op for op in ops}
-    owner: Dict[str, Optional[str]] = {}
-
-    def forward_read_by(op: Any) -> Optional[str]:
-        best = None
-        for t in op.inputs:
-            p = t.op
-            cands = [p.name] if p.name in fwd_set else sorted(up(p) & fwd_set)
-            for c in cands:
-                if best is None or pos[c] > pos[best]:
-                    best = c
-        return best
-
-    def type_of(n: str) -> str:
-        return by_name[n].type
-
-    def grad_owner(op: Any) -> Optional[str]:
-        path = _strip_grad_scope(op.name).split("/")
-        for k in range(len(path), 0, -1):
-            cand = "/".join(path[:k])
-            if cand in fwd_set:
-                return cand
-            if cand in by_name and kind.get(cand) == "forward":  # a dropped forward op: its kept producer
-                ups = sorted(up(by_name[cand]) & fwd_set, key=pos.get)
-                if ups:
-                    return ups[-1]
-        for k in range(len(path) - 1, 0, -1):
-            members = in_scope.get("/".join(path[:k]))
-            if members:
-                return _pick_in_scope(op, members, forward_read_by, type_of)
-        return forward_read_by(op) or (forward[-1] if forward else None)
-
-    for op in ops:
-        if kind[op.name] == "gradient":
-            owner[op.name] = grad_owner(op)
-
-    def var_of(op: Any) -> Optional[str]:
-        for t in op.inputs:
-            n = t.op.name
-            if n in var_owner:
-                return var_owner[n]
-            h = reads.get(n, n)
-            if h in slot_owner:
-                return slot_owner[h]
-        return None
-
-    # optimizer slots (momentum, Adam's m and v): the variable whose update reads the slot
-    slot_owner: Dict[str, str] = {}
-    for op in ops:
-        if kind[op.name] == "optimizer" and UPDATE_TYPES.match(op.type) and op.inputs:
-            w = var_owner.get(op.inputs[0].op.name)
-            if w is None:
-                continue
-            for t in op.inputs[1:]:
-                h = reads.get(t.op.name)
-                if h is not None and h not in var_owner:
-                    slot_owner.setdefault(h, w)
-
-    def optimizer_owner(op: Any) -> Optional[str]:
-        v = var_of(op)
-        if v is not None:
-            return v
-        # upward to the gradient it consumes (IdentityN passes output k from input k only)
-        queue_t = deque(op.inputs)
-        seen_t: Set[str] = set()
-        while queue_t:
-            t = queue_t.popleft()
-            if t.name in seen_t:
-                continue
-            seen_t.add(t.name)
-            p = t.op
-            if kind.get(p.name) == "gradient":
-                return owner.get(p.name)
-            if p.type == "IdentityN":
-                queue_t.append(p.inputs[t.value_index])
-            elif kind.get(p.name) == "optimizer" or p.type in ("Identity", "ReadVariableOp"):
-                queue_t.extend(p.inputs)
-        # downward to the update it feeds
-        from tf_commopt._compat import op_control_outputs
-
-        queue, seen = deque([op]), {op.name}
-        while queue:
-            x = queue.popleft()
-            for c in [c for t in x.outputs for c in t.consumers()] + op_control_outputs(x):
-                if c.name in seen:
-                    continue
-                seen.add(c.name)
-                v = var_of(c)
-                if v is not None and UPDATE_TYPES.match(c.type):
-                    return v
-                if kind.get(c.name) == "optimizer":
-                    queue.append(c)
-        return None
-
-    for op in ops:
-        if kind[op.name] == "optimizer":
-            owner[op.name] = optimizer_owner(op)
-    return owner
+    return _Attribution(ops, kind, forward, var_owner, up, reads or {}).run()
 
 
 def _forward_type(grad_type: str) -> str:
