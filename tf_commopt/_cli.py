@@ -31,6 +31,7 @@ from typing import Collection, Iterator, List, Optional, Sequence
 
 __all__ = [
     "CliParser",
+    "UsageError",
     "DefaultsFormatter",
     "respell",
     "quiet_tensorflow",
@@ -81,22 +82,45 @@ class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class UsageError(Exception):
+    """A bad command line; ``str(e)`` is the one-line message (without the program name)."""
+
+
 class CliParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` for ``python -m tf_commopt.*``: defaults shown in ``--help``, the
     underscore spelling of every dashed flag accepted (``--bandwidth_mbit`` = ``--bandwidth-mbit``), a bad
-    flag answered with one line ``<prog>: error: <message>`` on stderr and exit code 2."""
+    flag answered with one line ``<prog>: error: <message>`` on stderr and exit code 2.
 
-    def __init__(self, *args, **kwargs):
+    With ``raise_usage_errors=True`` a bad flag raises :class:`UsageError` instead of exiting, so a
+    ``main(argv)`` can print the line and *return* 2 (callable in process).
+
+    Example:
+        >>> p = CliParser(prog="demo", raise_usage_errors=True)
+        >>> _ = p.add_argument("--n-steps", type=int)
+        >>> p.parse_args(["--n_steps", "3"]).n_steps
+        3
+        >>> try:
+        ...     p.parse_args(["--n-steps", "x"])
+        ... except UsageError as e:
+        ...     print(e)
+        argument --n-steps: invalid int value: 'x'
+    """
+
+    def __init__(self, *args, raise_usage_errors: bool = False, **kwargs):
         kwargs.setdefault("formatter_class", DefaultsFormatter)
         kwargs.setdefault("epilog", "Flags may also be spelled with underscores (--a_b for --a-b).")
         super().__init__(*args, **kwargs)
+        self.raise_usage_errors = raise_usage_errors
 
     def parse_known_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
         return super().parse_known_args(respell(args, self._option_string_actions, "-"), namespace)
 
     def error(self, message: str):
-        sys.stderr.write(f"{self.prog}: error: {' '.join(message.split())}\n")
+        text = " ".join(message.split())
+        if self.raise_usage_errors:
+            raise UsageError(text)
+        sys.stderr.write(f"{self.prog}: error: {text}\n")
         sys.exit(2)
 
 

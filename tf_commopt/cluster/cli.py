@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import List, Optional, Sequence, Tuple
 
-from tf_commopt._cli import CliParser, add_tf_log_level, quiet_tensorflow
+from tf_commopt._cli import CliParser, UsageError, add_tf_log_level, quiet_tensorflow
 from tf_commopt.cluster.launch import ClusterResult, run_cluster
 from tf_commopt.cluster.shaping import TOPOLOGIES
 from tf_commopt.errors import ClusterError, InputError
@@ -27,15 +27,6 @@ from tf_commopt.errors import ClusterError, InputError
 __all__ = ["main", "PROG"]
 
 PROG = "tf_commopt.cluster"
-
-
-class _UsageError(Exception):
-    """A bad command line; its message is the one line to print."""
-
-
-class _OneLineParser(CliParser):
-    def error(self, message: str):  # raise instead of exiting: main() prints one line and returns 2
-        raise _UsageError(" ".join(message.split()))
 
 
 def _positive_float(unit: str):
@@ -98,7 +89,8 @@ def _add_failure_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(
+    p = CliParser(
+        raise_usage_errors=True,  # main() prints one line and returns 2
         prog=f"python -m {PROG}",
         usage=f"python -m {PROG} [options] -- COMMAND [ARG ...]",
         description="Run COMMAND once per task of a local TF_CONFIG cluster.",
@@ -122,18 +114,18 @@ def _split(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
 
 
 def _parse(parser: argparse.ArgumentParser, opts: List[str], command: List[str]) -> argparse.Namespace:
-    """The parsed flags; _UsageError for anything wrong with the command line."""
+    """The parsed flags; UsageError for anything wrong with the command line."""
     args = parser.parse_args(opts)
     if not command:
-        raise _UsageError("missing COMMAND: give it after --, e.g. -- python -m experiments.train")
+        raise UsageError("missing COMMAND: give it after --, e.g. -- python -m experiments.train")
     if args.workers < 1:
-        raise _UsageError(f"argument --workers: must be >= 1, got {args.workers}")
+        raise UsageError(f"argument --workers: must be >= 1, got {args.workers}")
     if args.ps < 0:
-        raise _UsageError(f"argument --ps: must be >= 0, got {args.ps}")
+        raise UsageError(f"argument --ps: must be >= 0, got {args.ps}")
     if args.threads_per_task is not None and args.threads_per_task < 0:
-        raise _UsageError(f"argument --threads-per-task: must be >= 0, got {args.threads_per_task}")
+        raise UsageError(f"argument --threads-per-task: must be >= 0, got {args.threads_per_task}")
     if args.topology is not None and args.bandwidth_mbit is None:
-        raise _UsageError(
+        raise UsageError(
             "argument --topology: only with --bandwidth-mbit (an unshaped cluster has no topology)"
         )
     return args
@@ -168,7 +160,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     try:
         args = _parse(parser, opts, command)
-    except _UsageError as e:
+    except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return 2
     quiet_tensorflow(args.tf_log_level)  # the tasks inherit $TF_CPP_MIN_LOG_LEVEL

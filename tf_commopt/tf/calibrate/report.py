@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from tf_commopt.tf.calibrate.estimate import MODELS, estimate_profile, layer_errors, stage_errors
@@ -44,6 +45,7 @@ def _parser():
     from tf_commopt._cli import CliParser, add_tf_log_level
 
     ap = CliParser(
+        raise_usage_errors=True,
         prog="python -m tf_commopt.tf.calibrate",
         description="Print per-layer and per-stage errors of the presets and of a roofline fitted on one model.",
     )
@@ -153,11 +155,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         argv: the command line (default: ``sys.argv[1:]``).
 
     Returns:
-        0 (a bad flag exits with code 2 and one line on stderr).
+        0, or 2 for a bad flag (one line on stderr).
     """
-    from tf_commopt._cli import quiet_tensorflow
+    from tf_commopt._cli import UsageError, quiet_tensorflow
 
-    a = _parser().parse_args(argv)
+    parser = _parser()
+    try:
+        a = parser.parse_args(argv)
+    except UsageError as e:
+        sys.stderr.write(f"{parser.prog}: error: {e}\n")
+        return 2
     quiet_tensorflow(a.tf_log_level)
     modes = a.modes.split(",")
     out: Dict[str, Any] = {}
