@@ -352,17 +352,15 @@ def summarize(
 
 def parent(settings: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """Launch the cluster, print the table, append to ``--out``'s .jsonl and rewrite the page."""
-    import dataclasses
+    import tf_commopt.cluster as cluster
+    from tf_commopt.cluster import run_cluster, tbf_params
 
-    from tf_commopt.cluster import ShapingOptions, run_cluster, tbf_params
-
-    shaping = ShapingOptions()  # the launcher's token bucket, resized for comparison runs only
-    if FLAGS.tbf_burst:
-        shaping = dataclasses.replace(shaping, burst_s=0.0, min_burst=FLAGS.tbf_burst)
+    if FLAGS.tbf_burst:  # the launcher sizes its token bucket from these (comparison runs only)
+        cluster.TBF_BURST_S, cluster.TBF_MIN_BURST = 0.0, FLAGS.tbf_burst
     if FLAGS.tbf_limit:
-        shaping = dataclasses.replace(shaping, limit_s=0.0, min_limit=FLAGS.tbf_limit)
+        cluster.TBF_LIMIT_S, cluster.TBF_MIN_LIMIT = 0.0, FLAGS.tbf_limit
     if not FLAGS.slow_start_after_idle:
-        shaping = dataclasses.replace(shaping, sysctls=("net.ipv4.tcp_slow_start_after_idle=0",))
+        cluster.SYSCTLS = tuple(cluster.SYSCTLS) + ("net.ipv4.tcp_slow_start_after_idle=0",)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cmd = [
         sys.executable,
@@ -385,7 +383,6 @@ def parent(settings: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         timeout=FLAGS.timeout,
         cwd=root,
         echo=False,
-        shaping=shaping,
     )  # tasks inherit --tf_log_level
     per_rank = [
         json.loads(line) for lines in r.outputs.values() for line in lines if line.startswith('{"rank"')
@@ -403,7 +400,7 @@ def parent(settings: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         drops = (
             sum(r.get("qdisc", {}).get("dropped", 0) for r in per_rank) if per_rank[0].get("qdisc") else None
         )
-    _, burst, limit = tbf_params(FLAGS.bandwidth_mbit, shaping)
+    _, burst, limit = tbf_params(FLAGS.bandwidth_mbit)
     rec = {
         "command": "python -m experiments.allreduce_bench " + " ".join(sys.argv[1:]),
         "workers": FLAGS.workers,
@@ -416,7 +413,7 @@ def parent(settings: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         "barrier": FLAGS.barrier,
         "tbf_burst": burst,
         "tbf_limit": limit,
-        "sysctls": list(shaping.sysctls),
+        "sysctls": list(cluster.SYSCTLS),
         "tbf_dropped_packets": drops,
         "loadavg_1m_before": round(load, 2),
         "loadavg_1m_after": round(os.getloadavg()[0], 2),

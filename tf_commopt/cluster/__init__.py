@@ -30,26 +30,24 @@ Command line::
     python -m tf_commopt.cluster --workers 2 --bandwidth-mbit 100 -- python -m experiments.train --steps 20
 """
 
+from __future__ import annotations
+
+import functools
+from typing import Optional, Tuple
+
+from tf_commopt.cluster import launch as _launch
+from tf_commopt.cluster import shaping as _shaping
 from tf_commopt.cluster.cli import main
-from tf_commopt.cluster.launch import LAST_LINES, ClusterResult, run_cluster
+from tf_commopt.cluster.launch import LAST_LINES, ClusterResult
 from tf_commopt.cluster.netns import SUBNET
 from tf_commopt.cluster.procfs import live_processes, task_pid
-from tf_commopt.cluster.shaping import (
-    ETH_FRAME,
-    TBF_BURST_S,
-    TBF_LIMIT_S,
-    TBF_MIN_BURST,
-    TBF_MIN_LIMIT,
-    TOPOLOGIES,
-    ShapingOptions,
-    tbf_command,
-    tbf_params,
-)
+from tf_commopt.cluster.shaping import ETH_FRAME, TOPOLOGIES, ShapingOptions
 
 __all__ = [
     "run_cluster",
     "ClusterResult",
     "ShapingOptions",
+    "current_shaping",
     "TOPOLOGIES",
     "tbf_params",
     "tbf_command",
@@ -63,4 +61,38 @@ __all__ = [
     "TBF_MIN_BURST",
     "TBF_LIMIT_S",
     "TBF_MIN_LIMIT",
+    "SYSCTLS",
 ]
+
+# The package's shaping settings: run_cluster, tbf_params and tbf_command below read them at call time
+# when no ShapingOptions is given, so a comparison run may set them (``tf_commopt.cluster.SYSCTLS = (...)``).
+TBF_BURST_S: float = _shaping.TBF_BURST_S  # token bucket depth in seconds of traffic ...
+TBF_MIN_BURST: int = _shaping.TBF_MIN_BURST  # ... but at least 4 full frames
+TBF_LIMIT_S: float = _shaping.TBF_LIMIT_S  # queue: seconds of traffic ...
+TBF_MIN_LIMIT: int = _shaping.TBF_MIN_LIMIT  # ... but at least 128 KiB
+SYSCTLS: Tuple[str, ...] = ()  # "key=value" sysctls set in every namespace
+
+
+def current_shaping() -> ShapingOptions:
+    """The :class:`ShapingOptions` the package settings above give now.
+
+    Example:
+        >>> current_shaping() == ShapingOptions()
+        True
+    """
+    return ShapingOptions(TBF_BURST_S, TBF_MIN_BURST, TBF_LIMIT_S, TBF_MIN_LIMIT, tuple(SYSCTLS))
+
+
+@functools.wraps(_launch.run_cluster)
+def run_cluster(*args, shaping: Optional[ShapingOptions] = None, **kwargs) -> ClusterResult:
+    return _launch.run_cluster(*args, shaping=shaping or current_shaping(), **kwargs)
+
+
+@functools.wraps(_shaping.tbf_params)
+def tbf_params(bandwidth_mbit: float, options: Optional[ShapingOptions] = None) -> Tuple[int, int, int]:
+    return _shaping.tbf_params(bandwidth_mbit, options or current_shaping())
+
+
+@functools.wraps(_shaping.tbf_command)
+def tbf_command(dev: str, bandwidth_mbit: float, options: Optional[ShapingOptions] = None):
+    return _shaping.tbf_command(dev, bandwidth_mbit, options or current_shaping())
