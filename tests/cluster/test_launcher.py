@@ -319,3 +319,81 @@ def test_task_killed_by_a_signal():
     r = run_cluster(["sh", "-c", "echo before; kill -9 $$"], workers=1, echo=False, timeout=60)
     assert (r.returncode, r.failed_signal, r.failed_task) == (137, 9, "worker:0")
     assert r.message == "task worker:0 failed with exit code 137" and r.outputs["worker:0"] == ["before"]
+
+
+# a ps cluster of plain scripts: worker:1 fails on its first start (a file counts its starts), or on every
+# start with ALWAYS set; the chief runs until worker:1 has started twice; ps tasks wait
+FLAKY_WORKER = """
+import json, os, sys, time
+t = json.loads(os.environ["TF_CONFIG"])["task"]
+starts = os.path.join(sys.argv[1], "starts")
+if t["type"] == "ps":
+    time.sleep(300)
+if t["type"] == "chief":
+    for _ in range(1200):
+        if os.path.exists(starts) and len(open(starts).read()) >= 2:
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
+    print("chief done")
+    sys.exit(0)
+if t["index"] == 1:
+    with open(starts, "a") as f:
+        f.write("x")
+    first = len(open(starts).read()) == 1
+    print("start", "first" if first else "again", flush=True)
+    if first or os.environ.get("ALWAYS"):
+        sys.exit(3)
+print("worker done")
+"""
+
+
+def test_restart_workers_starts_a_dead_worker_again_with_its_tf_config(tmp_path):
+    buf = io.StringIO()
+    r = run_cluster(
+        [PY, "-c", FLAKY_WORKER, str(tmp_path)], workers=2, ps=1, chief=True, restart_workers=1, stream=buf
+    )
+    assert r.returncode == 0, r.message
+    assert (r.worker_failures, r.restarts) == (["worker:1 exit 3"], 1)
+    assert r.outputs["worker:1"] == ["start first", "start again", "worker done"]  # lines go on
+    assert "tf_commopt.cluster: worker:1 exited with code 3; restarting it (1/1)" in buf.getvalue()
+    assert r.message == "all 3 task(s) finished (1 worker failure(s) tolerated, 1 restart(s))"
+
+
+def test_tolerated_worker_that_keeps_failing_is_dropped(tmp_path):
+    r = run_cluster(
+        [PY, "-c", FLAKY_WORKER, str(tmp_path)],
+        workers=2,
+        ps=1,
+        chief=True,
+        restart_workers=1,
+        env={"ALWAYS": "1"},
+        echo=False,
+    )
+    assert r.returncode == 0, r.message
+    assert r.worker_failures == ["worker:1 exit 3", "worker:1 exit 3"] and r.restarts == 1
+    assert r.outputs["chief:0"] == ["chief done"]
+
+
+def test_failure_policies_decide_and_the_flags_fit_only_ps_clusters():
+    from tf_commopt.cluster.policy import Action, ClusterView, failure_policy
+
+    strict = failure_policy(ps=1, chief=True, tolerate_worker_failures=False, restart_workers=0)
+    assert strict.on_failure("worker:0", 1, ClusterView(frozenset({"chief:0"}), 0)).action is Action.FAIL
+    tolerant = failure_policy(ps=1, chief=True, tolerate_worker_failures=False, restart_workers=2)
+    up = ClusterView(frozenset({"chief:0", "ps:0"}), 0)
+    assert tolerant.on_failure("worker:3", 137, up).restart == ("worker:3",)
+    assert (
+        tolerant.on_failure("worker:3", 137, ClusterView(up.running, 2)).action is Action.DROP
+    )  # budget spent
+    assert tolerant.on_failure("worker:3", 137, ClusterView(frozenset({"ps:0"}), 0)).action is Action.DROP
+    assert tolerant.on_failure("ps:0", 137, up).action is Action.FAIL  # only workers are tolerated
+    assert tolerant.on_failure("chief:0", 1, up).action is Action.FAIL
+    for kw, flag in (
+        ({"restart_workers": 1}, "--restart-workers"),
+        ({"tolerate_worker_failures": True}, "--tolerate"),
+    ):
+        with pytest.raises(InputError, match=flag):
+            run_cluster(["true"], workers=2, echo=False, **kw)  # a collective cluster
+    with pytest.raises(InputError, match="--restart-workers"):
+        run_cluster(["true"], ps=1, chief=True, restart_workers=-1, echo=False)
