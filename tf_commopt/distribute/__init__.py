@@ -9,7 +9,7 @@ Example:
 
 Names (loaded on first use): ``SkipCorrectStrategy`` (docs/skip_correct.md), ``GroupedHybridTrainer``
 (formerly ``GroupedHybridStrategy``; a trainer with a strategy's surface) and ``Pipeline`` (docs/hybrid.md), ``ParameterServerSkipCorrect`` and ``serve_unless_chief``
-(docs/parameter_server.md).
+(docs/parameter_server.md; the parameter-server variant is the package ``tf_commopt.distribute.ps``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ _LAZY = {
     "GroupedHybridTrainer": "tf_commopt.distribute.hybrid",
     "GroupedHybridStrategy": "tf_commopt.distribute.hybrid",  # the former name, kept for one release
     "Pipeline": "tf_commopt.distribute.pipeline",
-    "ParameterServerSkipCorrect": "tf_commopt.distribute.parameter_server",
-    "serve_unless_chief": "tf_commopt.distribute.ps_serve",
+    "ParameterServerSkipCorrect": "tf_commopt.distribute.ps",
+    "serve_unless_chief": "tf_commopt.distribute.ps",
     "slurm_cluster_resolver": "tf_commopt.distribute.slurm",
 }
 
