@@ -27,6 +27,7 @@ closure (``data.DatasetFnSource``).
 from __future__ import annotations
 
 import types
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -39,6 +40,9 @@ from tf_commopt.distribute.ps.trainer import ParameterServerSkipCorrect, trainer
 from tf_commopt.errors import InputError
 
 __all__ = ["fit", "wrap", "prepare", "chief_copy"]
+
+# trainer -> the data arguments it was last prepared for (a fit with the same ones does not re-trace)
+_DATA_KEYS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 _FIT_ARGS = (
     "x",
@@ -66,7 +70,7 @@ def _source(
     seed: int,
 ):
     """(data source, steps_per_epoch, a key that changes when the data does)."""
-    k = trainer.num_workers if not getattr(trainer, "_compiled", False) else trainer.num_shards
+    k = trainer.num_shards if trainer.compiled else trainer.num_workers
     if isinstance(x, tf.data.Dataset):
         raise InputError(
             "a tf.data.Dataset is one stream, so a shard's batches would depend on which worker ran "
@@ -144,7 +148,7 @@ def prepare(
     trainer = _trainer_of(model, trainer)
     loss = compiled_loss(model)
     source, steps_per_epoch, key = _source(trainer, x, y, batch_size, shuffle, steps_per_epoch, seed)
-    if not getattr(trainer, "_compiled", False):
+    if not trainer.compiled:
         trainer.compile(
             model,
             loss=loss,
@@ -157,9 +161,9 @@ def prepare(
         raise InputError(
             "this trainer trains another model; build a ParameterServerSkipCorrect per model", where="model"
         )
-    elif getattr(trainer, "_fit_key", None) != key:
+    elif _DATA_KEYS.get(trainer) != key:
         trainer.set_data(source)
-    trainer._fit_key = key  # pylint: disable=protected-access
+    _DATA_KEYS[trainer] = key
     return trainer, steps_per_epoch
 
 

@@ -153,6 +153,11 @@ class ParameterServerSkipCorrect:
         _TRAINERS[id(self.strategy)] = self
 
     @property
+    def compiled(self) -> bool:
+        """Whether :meth:`compile` has run."""
+        return self._compiled
+
+    @property
     def probe_rounds(self) -> Optional[int]:
         """``interval="auto"``: the rounds at H = 1 before H is chosen (None for a fixed interval)."""
         return self._auto.probe_rounds if self._auto is not None else None
