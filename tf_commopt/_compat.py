@@ -149,7 +149,7 @@ INTERNALS: List[Tuple[Any, str]] = [
     (tf.Operation, "_control_outputs"),
     # skip_correct.py tracks its per-optimizer state on the optimizer
     (trackable_base.Trackable, "_track_trackable"),
-    # unblock_coordinator_exit (distribute/ps/trainer.py)
+    # unblock_coordinator_exit (distribute/parameter_server.py)
     (cluster_coordinator.ClusterCoordinator, "__del__"),
     (_SetBy(cluster_coordinator.ClusterCoordinator.__init__), "_cluster"),
     (_SetBy(cluster_coordinator.Cluster.__init__), "failure_handler"),

@@ -9,7 +9,7 @@ Example:
 
 Names (loaded on first use): ``SkipCorrectStrategy`` (docs/skip_correct.md), ``GroupedHybridTrainer``
 (formerly ``GroupedHybridStrategy``; a trainer with a strategy's surface) and ``Pipeline`` (docs/hybrid.md), ``ParameterServerSkipCorrect`` and ``serve_unless_chief``
-(docs/parameter_server.md; the parameter-server variant is the package ``tf_commopt.distribute.ps``).
+(docs/parameter_server.md).
 """
 
 from __future__ import annotations
