@@ -45,7 +45,7 @@ def main(argv) -> None:
     import numpy as np
 
     from experiments.optimizers import build_optimizer, validate_optimizer
-    from tf_commopt.distribute import parameter_server as psc
+    from tf_commopt.distribute import ps as psc
     from tf_commopt.distribute.correction import validate_correction
     from tf_commopt.errors import TfCommoptError
 

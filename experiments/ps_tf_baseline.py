@@ -41,7 +41,7 @@ def run(steps: int, epochs: int, batch_size: int, learning_rate: float, model_na
             raise InputError(f"must be >= 1, got {v}", where=f"--{name}")
     if steps % epochs:
         raise InputError(f"{steps} steps do not split into {epochs} epochs", where="--steps")
-    from tf_commopt.distribute.ps_serve import serve_unless_chief
+    from tf_commopt.distribute.ps import serve_unless_chief
 
     serve_unless_chief()
     import tensorflow as tf

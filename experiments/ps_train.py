@@ -1,7 +1,7 @@
 """``experiments.train`` on a TF_CONFIG cluster with ``ps`` tasks: ssgd / skip_correct / local_sgd rounds.
 
 The runner, not the library: it is typed on ``experiments.train.Config``, loads the data set, evaluates
-and writes ``result.json``; the library part is ``tf_commopt.distribute.parameter_server``.
+and writes ``result.json``; the library part is ``tf_commopt.distribute.ps``.
 ``experiments.train`` hands over to :func:`run_training` when ``TF_CONFIG`` has ps tasks.
 
 Example::
@@ -10,7 +10,7 @@ Example::
         python -m experiments.train --strategy=skip_correct --interval=4 --model=mlp --steps=40
 
 Worker and ps tasks serve (``serve_unless_chief``) and exit when the chief is gone; the chief trains
-with ``model.fit`` through ``tf_commopt.distribute.ps_fit`` (a model compiled with ``--optimizer`` in a
+with ``model.fit`` through ``tf_commopt.distribute.ps`` (a model compiled with ``--optimizer`` in a
 ParameterServerSkipCorrect's scope): ``ssgd`` = interval 1 and no correction (exactly synchronous SGD
 with momentum), ``local_sgd`` = correction none, ``skip_correct`` = ``--interval`` and ``--correction``;
 exactly ``--steps`` (or ``--epochs`` x rows // batch) steps, each epoch's last round cut to the steps left.
@@ -119,8 +119,7 @@ def run_training(
     Returns (record, plain model with the trained weights) on the chief; never returns on workers/ps.
     """
     from experiments.optimizers import build_optimizer
-    from tf_commopt.distribute import parameter_server as psc
-    from tf_commopt.distribute import ps_fit
+    from tf_commopt.distribute import ps as psc
 
     out = out or sys.stdout
     tfc = psc.serve_unless_chief(tf_config_from_env())
@@ -174,14 +173,14 @@ def run_training(
     with trainer.scope():
         model = model_fn(cfg.model, data.input_shape, data.num_classes)
         model.compile(optimizer=build_optimizer(optimizer_name, cfg.learning_rate, cfg.momentum), loss=loss)
-    ps_fit.wrap(model, trainer)
+    psc.wrap(model, trainer)
     if cfg.steps:
         epochs, steps_per_epoch = 1, cfg.steps
     else:
         epochs = cfg.epochs
     # the data set's order (load_dataset shuffled it with --seed); shard i = rows i, i + K, ...
     data_args = dict(batch_size=cfg.batch_size, shuffle=False, steps_per_epoch=steps_per_epoch)
-    ps_fit.prepare(model, data.x_train, data.y_train, trainer=trainer, **data_args)
+    psc.prepare(model, data.x_train, data.y_train, trainer=trainer, **data_args)
     first = trainer.restore_latest(cfg.backup_dir) if cfg.backup_dir else 0
     if first:
         print(f"resuming after round {first} from {cfg.backup_dir}", file=out, flush=True)

@@ -55,6 +55,7 @@ __all__ = [
     "graph_function",
     "op_control_outputs",
     "unblock_coordinator_exit",
+    "ps_cluster_spec",
     "no_autotune",
     "device_iterators_without_autotune",
 ]
@@ -304,7 +305,7 @@ def optimizer_lr(optimizer: Any) -> tf.Tensor:
 
 def optimizer_schedule(optimizer: Any) -> Optional[Any]:
     """The LearningRateSchedule object of a current tf-keras optimizer (``_learning_rate``), or None when its
-    learning rate is a constant (parameter-server update rules, ``distribute/ps_rules.py``)."""
+    learning rate is a constant (parameter-server update rules, ``distribute/ps/rules.py``)."""
     tf_keras_internals()  # lists _learning_rate in INTERNALS
     from tf_keras.optimizers.schedules import LearningRateSchedule
 
@@ -422,7 +423,7 @@ def op_control_outputs(op: Any) -> List[Any]:
     return list(op._control_outputs)
 
 
-# ---- the parameter-server coordinator (distribute/parameter_server.py) ----------------------------------
+# ---- the parameter-server coordinator (distribute/ps/trainer.py) ----------------------------------------
 def unblock_coordinator_exit(coordinator: Any) -> None:
     """Let the chief exit after a worker was lost (TF 2.21 would hang at exit otherwise).
 
@@ -432,11 +433,15 @@ def unblock_coordinator_exit(coordinator: Any) -> None:
     instance, not the class) gets a ``stop()`` that gives up on the lock after a second; the handler
     thread is a daemon thread.
     """
-    handler = getattr(getattr(coordinator, "_cluster", None), "failure_handler", None)
-    lock = getattr(handler, "_cluster_update_lock", None)
-    event = getattr(handler, "_cluster_due_for_update_or_finish", None)
-    if handler is None or lock is None or event is None or getattr(handler, "_tf_commopt_patched", False):
+    handler = _internal(
+        _internal(coordinator, "_cluster", "ClusterCoordinator"), "failure_handler", "Cluster"
+    )
+    if not isinstance(handler, cluster_coordinator.WorkerPreemptionHandler):
+        return  # TF_PSS_ENABLE_COORDINATION_SERVICE: another handler, without this lock
+    if getattr(handler, "_tf_commopt_patched", False):
         return
+    lock = _internal(handler, "_cluster_update_lock", "WorkerPreemptionHandler")
+    event = _internal(handler, "_cluster_due_for_update_or_finish", "WorkerPreemptionHandler")
 
     def stop() -> None:
         handler._should_preemption_thread_run = False
@@ -487,3 +492,38 @@ def device_iterators_without_autotune() -> None:
     create_device_dataset._tf_commopt_no_autotune = True  # type: ignore[attr-defined]
     create_device_dataset.__wrapped__ = original  # type: ignore[attr-defined]
     multi_device_iterator_ops._create_device_dataset = create_device_dataset
+
+
+# ---- the parameter-server strategy (distribute/ps/) -------------------------------------------------------
+from tensorflow.python.distribute import parameter_server_strategy_v2  # noqa: E402
+
+INTERNALS.extend(
+    [
+        # ps_cluster_spec: the strategy keeps its cluster resolver here (strategy.cluster_resolver is None)
+        (_SetBy(parameter_server_strategy_v2.ParameterServerStrategyV2.__init__), "_cluster_resolver"),
+    ]
+)
+
+
+def _internal(obj: Any, name: str, owner: str) -> Any:
+    """``obj.name``, or a one-line TfCommoptError naming the missing TensorFlow internal ``owner.name``."""
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        raise TfCommoptError(
+            f"TensorFlow {tf.__version__} has no {owner}.{name}, which tf_commopt relies on (tested with "
+            f"TensorFlow {', '.join(SUPPORTED_TF)}; tf_commopt._compat.INTERNALS lists every such internal)"
+        ) from None
+
+
+def ps_cluster_spec(strategy: Any) -> Dict[str, List[str]]:
+    """job -> task addresses of a ``tf.distribute.ParameterServerStrategy`` (its cluster resolver's spec).
+
+    A one-line TfCommoptError if this TensorFlow keeps the resolver elsewhere.
+
+    >>> ps_cluster_spec(strategy)["worker"]   # doctest: +SKIP
+    ['127.0.0.1:41203', '127.0.0.1:38417']
+    """
+    resolver = _internal(strategy, "_cluster_resolver", "ParameterServerStrategy")
+    spec = resolver.cluster_spec()
+    return {job: list(spec.job_tasks(job)) for job in spec.jobs}

@@ -1,6 +1,6 @@
 """The program every task of tests/cluster/test_ps_fit.py runs (worker/ps serve; the chief trains with fit).
 
-``exact``: for each setting of SETTINGS, ``model.fit`` (through ``ps_fit.wrap``) on arrays, the same with
+``exact``: for each setting of SETTINGS, ``model.fit`` (through ``ps.wrap``) on arrays, the same with
 a ``dataset_fn(input_context)``, and the low-level ``run_round`` with the same round lengths, each from
 the same initial weights; prints one JSON line per setting with the global weights after every round.
 ``auto``: fit with ``interval="auto"`` (Adam, correction auto = gradient). ``kill EPOCHS``: fit printing
@@ -120,10 +120,10 @@ class Recorder:
 
 
 def main(argv):
-    from tf_commopt.distribute import parameter_server as psc
-    from tf_commopt.distribute import ps_fit
+    from tf_commopt.distribute import ps
+    from tf_commopt.errors import InputError
 
-    psc.serve_unless_chief()
+    ps.serve_unless_chief()
     import tensorflow as tf
     import tf_keras
 
@@ -133,10 +133,10 @@ def main(argv):
         for k, (name, kwargs, h, spe, epochs, corr) in enumerate(SETTINGS):
             rec = {"name": name, "kwargs": kwargs, "interval": h, "spe": spe}
             # 1. model.fit on arrays (wrapped instance)
-            t = psc.ParameterServerSkipCorrect(
+            t = ps.ParameterServerSkipCorrect(
                 interval=h, correction=corr, strategy=strategy, round_timeout_s=60
             )
-            model = ps_fit.wrap(build(t, k, name, kwargs))
+            model = ps.wrap(build(t, k, name, kwargs))
             rec["init"] = weights(model)
             r = Recorder(model, t)
             hist = model.fit(
@@ -163,22 +163,22 @@ def main(argv):
                 predict=model.predict(x[:3], verbose=0).tolist(),
             )
             # 2. the same with a dataset function per shard
-            t2 = psc.ParameterServerSkipCorrect(
+            t2 = ps.ParameterServerSkipCorrect(
                 interval=h, correction=corr, strategy=strategy, round_timeout_s=60
             )
             model2 = build(t2, k, name, kwargs)
             r2 = Recorder(model2, t2)
-            ps_fit.fit(
+            ps.fit(
                 model2, dataset_fn, epochs=epochs, steps_per_epoch=spe, verbose=0, callbacks=[r2.callback]
             )
             rec["dataset_fn"] = r2.rounds
             if k == 0:  # dataset_fn(input_context, step): starts at the shard's step, nothing skipped
-                t4 = psc.ParameterServerSkipCorrect(
+                t4 = ps.ParameterServerSkipCorrect(
                     interval=h, correction=corr, strategy=strategy, round_timeout_s=60
                 )
                 model4 = build(t4, k, name, kwargs)
                 r4 = Recorder(model4, t4)
-                ps_fit.fit(
+                ps.fit(
                     model4,
                     dataset_fn_from_step,
                     epochs=epochs,
@@ -188,7 +188,7 @@ def main(argv):
                 )
                 rec["dataset_fn_step"] = r4.rounds
             # 3. the low-level API with the same round lengths
-            t3 = psc.ParameterServerSkipCorrect(
+            t3 = ps.ParameterServerSkipCorrect(
                 interval=h, correction=corr, strategy=strategy, round_timeout_s=60
             )
             model3 = build(t3, k, name, kwargs)
@@ -196,7 +196,7 @@ def main(argv):
                 model3,
                 loss=tf_keras.losses.MeanSquaredError(),
                 optimizer=make_optimizer(name, kwargs),
-                batch_fn=psc.array_batch_fn(x, y, num_shards=SHARDS, batch_size=BATCH),
+                batch_fn=ps.array_batch_fn(x, y, num_shards=SHARDS, batch_size=BATCH),
             )
             rec["run_round"] = []
             for q in r.rounds:
@@ -204,10 +204,10 @@ def main(argv):
                 rec["run_round"].append({"weights": weights(model3)})
             print("RESULT " + json.dumps(rec), flush=True)
     elif argv[1] == "auto":
-        t = psc.ParameterServerSkipCorrect(
+        t = ps.ParameterServerSkipCorrect(
             interval="auto", strategy=strategy, round_timeout_s=60, max_interval=4
         )
-        model = ps_fit.wrap(build(t, 5, "adam", {"learning_rate": 0.05}))
+        model = ps.wrap(build(t, 5, "adam", {"learning_rate": 0.05}))
         with t.scope():
             regularized = tf_keras.Sequential(
                 [tf_keras.layers.Dense(2, input_shape=(3,), kernel_regularizer="l2")]
@@ -221,12 +221,12 @@ def main(argv):
             ("y", lambda: model.fit(dataset_fn, y, steps_per_epoch=2)),
             ("callbacks", lambda: model.fit(x, y, callbacks=[tf_keras.callbacks.BackupAndRestore("/tmp/b")])),
             ("epochs", lambda: model.fit(x, y, epochs=0)),
-            ("compile", lambda: ps_fit.fit(regularized, x, y, batch_size=8)),
+            ("compile", lambda: ps.fit(regularized, x, y, batch_size=8)),
         ]:
             try:
                 call()
                 errors[label] = None
-            except psc.InputError as e:
+            except InputError as e:
                 errors[label] = str(e)
         print("ERRORS " + json.dumps(errors), flush=True)
         rec = {"name": "adam", "kwargs": {"learning_rate": 0.05}, "init": weights(model)}
@@ -251,8 +251,8 @@ def main(argv):
         print("RESULT " + json.dumps(rec), flush=True)
     elif argv[1] == "kill":
         epochs = int(argv[2])
-        t = psc.ParameterServerSkipCorrect(interval=2, strategy=strategy, round_timeout_s=60)
-        model = ps_fit.wrap(build(t, 7, "adam", {"learning_rate": 0.05}))
+        t = ps.ParameterServerSkipCorrect(interval=2, strategy=strategy, round_timeout_s=60)
+        model = ps.wrap(build(t, 7, "adam", {"learning_rate": 0.05}))
         rec = {"name": "adam", "kwargs": {"learning_rate": 0.05}, "init": weights(model)}
         r = Recorder(model, t, echo=True)
         model.fit(

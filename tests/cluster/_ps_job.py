@@ -32,7 +32,7 @@ def data():
 def build(trainer, seed):
     import tf_keras
 
-    from tf_commopt.distribute import parameter_server as psc
+    from tf_commopt.distribute import ps
 
     with trainer.scope():
         init = tf_keras.initializers.RandomNormal(seed=seed)
@@ -43,7 +43,7 @@ def build(trainer, seed):
     trainer.compile(
         model,
         loss=tf_keras.losses.MeanSquaredError(),
-        batch_fn=psc.array_batch_fn(x, y, num_shards=SHARDS, batch_size=BATCH),
+        batch_fn=ps.array_batch_fn(x, y, num_shards=SHARDS, batch_size=BATCH),
     )
     return model
 
@@ -53,15 +53,16 @@ def weights(model):
 
 
 def main(argv):
-    from tf_commopt.distribute import parameter_server as psc
+    from tf_commopt.distribute import ps
+    from tf_commopt.errors import ClusterError
 
-    psc.serve_unless_chief()
+    ps.serve_unless_chief()
     import tensorflow as tf
 
     strategy = tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
     if argv[1] == "exact":
         for k, (h, corr, mom) in enumerate(SETTINGS):
-            t = psc.ParameterServerSkipCorrect(
+            t = ps.ParameterServerSkipCorrect(
                 interval=h,
                 correction=corr,
                 learning_rate=LR,
@@ -79,7 +80,7 @@ def main(argv):
             print("RESULT " + json.dumps(rec), flush=True)
     elif argv[1] == "kill":
         rounds = int(argv[2])
-        t = psc.ParameterServerSkipCorrect(
+        t = ps.ParameterServerSkipCorrect(
             interval=2,
             correction="vrl",
             learning_rate=LR,
@@ -91,7 +92,7 @@ def main(argv):
         for r in range(rounds):
             try:
                 out = t.run_round()
-            except psc.ClusterError as e:
+            except ClusterError as e:
                 print("PARTIAL " + json.dumps(rec), flush=True)
                 print(f"ERROR {e}", flush=True)
                 sys.exit(3)
@@ -103,7 +104,7 @@ def main(argv):
         argv[1] == "resume"
     ):  # resume ROUNDS DIR: restore the newest save in DIR, train, save after every round
         rounds, directory = int(argv[2]), argv[3]
-        t = psc.ParameterServerSkipCorrect(
+        t = ps.ParameterServerSkipCorrect(
             interval=2,
             correction="vrl",
             learning_rate=LR,
@@ -126,7 +127,7 @@ def main(argv):
         for r in range(first, rounds):
             try:
                 out = t.run_round()
-            except psc.ClusterError as e:
+            except ClusterError as e:
                 print(f"ERROR {e}", flush=True)
                 sys.exit(3)
             t.save(directory)

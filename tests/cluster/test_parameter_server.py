@@ -2,7 +2,7 @@
 
 Every task runs tests/cluster/_ps_job.py: worker and ps tasks serve, the chief trains a linear model on
 fixed data and prints the global model after every round. A plain numpy implementation of the rule
-(tf_commopt/distribute/parameter_server.py docstring) must give the same models to 1e-5.
+(docs/parameter_server.md, "The rule") must give the same models to 1e-5.
 """
 
 import json

@@ -1,4 +1,4 @@
-"""``model.fit`` on a parameter-server cluster (ps_fit.py): 2 workers, 1 ps, a chief, real processes.
+"""``model.fit`` on a parameter-server cluster (distribute/ps/keras_fit.py): 2 workers, 1 ps, a chief, real processes.
 
 Every task runs tests/cluster/_ps_fit_job.py. Checked: ``model.fit`` (wrapped instance) equals the
 low-level ``run_round`` with the same round lengths to 1e-6 and a dataset function per shard gives the

@@ -15,6 +15,26 @@ def test_every_internal_exists():
     assert len(_compat.INTERNALS) >= 15
 
 
+def test_ps_cluster_spec_reads_the_strategys_resolver_and_names_a_missing_one():
+    import types
+
+    import tensorflow as tf
+
+    cluster = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(cluster))
+    assert _compat.ps_cluster_spec(types.SimpleNamespace(_cluster_resolver=resolver)) == cluster
+    for call in (
+        lambda: _compat.ps_cluster_spec(object()),
+        lambda: _compat.unblock_coordinator_exit(object()),
+    ):
+        try:
+            call()
+        except _compat.TfCommoptError as e:
+            assert "\n" not in str(e) and "_cluster" in str(e), str(e)
+        else:
+            raise AssertionError("a missing TensorFlow internal must be an error")
+
+
 def test_a_missing_internal_is_named():
     class Fake:
         pass

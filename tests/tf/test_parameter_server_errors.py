@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from tf_commopt.distribute import parameter_server as psc
+from tf_commopt.distribute import ps as psc
+from tf_commopt.distribute.ps.checkpoints import saved_rounds
 from tf_commopt.errors import InputError
 
 CLUSTER = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"], "ps": ["127.0.0.1:4"]}
@@ -88,12 +89,12 @@ def test_runner_refuses_unsupported_flags_on_ps_cluster(monkeypatch, flags, wher
 
 
 def test_library_does_not_import_the_runner():
-    """The runner lives in experiments/ (issue 16): the library module must not reach back into it."""
+    """The runner lives in experiments/: the library package must not reach back into it."""
     import subprocess
     import sys
 
     code = (
-        "import sys; import tf_commopt.distribute.parameter_server as p; "
+        "import sys; import tf_commopt.distribute.ps as p; "
         "print(sorted(m for m in sys.modules if m.startswith('experiments') or m.endswith('ps_runner')), "
         "hasattr(p, 'run_training'))"
     )
@@ -106,4 +107,4 @@ def test_save_restore_refuse_before_compile():
     t._compiled = False
     with pytest.raises(InputError, match="^ParameterServerSkipCorrect: call compile"):
         t.save("/tmp/x")
-    assert psc._saved_rounds("/nonexistent/dir") == []
+    assert saved_rounds("/nonexistent/dir") == []

@@ -1,4 +1,4 @@
-"""Each parameter-server update rule (distribute/ps_rules.py) equals tf-keras's own optimizer, to 1e-6.
+"""Each parameter-server update rule (distribute/ps/rules.py) equals tf-keras's own optimizer, to 1e-6.
 
 The same gradient sequence is applied to a tf.Variable by the tf-keras optimizer (``apply_gradients``)
 and to a tensor by the rule (``UpdateRule.apply`` with the rule's slots, lr at the step count before
@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from tf_commopt.distribute.ps_rules import SUPPORTED_OPTIMIZERS, update_rule
+from tf_commopt.distribute.ps.rules import SUPPORTED_OPTIMIZERS, update_rule
 from tf_commopt.errors import InputError
 
 SCHEDULE = tf_keras.optimizers.schedules.ExponentialDecay(0.05, decay_steps=2, decay_rate=0.5)
@@ -89,14 +89,14 @@ def test_unsupported_optimizer_is_one_line_error(make, words):
 def test_fit_and_wrap_refuse_bad_input_in_one_line():
     """Before any cluster is needed: what fit and wrap refuse, each with one line naming the argument
     (the cluster-side checks are in tests/cluster/test_ps_fit.py)."""
-    from tf_commopt.distribute import ps_fit
+    from tf_commopt.distribute import ps
 
     plain = tf_keras.Sequential([tf_keras.layers.Dense(1, input_shape=(2,))])
     cases = [
-        (lambda: ps_fit.fit(plain, np.zeros((4, 2)), np.zeros(4), sample_weight=None), "sample_weight"),
-        (lambda: ps_fit.fit(plain, np.zeros((4, 2)), np.zeros(4)), "model"),  # not built in a trainer's scope
-        (lambda: ps_fit.fit(object(), np.zeros((4, 2)), np.zeros(4)), "model"),
-        (lambda: ps_fit.wrap(plain), "model"),
+        (lambda: ps.fit(plain, np.zeros((4, 2)), np.zeros(4), sample_weight=None), "sample_weight"),
+        (lambda: ps.fit(plain, np.zeros((4, 2)), np.zeros(4)), "model"),  # not built in a trainer's scope
+        (lambda: ps.fit(object(), np.zeros((4, 2)), np.zeros(4)), "model"),
+        (lambda: ps.wrap(plain), "model"),
     ]
     for call, where in cases:
         with pytest.raises(InputError) as e:

@@ -22,8 +22,8 @@ _LAZY = {
     "GroupedHybridTrainer": "tf_commopt.distribute.hybrid",
     "GroupedHybridStrategy": "tf_commopt.distribute.hybrid",  # the former name, kept for one release
     "Pipeline": "tf_commopt.distribute.pipeline",
-    "ParameterServerSkipCorrect": "tf_commopt.distribute.parameter_server",
-    "serve_unless_chief": "tf_commopt.distribute.ps_serve",
+    "ParameterServerSkipCorrect": "tf_commopt.distribute.ps",
+    "serve_unless_chief": "tf_commopt.distribute.ps",
     "slurm_cluster_resolver": "tf_commopt.distribute.slurm",
 }
 

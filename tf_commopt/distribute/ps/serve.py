@@ -2,7 +2,7 @@
 
 Example (first lines of a script that runs on every task of a TF_CONFIG cluster with ps tasks)::
 
-    from tf_commopt.distribute.ps_serve import serve_unless_chief
+    from tf_commopt.distribute.ps import serve_unless_chief
     tfc = serve_unless_chief()      # worker / ps: serve here, exit 0 when the chief is gone; chief: go on
 
 TensorFlow's own parameter-server tasks call ``server.join()`` and never end, so a launcher that waits
@@ -13,27 +13,18 @@ chief, seen up before, stops answering.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from typing import Optional
 
 from tf_commopt import use_tf_keras
 from tf_commopt.core.tfconfig import TFConfig, tf_config_from_env
+from tf_commopt.distribute.ps.probe import reachable
 from tf_commopt.errors import InputError
 
 __all__ = ["serve", "serve_unless_chief"]
 
 _CHIEF_GONE_POLLS = 4
-
-
-def _reachable(address: str, timeout: float = 1.0) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def serve(
@@ -76,7 +67,7 @@ def serve(
     seen, gone, start = False, 0, time.monotonic()
     while True:
         time.sleep(poll_s)
-        up = _reachable(chief)
+        up = reachable(chief)
         if up:
             seen, gone = True, 0
         elif seen:

@@ -1,6 +1,6 @@
 """A tf-keras optimizer as a function of tensors: the local steps of the parameter-server closures.
 
-The parameter-server variant (``parameter_server.py``, ``ps_fit.py``) runs H local steps of shard i
+The parameter-server variant (``trainer.py``, ``keras_fit.py``) runs H local steps of shard i
 inside one closure on a worker, on tensors (the model copy x_i and shard i's optimizer slots, pulled
 from the ps), and pushes the results back into shard i's slots on the ps. A tf-keras optimizer only
 updates variables, so its update is re-written here as ``(x, g, slots, lr, t) -> (x, slots)``, exactly
