@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, List, NoReturn, Optional, Sequence
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
 
-__all__ = ["main", "fail", "UsageError", "run"]
+__all__ = ["main", "fail", "UsageError", "run", "command"]
+
+_COMMANDS: Dict[int, str] = {}
 
 
 class UsageError(Exception):
@@ -37,6 +39,11 @@ class UsageError(Exception):
 def fail(message: str) -> NoReturn:
     """Reject the command line with ``message`` (raises :class:`UsageError`)."""
     raise UsageError(message)
+
+
+def command(fv: Any) -> str:
+    """``python -m <program> <flags>`` exactly as :func:`main` was called with ``fv``'s flags."""
+    return _COMMANDS[id(fv)]
 
 
 def _error(prog: str, message: str) -> int:
@@ -77,6 +84,7 @@ def main(
     if len(rest) > 1:
         return _error(prog, f"unexpected argument(s): {' '.join(rest[1:])}")
     quiet_tensorflow(fv.tf_log_level)
+    _COMMANDS[id(fv)] = " ".join(["python", "-m", prog, *argv[1:]])
     try:
         return int(body(fv) or 0)
     except UsageError as e:
@@ -85,6 +93,8 @@ def main(
         if os.environ.get("TF_COMMOPT_TRACEBACK") == "1":
             raise
         return _error(prog, str(e))
+    finally:
+        _COMMANDS.pop(id(fv), None)
 
 
 def run(main_fn: Callable[[List[str]], Optional[int]]) -> None:
