@@ -77,6 +77,7 @@ class Sweep:
     describe: Callable[[str], Dict[str, Any]] = lambda setting: {}
     summarize: Callable[[str, Dict[str, List[Dict[str, Any]]]], Dict[str, Any]] = lambda s, runs: {}
     extra: Dict[str, Any] = field(default_factory=dict)  # fields every record of the sweep carries
+    reduce: Callable[[Dict[str, Any]], Dict[str, Any]] = lambda rec: rec  # a launch's result -> one run
 
 
 def machine() -> Dict[str, Any]:
@@ -193,7 +194,7 @@ def run_sweep(
         runs: Dict[str, List[Dict[str, Any]]] = {v: [] for v in sweep.variants}
         for rep in range(sweep.repeats):
             for v in sweep.variants:
-                rec = launch(sweep.launch(setting, v))
+                rec = sweep.reduce(launch(sweep.launch(setting, v)))
                 runs[v].append({k: rec[k] for k in sweep.keep if k in rec} if sweep.keep else rec)
                 shown = {k: rec[k] for k in ("wall_s", "test_accuracy", "interval", "step_ms") if k in rec}
                 echo(f"  {setting} repeat {rep + 1}/{sweep.repeats} {v}: {json.dumps(shown)}")
