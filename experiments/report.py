@@ -26,9 +26,9 @@ RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def pages() -> Dict[str, Page]:
     """Every results page, by name (each bench module declares its own ``PAGE``)."""
-    from experiments import overlap_bench, sc_speed_bench
+    from experiments import overlap_bench, sc_speed_bench, skip_correct_bench
 
-    found = [overlap_bench.PAGE, sc_speed_bench.PAGE]
+    found = [overlap_bench.PAGE, sc_speed_bench.PAGE, *skip_correct_bench.PAGES]
     return {p.name: p for p in found}
 
 
