@@ -99,18 +99,23 @@ def median(values: Sequence[float]) -> float:
 
 
 def _load_line(records: Records) -> str:
-    loads = [r[k] for r in records for k in ("load_average_1m", "loadavg_1m_after") if r.get(k) is not None]
+    loads = [r.get("load_average_1m", r.get("loadavg_1m_after")) for r in records]
+    nums = [x for x in loads if isinstance(x, (int, float))]
+    words = sorted({x for x in loads if isinstance(x, str)})
     cores = sorted({r["cores"] for r in records if r.get("cores")})
-    if not loads:
+    if not nums and not words:
         return "**Machine load:** not recorded in these records."
+    parts = []
+    if nums:
+        lo, hi = min(nums), max(nums)
+        parts.append(
+            f"1-minute load average {lo:g}" + ("" if lo == hi else f"–{hi:g}") + " at the records' ends"
+        )
+    parts += [f"recorded as {w!r}" for w in words]
     where = f" on {', '.join(map(str, cores))} cores" if cores else ""
-    lo, hi = min(loads), max(loads)
-    span = f"{lo:g}" if lo == hi else f"{lo:g}–{hi:g}"
-    missing = sum(
-        1 for r in records if r.get("load_average_1m") is None and r.get("loadavg_1m_after") is None
-    )
+    missing = loads.count(None)
     rest = f"; {missing} of {len(records)} records carry none" if missing else ""
-    return f"**Machine load:** 1-minute load average {span} at the records' ends{where}{rest}."
+    return f"**Machine load:** {'; '.join(parts)}{where}{rest}."
 
 
 def render_page(page: Page, records: Records) -> str:

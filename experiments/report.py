@@ -26,9 +26,15 @@ RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def pages() -> Dict[str, Page]:
     """Every results page, by name (each bench module declares its own ``PAGE``)."""
-    from experiments import overlap_bench, sc_speed_bench, skip_correct_bench
+    from experiments import overlap_bench, ps_bench, sc_speed_bench, skip_correct_bench
 
-    found = [overlap_bench.PAGE, sc_speed_bench.PAGE, *skip_correct_bench.PAGES]
+    found = [
+        overlap_bench.PAGE,
+        sc_speed_bench.PAGE,
+        *skip_correct_bench.PAGES,
+        ps_bench.PAGE,
+        ps_bench.TRACE_PAGE,
+    ]
     return {p.name: p for p in found}
 
 
