@@ -102,7 +102,8 @@ HELP: Dict[str, str] = {
     "compile(steps_per_execution=...))",
     "overlap": "skip_correct/local_sgd: run each sync's all-reduce in the background while the replicas "
     "keep stepping; the stale average is applied at the next sync",
-    "non_iid_classes": "0: iid shards; k > 0: label-skewed shards, each worker's mostly holding k labels",
+    "non_iid_classes": "0: iid shards; k > 0: label-skewed shards, each worker's (local replicas: each "
+    "replica's) mostly holding k labels",
     "step_times": "add step_ms, step_ms_p90 (per-step wall time after step 10) and startup_s "
     "(strategy construction to the end of the first step) to the record",
     "proc_stats": "print 'PROC {...}' after each epoch: the task's resident memory, threads, open files",

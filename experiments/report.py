@@ -26,15 +26,10 @@ RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def pages() -> Dict[str, Page]:
     """Every results page, by name (each bench module declares its own ``PAGE``)."""
-    from experiments import overlap_bench, ps_bench, sc_speed_bench, skip_correct_bench
+    from experiments import correction_bench, overlap_bench, ps_bench, sc_speed_bench, skip_correct_bench
 
-    found = [
-        overlap_bench.PAGE,
-        sc_speed_bench.PAGE,
-        *skip_correct_bench.PAGES,
-        ps_bench.PAGE,
-        ps_bench.TRACE_PAGE,
-    ]
+    found = [overlap_bench.PAGE, sc_speed_bench.PAGE, *skip_correct_bench.PAGES]
+    found += [ps_bench.PAGE, ps_bench.TRACE_PAGE, correction_bench.PAGE]
     return {p.name: p for p in found}
 
 
