@@ -313,6 +313,36 @@ def _summary(cfg: Config, record: Dict[str, Any], where: str, n_test: int, out: 
     print(json.dumps(record), file=out, flush=True)
 
 
+def _add_ons(cfg: Config, strategy: Any, model: Any, data: Any, train: Any, callbacks: List[Any], steps: int):
+    """``--interval_search`` and ``--eval_every``: their callbacks (appended) and the record's finisher."""
+    import tf_keras
+
+    from experiments import curve as curves
+    from experiments.models import build_model
+
+    finishers = []
+    if cfg.interval_search:
+        more, finisher = curves.interval_search(cfg, model, strategy, train)
+        callbacks[:0] = more
+        finishers.append(finisher)
+    if cfg.eval_every:
+        plain = build_model(cfg.model, data.input_shape, data.num_classes)
+        plain.compile(
+            loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
+        )
+        curve = curves.Curve(strategy, model, plain, data, cfg.eval_every, steps, cfg.steps_per_execution)
+        curve.evaluate(0)
+        callbacks.append(curve.callback(tf_keras))
+        finishers.append(curve.record)
+
+    def finish(record: Dict[str, Any]) -> Dict[str, Any]:
+        for f in finishers:
+            record = f(record)
+        return record
+
+    return finish
+
+
 def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] = None) -> RunResult:
     """Train as ``cfg`` says (``tfc``: this task's TF_CONFIG, None locally); the chief prints the record
     as its last line and writes ``--model_dir``."""
@@ -350,6 +380,7 @@ def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] =
             flush=True,
         )
     callbacks.append(_clock_callback(tf_keras, clock, cfg, out))
+    finish = _add_ons(cfg, strategy, model, data, train, callbacks, epochs * steps_per_epoch)
     clock["t0"] = time.perf_counter()
     history = model.fit(
         train,
@@ -369,7 +400,7 @@ def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] =
     workers = (tfc.num_workers + int(tfc.has_chief)) if multi else 1
     run = dict(model=model, strategy=strategy, history=history, workers=workers, epochs=epochs, wall=wall)
     run.update(test_loss=test_loss, test_acc=test_acc, clock=clock, first_epoch=first_epoch, bench=bench)
-    record = _record(cfg, run)
+    record = finish(_record(cfg, run))
     if chief:
         save_result(cfg.model_dir, record, plain)
         _summary(cfg, record, where, len(data.x_test), out)

@@ -69,6 +69,8 @@ class Config:
     non_iid_classes: int = 0
     step_times: bool = False
     proc_stats: bool = False
+    eval_every: int = 0
+    interval_search: str = ""
 
 
 HELP: Dict[str, str] = {
@@ -107,6 +109,10 @@ HELP: Dict[str, str] = {
     "step_times": "add step_ms, step_ms_p90 (per-step wall time after step 10) and startup_s "
     "(strategy construction to the end of the first step) to the record",
     "proc_stats": "print 'PROC {...}' after each epoch: the task's resident memory, threads, open files",
+    "eval_every": "evaluate the (averaged) model every this many steps, the clock paused; the record gets "
+    "its curve (0 = only at the end)",
+    "interval_search": "skip_correct: a baseline interval search instead of a fixed H: adacomm "
+    "(AdaComm-style, from --interval) or grid (short trials of each H before training); empty = none",
 }
 
 _INTS = (
@@ -121,6 +127,7 @@ _INTS = (
     ("auto_probe_interval", 1),
     ("steps_per_execution", 1),
     ("non_iid_classes", 0),
+    ("eval_every", 0),
 )
 
 
@@ -172,6 +179,9 @@ def validate(cfg: Config) -> Config:
     if cfg.steps and cfg.steps_per_epoch:
         raise InputError("give --steps or --steps_per_epoch, not both", where="--steps_per_epoch")
     _choice(cfg.correction, CORRECTIONS, "correction", "--correction")
+    _choice(cfg.interval_search, ("", "adacomm", "grid"), "interval search", "--interval_search")
+    if cfg.interval_search and (cfg.strategy != "skip_correct" or cfg.interval == "auto"):
+        raise InputError("needs --strategy=skip_correct and an integer --interval", where="--interval_search")
     return cfg
 
 
