@@ -46,6 +46,7 @@ class Page:
     commands: Optional[Callable[[Records], List[str]]] = None  # default: the records' own commands
     jsonl: str = ""
     figures: Sequence[str] = field(default_factory=list)  # images beside the page, shown at its end
+    draw: Optional[Callable[[Records, str], None]] = None  # writes the figures into a directory
 
     @property
     def source(self) -> str:

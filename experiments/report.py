@@ -26,10 +26,17 @@ RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def pages() -> Dict[str, Page]:
     """Every results page, by name (each bench module declares its own ``PAGE``)."""
-    from experiments import correction_bench, overlap_bench, ps_bench, sc_speed_bench, skip_correct_bench
+    from experiments import (
+        comm_page,
+        correction_bench,
+        overlap_bench,
+        ps_bench,
+        sc_speed_bench,
+        skip_correct_bench,
+    )
 
     found = [overlap_bench.PAGE, sc_speed_bench.PAGE, *skip_correct_bench.PAGES]
-    found += [ps_bench.PAGE, ps_bench.TRACE_PAGE, correction_bench.PAGE]
+    found += [ps_bench.PAGE, ps_bench.TRACE_PAGE, correction_bench.PAGE, comm_page.PAGE]
     return {p.name: p for p in found}
 
 
@@ -43,6 +50,9 @@ def write(name: str, results: str = RESULTS) -> str:
     """Render page ``name`` and write it to ``results/<name>.md``; returns the path."""
     path = os.path.join(results, f"{name}.md")
     text = render(name, results)
+    page = pages()[name]
+    if page.draw is not None:
+        page.draw(load_jsonl(os.path.join(results, page.source)), results)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path
