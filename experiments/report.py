@@ -27,6 +27,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def pages() -> Dict[str, Page]:
     """Every results page, by name (each bench module declares its own ``PAGE``)."""
     from experiments import (
+        allreduce_bench,
         comm_page,
         correction_bench,
         overlap_bench,
@@ -36,7 +37,7 @@ def pages() -> Dict[str, Page]:
     )
 
     found = [overlap_bench.PAGE, sc_speed_bench.PAGE, *skip_correct_bench.PAGES]
-    found += [ps_bench.PAGE, ps_bench.TRACE_PAGE, correction_bench.PAGE, comm_page.PAGE]
+    found += [ps_bench.PAGE, ps_bench.TRACE_PAGE, correction_bench.PAGE, comm_page.PAGE, allreduce_bench.PAGE]
     return {p.name: p for p in found}
 
 
