@@ -26,6 +26,7 @@ saved round and, the batches being a function of (shard, step), reproduces the u
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -125,9 +126,30 @@ def _interval_and_correction(cfg: Config) -> Tuple[Any, str]:
             "(the closures' pushes and the averaging on the ps)",
             where="--overlap",
         )
+    for name in ("step_times", "proc_stats", "eval_every", "interval_search"):
+        if getattr(cfg, name):
+            raise InputError("not supported on a parameter-server cluster", where=f"--{name}")
     if cfg.strategy == "ssgd":
         return 1, "none"
     return cfg.interval, "none" if cfg.strategy == "local_sgd" else cfg.correction
+
+
+def skewed_order(y: Any, workers: int, classes: int, seed: int) -> Any:
+    """Row order that makes worker i's shard (rows i, i + K, ...) its label-skewed shard of
+    :func:`tf_commopt.datasets.split_non_iid` (each shard cut to the shortest one's length).
+
+    >>> import numpy as np
+    >>> order = skewed_order(np.repeat(np.arange(4), 10), 2, 2, seed=0)
+    >>> len(order) % 2, len(set(order.tolist())) == len(order)
+    (0, True)
+    """
+    import numpy as np
+
+    from tf_commopt.datasets import split_non_iid
+
+    shards = split_non_iid(y, workers, classes, seed=seed)
+    m = min(len(s) for s in shards)
+    return np.stack([np.asarray(s[:m]) for s in shards], axis=1).reshape(-1)
 
 
 def _fit(model: Any, data: Any, log: _RoundLog, done: int, epochs: int, data_args: Dict[str, Any]) -> None:
@@ -211,6 +233,9 @@ def run_training(cfg: Config, model_fn: Callable, out: Optional[TextIO] = None) 
     if cfg.batch_size % workers:
         raise InputError(f"{cfg.batch_size} is not divisible by the {workers} workers", where="--batch_size")
     data = load_data(cfg)
+    if cfg.non_iid_classes:  # worker i's rows i, i + K, ... are its label-skewed shard
+        order = skewed_order(data.y_train, workers, cfg.non_iid_classes, cfg.seed)
+        data = dataclasses.replace(data, x_train=data.x_train[order], y_train=data.y_train[order])
     epochs, steps_per_epoch = schedule(cfg, len(data.x_train))
     steps = epochs * steps_per_epoch
     tf_keras.utils.set_random_seed(cfg.seed)
