@@ -259,7 +259,7 @@ _RUN = [
 PAGE = Page(
     "allreduce",
     "All-reduce efficiency vs the ring bound (MultiWorkerMirroredStrategy, CPU, gRPC)",
-    "The time of one all-reduce of B bytes of float32 per worker against the ring bound on payload bytes "
+    "The time of one all-reduce of B bytes of single-precision floats per worker against the ring bound on payload bytes "
     "(shared segment: every rank's traffic on one shaped link; switch: each rank's own link), per setting "
     "`impl:bytes_per_pack:chunks` (the buffer passed as `chunks` equal tensors to `ReplicaContext.all_reduce` "
     "with `CommunicationOptions(implementation=impl, bytes_per_pack=...)`; TF runs one collective per pack, "
@@ -267,9 +267,9 @@ PAGE = Page(
     "rank's; the table gives the median, min and max over the repeats and the median over the bound. The "
     "wire carries more than the payload (Ethernet, IP and TCP headers and the reverse flow's ACKs), so no "
     "TCP transport reaches the bound. Retransmitted segments are summed over the repeats and the ranks' "
-    "namespaces; drops are the shaper's over the whole run. Records made while the launcher set "
-    "`net.ipv4.tcp_slow_start_after_idle=0` by default name it among the sysctls set; their commands are in "
-    "today's flags.",
+    "namespaces; drops are the shaper's over the whole run. Records made while the launcher turned TCP's "
+    "slow start after idle off by default name that sysctl among those set; their commands are in today's "
+    "flags.",
     [
         Table(
             "Runs",

@@ -261,8 +261,8 @@ PAGE = Page(
     "overlap",
     "Overlapped syncs: hiding the global averaging behind local steps",
     "`SkipCorrectStrategy(overlap=True)` (runner: `--overlap`) against the same run with blocking syncs "
-    "and against compute-only runs (H beyond the run: no communication), all `--strategy=skip_correct "
-    "--momentum=0` on the shaped cluster, variants interleaved, medians over the repeats. "
+    "and against compute-only runs (H beyond the run: no communication), all runner runs with `--strategy=skip_correct` "
+    "and no momentum (so the correction is vrl) on the shaped cluster, variants interleaved, medians over the repeats. "
     "Wall = `model.fit`; communication-only = blocking − compute-only; the perfect-overlap bound = "
     "max(compute-only, communication-only). The teardown-free wall ends at `on_train_end` (plus the "
     "wait for the last in-flight mean); the first step cannot overlap anything, so a second bound takes it "
