@@ -1,15 +1,13 @@
 """Skip-and-correct speed against the floor, MultiWorkerMirroredStrategy and the ring bound, in four parts,
 each a sweep of runner launches (docs/results/sc_speed.md):
 
-* ``step`` — per-step and start-up cost (runner ``--step_times``): ``floor`` (``--strategy=single`` on every
-  task: no communication, no collective), ``mwms`` (``ssgd``), ``sc_local`` (``local_sgd``, H beyond the
-  run) and ``sc_h16`` (H = 16), ``--workers`` processes at once, ``--repeats`` interleaved repeats;
+* ``step`` — per-step and start-up cost (runner ``--step_times``) of ``floor`` (``single`` on every task),
+  ``mwms`` (``ssgd``), ``sc_local`` (``local_sgd``, H beyond the run) and ``sc_h16`` (H = 16);
 * ``sync`` — one sync's wall time against the ring all-reduce bound, per ``--sync_settings`` entry;
 * ``auto`` — ``--auto_runs`` identical runs of ``--interval=auto``: how stable the chosen H is;
 * ``table`` — SSGD, H = 16 without correction, ``auto`` and H = 1000 on ``--table_setting``.
 
 Example:
-    python -m experiments.sc_speed_bench --parts=step --workers=2 --repeats=1 --steps=30 --out=/tmp/sc.jsonl
     python -m experiments.sc_speed_bench --parts=sync,auto,table --out=docs/results/sc_speed.jsonl
 """
 
