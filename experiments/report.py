@@ -33,11 +33,13 @@ def pages() -> Dict[str, Page]:
         overlap_bench,
         ps_bench,
         sc_speed_bench,
+        sim_pages,
         skip_correct_bench,
     )
 
     found = [overlap_bench.PAGE, sc_speed_bench.PAGE, *skip_correct_bench.PAGES]
     found += [ps_bench.PAGE, ps_bench.TRACE_PAGE, correction_bench.PAGE, comm_page.PAGE, allreduce_bench.PAGE]
+    found += sim_pages.all_pages()
     return {p.name: p for p in found}
 
 

@@ -1,0 +1,485 @@
+"""The pages of the simulation benches (docs/results/partition.md, pipeline.md, hybrid*.md), rendered from
+their records alone (the benches' public .jsonl fields: this module imports none of them).
+
+Example:
+    python -m experiments.report partition pipeline hybrid
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable, Dict, List, Sequence
+
+from experiments.page import Page, Table
+
+Records = List[Dict[str, Any]]
+BASELINES = ("layerwise", "balanced", "pipedream")
+PARTITION_COLS = ("layerwise", "balanced", "pipedream", "local", "ga", "pipedream_dp", "ga_objective")
+
+
+def pct(new: float, old: float) -> float:
+    """Percent change of ``new`` against ``old`` (0 when ``old`` is 0).
+
+    >>> pct(90.0, 100.0)
+    -10.0
+    """
+    return 100.0 * (new - old) / old if old else 0.0
+
+
+def spread(values: Sequence[float], better: int) -> Dict[str, Any]:
+    """Median, best, worst and how often better / worse (``better`` = +1 higher is better, -1 lower)."""
+    vals = list(values)
+    n = len(vals)
+    wins = sum(1 for v in vals if v * better > 1e-6)
+    losses = sum(1 for v in vals if v * better < -1e-6)
+    best, worst = (min(vals), max(vals)) if better < 0 else (max(vals), min(vals))
+    return dict(
+        median=statistics.median(vals), best=best, worst=worst, wins=f"{wins}/{n}", losses=f"{losses}/{n}"
+    )
+
+
+# ------------------------------------------------------------------------------------------ partition
+def _partition_rows(records: Records) -> Records:
+    return [r for r in records if "ga" in r]
+
+
+def rows_partition(records: Records) -> Records:
+    out = []
+    for r in _partition_rows(records):
+        row = {
+            k: r.get(k) for k in ("profile", "stages", "devices", "bandwidth_gbps", "nodes", "ga_gain_pct")
+        }
+        row.update({m: r[m]["gpipe_ms"] for m in PARTITION_COLS if m in r})
+        ga = r["ga"]
+        row.update(search_s=ga.get("search_s"), not_slower=r.get("ga_not_slower"))
+        keys = ("seeds_best_ms", "local_best_ms", "ga_best_ms")
+        if all(k in ga for k in keys):
+            row["ablation"] = " → ".join(f"{ga[k]:.2f}" for k in keys)
+        out.append(row)
+    return out
+
+
+def rows_partition_summary(records: Records) -> Records:
+    rows = _partition_rows(records)
+    subsets = {
+        "all": rows,
+        "chain models": [r for r in rows if not r["branchy"]],
+        "branchy models": [r for r in rows if r["branchy"]],
+        "branchy models, 10 Gbit/s": [r for r in rows if r["branchy"] and r["bandwidth_gbps"] == 10],
+    }
+    out = []
+    for name, rs in subsets.items():
+        if not rs:
+            continue
+        g = [r["ga_gain_pct"] for r in rs]
+        old = [pct(r["ga"]["gpipe_ms"], r["ga_objective"]["gpipe_ms"]) for r in rs if "ga_objective" in r]
+        old_slower = sum(
+            r["ga_objective"]["gpipe_ms"] > r["best_baseline_ms"] * (1 + 1e-9)
+            for r in rs
+            if "ga_objective" in r
+        )
+        row = dict(
+            subset=name, n=len(rs), not_slower=f"{sum(bool(r['ga_not_slower']) for r in rs)}/{len(rs)}"
+        )
+        row.update(
+            median=statistics.median(g), lo=min(g), hi=max(g), ten=f"{sum(x >= 10 for x in g)}/{len(rs)}"
+        )
+        row.update(old_slower=f"{old_slower}/{len(rs)}", vs_old=statistics.median(old) if old else None)
+        out.append(row)
+    return out
+
+
+def rows_partition_large(records: Records) -> Records:
+    return [r for r in records if "ga" not in r]
+
+
+PARTITION = Page(
+    "partition",
+    "Partitioner benchmark",
+    "Every partition method of `tf_commopt.partition` on the bundled per-layer profiles, each plan simulated "
+    "(GPipe) on the devices and links it was made for: the GPipe iteration of each method's plan, the "
+    "default's gain over the best baseline (the fastest of layer-wise, balanced and PipeDream per "
+    "configuration), its search seconds and its ablation (best seed, then the memetic local search, then "
+    "the genetic algorithm). `pipedream_dp` is PipeDream's dynamic program as its optimizer returns it; "
+    "`ga_objective` is the earlier default (the genetic algorithm on the additive objective). The search "
+    "on a synthetic graph of thousands of nodes is timed last. Devices: `hom` all alike, `cap` half at "
+    "half speed, `kind` half in each numeric mode of the profile.",
+    [
+        Table(
+            "Summary",
+            rows_partition_summary,
+            [
+                ("configurations", "subset", ""),
+                ("n", "n", "d"),
+                ("default not slower than the best baseline", "not_slower", ""),
+                ("median gain %", "median", ".1f"),
+                ("min gain %", "lo", ".1f"),
+                ("max gain %", "hi", ".1f"),
+                ("gain ≥ 10%", "ten", ""),
+                ("earlier default slower than the best baseline", "old_slower", ""),
+                ("default vs earlier default (median %)", "vs_old", "+.1f"),
+            ],
+        ),
+        Table(
+            "A large synthetic graph",
+            rows_partition_large,
+            [
+                ("profile", "profile", ""),
+                ("nodes", "nodes", ","),
+                ("K", "stages", "d"),
+                ("Gbit/s", "bandwidth_gbps", "g"),
+                ("search s", "search_s", ".2f"),
+                ("GPipe ms", "gpipe_ms", ".2f"),
+                ("seeds / LS / GA best ms", "seeds_best_ms", ".2f"),
+            ],
+        ),
+        Table(
+            "Every configuration (GPipe iteration ms)",
+            rows_partition,
+            [
+                ("profile", "profile", ""),
+                ("K", "stages", "d"),
+                ("devices", "devices", ""),
+                ("Gbit/s", "bandwidth_gbps", "g"),
+                *[(m, m, ".2f") for m in PARTITION_COLS],
+                ("ga s", "search_s", ".2f"),
+                ("ga vs best baseline %", "ga_gain_pct", "+.1f"),
+                ("seeds → LS → GA ms", "ablation", ""),
+            ],
+        ),
+    ],
+    commands=lambda rs: [
+        "python -m experiments.partition_bench --out_json docs/results/partition.jsonl --out_md /tmp/partition_table.md"
+    ],
+)
+
+
+# ------------------------------------------------------------------------------------------- pipeline
+def _configs(records: Records) -> Dict[tuple, Dict[str, Dict[str, Any]]]:
+    by: Dict[tuple, Dict[str, Dict[str, Any]]] = {}
+    for r in records:
+        key = (r["profile"], r["stages"], r["bandwidth_gbps"], r.get("devices", "hom"))
+        by.setdefault(key, {})[r["method"]] = r
+    return {k: v for k, v in by.items() if "ga" in v}
+
+
+def compare(records: Records) -> Records:
+    """The default (``ga``) against each baseline, the best baseline (per metric) and the earlier default."""
+    out = []
+    for (prof, k, bw, dev), ms in _configs(records).items():
+        ga = ms["ga"]
+        refs: Dict[str, Dict[str, float]] = {b: ms[b] for b in (*BASELINES, "ga_objective") if b in ms}
+        refs["best_baseline"] = {
+            "sync_iteration_ms": min(ms[b]["sync_iteration_ms"] for b in BASELINES),
+            "async_throughput": max(ms[b]["async_throughput"] for b in BASELINES),
+            "bytes_injected": min(ms[b]["bytes_injected"] for b in BASELINES),
+        }
+        for base, b in refs.items():
+            row = dict(
+                profile=prof, stages=k, bandwidth_gbps=bw, devices=dev, baseline=base, branchy=ga["branchy"]
+            )
+            row.update(sync_pct=pct(ga["sync_iteration_ms"], b["sync_iteration_ms"]))
+            row.update(async_pct=pct(ga["async_throughput"], b["async_throughput"]))
+            row.update(
+                bytes_pct=pct(ga["bytes_injected"], b["bytes_injected"]) if b["bytes_injected"] else 0.0
+            )
+            out.append(dict(row, fast=ms["layerwise"]["comm_compute_ratio"] <= 1.0))
+    return out
+
+
+def _rows_against(select: Callable[[Dict[str, Any]], bool]) -> Callable[[Records], Records]:
+    def rows(records: Records) -> Records:
+        comps = [c for c in compare(records) if select(c)]
+        out = []
+        for base in ("best_baseline", *BASELINES, "ga_objective"):
+            cs = [c for c in comps if c["baseline"] == base]
+            for key, label, better in (
+                ("sync_pct", "GPipe iteration time %", -1),
+                ("async_pct", "1F1B throughput %", 1),
+                ("bytes_pct", "bytes injected %", -1),
+            ):
+                if cs:
+                    out.append(dict(against=base, metric=label, **spread([c[key] for c in cs], better)))
+        return out
+
+    return rows
+
+
+def rows_ablation(records: Records) -> Records:
+    ga = [r for r in records if r["method"] == "ga" and "sync_seeds_best_ms" in r]
+    out = []
+    for tag, sched in (("sync", "GPipe (exact)"), ("async", "1F1B (model)")):
+        for subset, rs in (
+            ("all", ga),
+            ("branchy", [r for r in ga if r["branchy"]]),
+            ("branchy, 10 Gbit/s", [r for r in ga if r["branchy"] and r["bandwidth_gbps"] == 10]),
+        ):
+            if not rs:
+                continue
+            ls = [100 * (1 - r[f"{tag}_local_best_ms"] / r[f"{tag}_seeds_best_ms"]) for r in rs]
+            gg = [100 * (1 - r[f"{tag}_ga_best_ms"] / r[f"{tag}_local_best_ms"]) for r in rs]
+            lsw, ggw = [x for x in ls if x > 1e-6], [x for x in gg if x > 1e-6]
+            ss = sorted(r["search_s" if tag == "sync" else "async_search_s"] for r in rs)
+            row = dict(
+                schedule=sched,
+                subset=subset,
+                n=len(rs),
+                ls=f"{len(lsw)}/{len(rs)}",
+                gg=f"{len(ggw)}/{len(rs)}",
+            )
+            row.update(ls_med=statistics.median(lsw) if lsw else 0.0, ls_max=max(lsw, default=0.0))
+            row.update(gg_med=statistics.median(ggw) if ggw else 0.0, gg_max=max(ggw, default=0.0))
+            out.append(dict(row, s_med=statistics.median(ss), s_max=ss[-1]))
+    return out
+
+
+def rows_pipeline(records: Records) -> Records:
+    out = []
+    for (prof, k, bw, dev), ms in _configs(records).items():
+        for m, r in ms.items():
+            row = dict(profile=prof, stages=k, bandwidth_gbps=bw, devices=dev, method=m)
+            out.append(
+                dict(
+                    row,
+                    **{
+                        x: r.get(x)
+                        for x in ("sync_iteration_ms", "async_throughput", "bytes_injected", "search_s")
+                    },
+                )
+            )
+    return out
+
+
+_AGAINST = [
+    ("against", "against", ""),
+    ("metric", "metric", ""),
+    ("median", "median", "+.1f"),
+    ("best", "best", "+.1f"),
+    ("worst", "worst", "+.1f"),
+    ("ga better in", "wins", ""),
+    ("ga worse in", "losses", ""),
+]
+PIPELINE = Page(
+    "pipeline",
+    "Pipeline partitioning results",
+    "The default partition (the plan fastest in the simulator for the schedule that will run, found by a "
+    "search on the pipeline time with a memetic local search and a graph-aware genetic algorithm) against "
+    "layer-wise, balanced and PipeDream partitioning, the best of them per configuration and metric, and "
+    "the earlier default (`ga_objective`), each plan simulated in `tf_commopt.core.simulate` on the bundled "
+    "per-layer profiles: GPipe iteration time, 1F1B throughput and bytes injected, as percent change of the "
+    "default against each reference. Links are fast enough to pipeline where layer-wise partitioning's "
+    "largest stage communication is at most its largest stage compute.",
+    [
+        Table("Against each reference, every configuration", _rows_against(lambda c: True), _AGAINST),
+        Table(
+            "Branchy models at ten Gbit/s",
+            _rows_against(lambda c: c["branchy"] and c["bandwidth_gbps"] == 10),
+            _AGAINST,
+        ),
+        Table("Where links are fast enough to pipeline", _rows_against(lambda c: c["fast"]), _AGAINST),
+        Table(
+            "Ablation: seeds only, then the memetic local search, then the genetic algorithm",
+            rows_ablation,
+            [
+                ("schedule", "schedule", ""),
+                ("subset", "subset", ""),
+                ("configurations", "n", "d"),
+                ("LS better than seeds", "ls", ""),
+                ("median gain %", "ls_med", ".2f"),
+                ("max gain %", "ls_max", ".2f"),
+                ("GA better than LS", "gg", ""),
+                ("median gain % ", "gg_med", ".2f"),
+                ("max gain % ", "gg_max", ".2f"),
+                ("search s median", "s_med", ".2f"),
+                ("search s max", "s_max", ".2f"),
+            ],
+        ),
+        Table(
+            "Every configuration and method",
+            rows_pipeline,
+            [
+                ("profile", "profile", ""),
+                ("K", "stages", "d"),
+                ("Gbit/s", "bandwidth_gbps", "g"),
+                ("devices", "devices", ""),
+                ("method", "method", ""),
+                ("GPipe ms", "sync_iteration_ms", ".1f"),
+                ("1F1B mini-batches/s", "async_throughput", ".2f"),
+                ("bytes injected", "bytes_injected", ",.0f"),
+                ("search s", "search_s", ".2f"),
+            ],
+        ),
+    ],
+    commands=lambda rs: [
+        "python -m experiments.pipeline_bench --out_json=docs/results/pipeline.jsonl --figure=docs/results/pipeline.png"
+    ],
+    figures=["pipeline.png", "pipeline_gantt.png"],
+)
+
+
+# --------------------------------------------------------------------------------------------- hybrid
+def _best(r: Dict[str, Any]) -> str:
+    return f"{r.get('grouping', '')} ({r.get('microbatches')})"
+
+
+def rows_hybrid(records: Records) -> Records:
+    out = []
+    for r in records:
+        row = {
+            k: r.get(k)
+            for k in ("profile", "cluster", "bandwidth_gbps", "hybrid_iteration_ms", "ideal_iteration_ms")
+        }
+        base = r["data_parallel_proportional_overlap_iteration_ms"]
+        row.update(
+            best=_best(r),
+            dppo=base,
+            dpp=r["data_parallel_proportional_iteration_ms"],
+            dp=r["data_parallel_iteration_ms"],
+        )
+        out.append(
+            dict(
+                row,
+                vs=pct(r["hybrid_iteration_ms"], base),
+                ideal=r["hybrid_iteration_ms"] / r["ideal_iteration_ms"],
+            )
+        )
+    return out
+
+
+def rows_hybrid_summary(records: Records) -> Records:
+    out = []
+    for bw in sorted({r["bandwidth_gbps"] for r in records}):
+        for src in ("", "pipedream/", "h200/", "keras/"):
+            rs = [r for r in records if r["bandwidth_gbps"] == bw and r["profile"].startswith(src)]
+            if not rs or (src and len(rs) == len([r for r in records if r["bandwidth_gbps"] == bw])):
+                continue
+            g = [
+                pct(r["hybrid_iteration_ms"], r["data_parallel_proportional_overlap_iteration_ms"])
+                for r in rs
+            ]
+            eq = [pct(r["hybrid_iteration_ms"], r["data_parallel_iteration_ms"]) for r in rs]
+            n = len(rs)
+            row = dict(bw=bw, profiles=src or "all", n=n, gain=statistics.mean(g), eq=statistics.mean(eq))
+            row.update(faster=f"{sum(x < -1 for x in g)}/{n}")
+            row["within"] = (
+                f"{sum(r['hybrid_iteration_ms'] <= 1.6 * r['ideal_iteration_ms'] for r in rs)}/{n}"
+            )
+            row["dp_within"] = (
+                f"{sum(r['data_parallel_proportional_overlap_iteration_ms'] <= 1.6 * r['ideal_iteration_ms'] for r in rs)}/{n}"
+            )
+            out.append(row)
+    return out
+
+
+def rows_real(records: Records) -> Records:
+    out = []
+    for r in records:
+        row = dict(
+            kind=r.get("kind"), profile=r["profile"], capacities=r["capacities"], groups=len(r["groups"])
+        )
+        row.update(microbatches=r.get("microbatches"), repeats=r.get("repeats"), costs=r.get("sim_costs"))
+        row.update({f"real_{k}": v for k, v in r["real_ms"].items()})
+        row.update(real_ratio=r["real_ratio_hybrid"], sim_ratio=r["sim_ratio_hybrid"])
+        out.append(dict(row, agree=r["real_ratio_hybrid"] / r["sim_ratio_hybrid"]))
+    return out
+
+
+_HYBRID_COMPARED = (
+    "The device-aware grouped hybrid (pipelines inside device groups, partitioned by device capacity; "
+    "synchronous data parallelism between groups), found by the joint search over groups, replicated-stage "
+    "pipelines, micro-batch counts and plans, against data parallel with an equal split (SSGD), with a "
+    "capacity-proportional split, and with that split plus the same bucketed all-reduce overlap as the "
+    "hybrid, and against the compute-only ideal, all simulated on heterogeneous clusters; per link rate the "
+    "mean change against proportional data parallel with overlap and against SSGD, how often the hybrid is "
+    "faster by more than a percent, and how often each is within the goal's factor of the ideal."
+)
+_SUMMARY = [
+    ("Gbit/s", "bw", "g"),
+    ("profiles", "profiles", ""),
+    ("configurations", "n", "d"),
+    ("hybrid vs DP prop.+overlap, mean %", "gain", "+.1f"),
+    ("hybrid vs SSGD, mean %", "eq", "+.1f"),
+    ("hybrid faster by > 1%", "faster", ""),
+    ("hybrid ≤ 1.6 × ideal", "within", ""),
+    ("DP prop.+overlap ≤ 1.6 × ideal", "dp_within", ""),
+]
+_ALL = [
+    ("profile", "profile", ""),
+    ("cluster", "cluster", ""),
+    ("Gbit/s", "bandwidth_gbps", "g"),
+    ("best (M)", "best", ""),
+    ("hybrid ms", "hybrid_iteration_ms", ".1f"),
+    ("DP prop.+overlap ms", "dppo", ".1f"),
+    ("DP prop. ms", "dpp", ".1f"),
+    ("DP equal ms", "dp", ".1f"),
+    ("ideal ms", "ideal_iteration_ms", ".1f"),
+    ("hybrid vs DP prop.+overlap %", "vs", "+.1f"),
+    ("hybrid / ideal", "ideal", ".2f"),
+]
+
+
+def _hybrid_page(name: str, title: str, command: str) -> Page:
+    tables = [
+        Table("Per link rate", rows_hybrid_summary, _SUMMARY),
+        Table("Every configuration", rows_hybrid, _ALL),
+    ]
+    return Page(name, title, _HYBRID_COMPARED, tables, commands=lambda rs: [command])
+
+
+HYBRID = [
+    _hybrid_page(
+        "hybrid",
+        "Grouped hybrid vs data parallel on heterogeneous devices (simulated)",
+        "python -m experiments.hybrid_bench --json > docs/results/hybrid.jsonl",
+    ),
+    _hybrid_page(
+        "hybrid_m8_32",
+        "Grouped hybrid vs data parallel, more micro-batch counts (simulated)",
+        "python -m experiments.hybrid_bench --json --microbatches=8,32 > docs/results/hybrid_m8_32.jsonl",
+    ),
+    _hybrid_page(
+        "hybrid_keras",
+        "Grouped hybrid vs data parallel on Keras applications (simulated)",
+        "python -m experiments.hybrid_bench --json --profiles= --keras_apps=MobileNetV2,ResNet50 > docs/results/hybrid_keras.jsonl",
+    ),
+    Page(
+        "hybrid_real",
+        "Grouped hybrid: the simulator against real runs on emulated devices",
+        "Real runs on emulated devices of different speed (one process, threads slowed to each device's "
+        "capacity) of equal-split data parallel, capacity-proportional data parallel and the hybrid, each "
+        "repeated, against the simulator's prediction for the same plans: the measured milliseconds per "
+        "iteration, the hybrid-to-SSGD ratio measured and simulated, and how far they agree.",
+        [
+            Table(
+                "",
+                rows_real,
+                [
+                    ("kind", "kind", ""),
+                    ("profile", "profile", ""),
+                    ("capacities", "capacities", "g"),
+                    ("groups", "groups", "d"),
+                    ("M", "microbatches", "d"),
+                    ("repeats", "repeats", "d"),
+                    ("simulated costs", "costs", ""),
+                    ("SSGD ms", "real_data_parallel", ".1f"),
+                    ("DP prop. ms", "real_data_parallel_proportional", ".1f"),
+                    ("hybrid ms", "real_hybrid", ".1f"),
+                    ("hybrid / SSGD measured", "real_ratio", ".3f"),
+                    ("hybrid / SSGD simulated", "sim_ratio", ".3f"),
+                    ("measured / simulated", "agree", ".2f"),
+                ],
+            )
+        ],
+        commands=lambda rs: [
+            "python -m experiments.hybrid_bench --real_only --json --real_repeats=10 "
+            f"--real_capacities={caps} --real_groups={g} --real_microbatches={m} --real_width=512 "
+            "--real_batch=256 --real_base_slowdown=4 --real_sim_costs=measured >> docs/results/hybrid_real.jsonl"
+            for caps, g, m in (("1,0.25", 1, 2), ("1,0.5,0.5", 1, 3), ("1,1,0.5,0.5", 2, 2))
+        ],
+    ),
+]
+
+
+def all_pages() -> List[Page]:
+    """Every simulation page."""
+    return [PARTITION, PIPELINE, *HYBRID]
