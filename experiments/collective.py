@@ -181,7 +181,8 @@ def _clock_callback(tf_keras: Any, clock: Dict[str, Any], cfg: Config, out: Text
                 now = time.perf_counter()
                 rec = dict(epoch=epoch + 1, epoch_s=round(now - clock.setdefault("epoch_t", clock["t0"]), 3))
                 clock["epoch_t"] = now
-                print("PROC " + json.dumps(dict(rec, **proc_status())), file=out, flush=True)
+                lead = "\n" if self.params.get("verbose") else ""  # after the progress bar's line
+                print(lead + "PROC " + json.dumps(dict(rec, **proc_status())), file=out, flush=True)
 
     return Clock()
 

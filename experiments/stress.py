@@ -152,7 +152,12 @@ def run_stress(
     )
     rows: List[Dict[str, Any]] = []
     for task, lines in r.outputs.items():
-        rows += [dict(task=task, **json_lines([x[len(PREFIX) :]])[0]) for x in lines if x.startswith(PREFIX)]
+        # the chief's line may follow its progress bar on the same line
+        rows += [
+            dict(task=task, **json_lines([x[x.index(PREFIX) + len(PREFIX) :]])[0])
+            for x in lines
+            if PREFIX + "{" in x
+        ]
     final = json_lines(r.outputs.get("worker:0", []))
     checks: Dict[str, bool] = {
         "cluster exited 0": r.returncode == 0,
