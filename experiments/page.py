@@ -8,8 +8,8 @@ carry, and what is compared. The registry of every page is :mod:`experiments.rep
 
 Example:
     >>> p = Page("demo", "Demo", "two variants", [Table("", lambda rs: rs, [("variant", "v", ""), ("s", "s", ".1f")])])
-    >>> print(render_page(p, [{"v": "a", "s": 1.25, "command": "python -m x"}]).splitlines()[-3])
-    |---|---:|
+    >>> print(render_page(p, [{"v": "a", "s": 1.5, "command": "python -m x"}]).splitlines()[-1])
+    | a | 1.5 |
 """
 
 from __future__ import annotations

@@ -214,7 +214,7 @@ def run_training(cfg: Config, model_fn: Callable, out: Optional[TextIO] = None) 
     """Train as ``cfg`` says on this parameter-server cluster.
 
     Example:
-        >>> record, model = run_training(cfg, build_model)   # doctest: +SKIP  (chief; other tasks serve)
+        >>> record, model = run_training(cfg, build_model)   # doctest: +SKIP
 
     ``model_fn(name, input_shape, num_classes)`` builds an uncompiled tf-keras model (logits).
     Returns (record, plain model with the trained weights) on the chief; never returns on workers/ps.
