@@ -115,6 +115,28 @@ def rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
+def rows_failure(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per killed run: the same run without the failure, the wall time it cost and the accuracies."""
+    runs: Dict[str, Dict[str, Any]] = {}
+    for r in records:
+        for name, rs in r["runs"].items() if "runs" in r else [(r["run"], [r])]:
+            runs[name] = rs[-1]
+    out = []
+    for name, killed in runs.items():
+        base = runs.get(name[: -len("_kill")]) if name.endswith("_kill") else None
+        if base is None:
+            continue
+        cost = killed["wall_s"] - base["wall_s"]
+        row = dict(
+            run=LABELS.get(base.get("run", name[:-5]), name[:-5]),
+            wall=base["wall_s"],
+            killed=killed["wall_s"],
+        )
+        row.update(cost=cost, cost_pct=100 * cost / base["wall_s"], acc=base["test_accuracy"])
+        out.append(dict(row, acc_killed=killed["test_accuracy"]))
+    return out
+
+
 PAGE = Page(
     "ps",
     "Parameter-server skip-and-correct vs collective, SSGD, and TensorFlow's ParameterServerStrategy",
@@ -142,7 +164,20 @@ PAGE = Page(
                 ("failed tasks", "failures", ""),
                 ("cluster wall s", "cluster_wall_s", ".1f"),
             ],
-        )
+        ),
+        Table(
+            "The cost of one worker failure",
+            rows_failure,
+            [
+                ("run", "run", ""),
+                ("wall, no failure s", "wall", ".1f"),
+                ("wall, worker killed s", "killed", ".1f"),
+                ("cost s", "cost", "+.1f"),
+                ("cost %", "cost_pct", "+.0f"),
+                ("test acc., no failure", "acc", "%"),
+                ("test acc., worker killed", "acc_killed", "%"),
+            ],
+        ),
     ],
 )
 
