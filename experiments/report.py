@@ -30,6 +30,7 @@ def pages() -> Dict[str, Page]:
         allreduce_bench,
         comm_page,
         correction_bench,
+        hybrid_pages,
         overlap_bench,
         ps_bench,
         sc_speed_bench,
@@ -39,7 +40,7 @@ def pages() -> Dict[str, Page]:
 
     found = [overlap_bench.PAGE, sc_speed_bench.PAGE, *skip_correct_bench.PAGES]
     found += [ps_bench.PAGE, ps_bench.TRACE_PAGE, correction_bench.PAGE, comm_page.PAGE, allreduce_bench.PAGE]
-    found += sim_pages.all_pages()
+    found += sim_pages.all_pages() + hybrid_pages.HYBRID
     return {p.name: p for p in found}
 
 
