@@ -77,7 +77,11 @@ def define(fv: Any) -> None:
     flags.DEFINE_float("momentum", 0.9, "SGD momentum", **d)
     flags.DEFINE_integer("non_iid_classes", 2, "labels per worker in the non_iid split", **d)
     flags.DEFINE_integer("seed", 0, "seed", **d)
-    flags.DEFINE_string("out", "", "append one record per setting to this .jsonl", **d)
+    flags.DEFINE_string(
+        "out", "", "append one record per setting to this .jsonl (a .md: the .jsonl beside it)", **d
+    )
+    flags.DEFINE_bool("append", True, "records are always appended (kept for older commands)", **d)
+    flags.DEFINE_bool("report_only", False, "render --out's page from the .jsonl beside it, no runs", **d)
 
 
 def parse_setting(entry: str, override: List[str]) -> Dict[str, Any]:
@@ -145,8 +149,20 @@ def sweeps(fv: Any) -> List[Sweep]:
 
 
 def _body(fv: Any) -> int:
+    import os
+
+    jsonl = os.path.splitext(fv.out)[0] + ".jsonl" if fv.out else ""
+    if fv.report_only:
+        if not fv.out.endswith(".md") or not os.path.exists(jsonl):
+            _cli.fail(f"--report_only: needs --out=PAGE.md with its .jsonl beside it ({jsonl!r} not found)")
+        from experiments.comm_page import PAGE
+        from experiments.page import load_jsonl, write_page
+
+        write_page(PAGE, jsonl, fv.out)
+        PAGE.draw(load_jsonl(jsonl), os.path.dirname(fv.out) or ".")
+        return 0
     for sw in sweeps(fv):  # every setting checked before the first run
-        run_sweep(sw, fv.out, _cli.command(fv))
+        run_sweep(sw, jsonl, _cli.command(fv))
     return 0
 
 
