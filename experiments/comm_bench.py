@@ -109,13 +109,11 @@ def parse_setting(entry: str, override: List[str]) -> Dict[str, Any]:
 
 def _reduce(rec: Dict[str, Any]) -> Dict[str, Any]:
     """A runner record -> the run this bench keeps: wall = training without the evaluations, plus the
-    grid search's trials."""
-    wall = (
-        rec["wall_s"]
-        - rec.get("eval_s", 0.0)
-        + (rec.get("interval_overhead_s", 0.0) if "grid_chosen" in rec else 0.0)
-    )
-    rec = dict(rec, wall_s=round(wall, 3), ms_per_step=round(1000 * wall / rec["steps"], 1))
+    grid search's trials (whose steps are not the run's: those are the curve's last step)."""
+    grid = rec.get("interval_overhead_s", 0.0) if "grid_chosen" in rec else 0.0
+    wall = rec["wall_s"] - rec.get("eval_s", 0.0) + grid
+    steps = rec["curve"][-1]["step"] if rec.get("curve") else rec["steps"]
+    rec = dict(rec, steps=steps, wall_s=round(wall, 3), ms_per_step=round(1000 * wall / steps, 1))
     return {k: rec[k] for k in KEEP if k in rec}
 
 

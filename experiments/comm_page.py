@@ -105,16 +105,17 @@ def rows_overhead(records: Records) -> Records:
         a, ada, g = vs.get("sc_auto"), vs.get("adacomm"), vs.get("grid")
         if not a or not (ada or g):
             continue
-        ours = a["interval_overhead_s"]
+        ours = a.get("interval_overhead_s", 0.0)
         row = dict(
             setting=f"{model}, {mbit:g} Mbit/s, {split}",
             ours=ours,
-            with_syncs=ours + a["interval_selection_comm_s"],
+            with_syncs=ours + a.get("interval_selection_comm_s", 0.0),
         )
         row.update(ada=ada and ada["interval_overhead_s"], grid=g and g["interval_overhead_s"])
-        row.update(
-            grid_x=g and g["interval_overhead_s"] / ours, ada_x=ada and ada["interval_overhead_s"] / ours
-        )
+        if ours:  # a run shorter than the probe chose no H: nothing to compare
+            row.update(
+                grid_x=g and g["interval_overhead_s"] / ours, ada_x=ada and ada["interval_overhead_s"] / ours
+            )
         out.append(row)
     return out
 
