@@ -31,7 +31,7 @@ from tf_commopt.datasets import DATASETS
 from tf_commopt.distribute.correction import CORRECTIONS, validate_correction_lr
 from tf_commopt.errors import InputError
 
-__all__ = ["STRATEGIES", "Config", "validate", "define_flags", "config_from_flags", "to_argv"]
+__all__ = ["STRATEGIES", "Config", "validate", "define_flags", "config_from_flags"]
 
 STRATEGIES = ("single", "ssgd", "skip_correct", "local_sgd", "tf_ps_async")
 SYNC_STRATEGIES = ("skip_correct", "local_sgd")  # the strategies with local steps and syncs
@@ -205,18 +205,3 @@ def define_flags(fv: Any) -> None:
 def config_from_flags(fv: Any) -> Config:
     """A validated Config from the parsed flags ``fv`` (defined by :func:`define_flags`)."""
     return validate(Config(**{f.name: getattr(fv, f.name) for f in dataclasses.fields(Config)}))
-
-
-def to_argv(**fields: Any) -> list:
-    """The runner's flags for these Config fields, in the given order.
-
-    >>> to_argv(strategy="skip_correct", overlap=True, steps=20)
-    ['--strategy=skip_correct', '--overlap', '--steps=20']
-    """
-    names = {f.name for f in dataclasses.fields(Config)}
-    out = []
-    for k, v in fields.items():
-        if k not in names:
-            raise InputError(f"the runner has no flag --{k}", where="experiments.config.to_argv")
-        out.append((f"--{k}" if v else f"--no{k}") if isinstance(v, bool) else f"--{k}={v}")
-    return out
