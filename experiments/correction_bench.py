@@ -1,163 +1,190 @@
-"""The correction with every optimizer on label-skewed shards (issue 13): SSGD vs plain local SGD vs the
-default correction, for SGD, momentum and Adam, at H = 16 and 64.
+"""The correction with every optimizer on label-skewed shards: SSGD vs plain local SGD vs the default
+correction, for SGD, momentum and Adam, at H = 16 and 64. Page: docs/results/correction.md.
 
-One process, ``--replicas`` logical CPU replicas (accuracy, not speed, is measured here). Replica i
-trains only on its shard of the bundled MNIST (``tf_commopt.datasets.split_non_iid``: each shard holds
-``--classes_per_shard`` labels mostly); every global batch is the concatenation of one batch from each
-shard, which tf-keras splits back into the replicas' slices. Variants: ``ssgd`` (MirroredStrategy),
-``none`` (SkipCorrectStrategy, plain local SGD), ``auto`` (the default correction: vrl for plain SGD,
-the gradient-space control variate otherwise). Test accuracy of the (averaged) model after ``--steps``
-steps on the 1,000 held-out images, mean over ``--seeds``.
+A sweep of local runner launches (one process, ``--replicas`` logical CPU replicas: accuracy, not speed,
+is measured here): each replica trains on its own label-skewed shard of the bundled MNIST (runner
+``--non_iid_classes``, ``--classes_per_shard`` labels mostly). Settings are optimizer:seed; variants
+``ssgd`` (MirroredStrategy), ``none:H`` (plain local SGD) and ``auto:H`` (the default correction: vrl for
+plain SGD, the gradient-space control variate otherwise). Test accuracy of the averaged model after
+``--steps`` steps on the held-out images.
 
 Example:
+    python -m experiments.correction_bench --optimizers=sgd --intervals=16 --seeds=0 --steps=20 --out=/tmp/c.jsonl
     python -m experiments.correction_bench --out=docs/results/correction.jsonl
-    python -m experiments.correction_report docs/results/correction.jsonl docs/results/correction.md
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import time
-from typing import Any, Dict, List
+import statistics
+from typing import Any, Dict, List, Optional, Tuple
 
-from absl import flags  # noqa: E402
+from experiments import _cli
+from experiments.harness import Launch, Sweep, run_sweep
+from experiments.page import Page, Table, verdict
 
-from experiments._cli import fail, run  # noqa: E402
-
-OPTIMIZERS = {"sgd": 0.05, "momentum": 0.01, "adam": 0.001}  # name -> learning rate
+OPTIMIZERS = {  # name -> runner flags
+    "sgd": ["--optimizer=sgd", "--learning_rate=0.05", "--momentum=0"],
+    "momentum": ["--optimizer=sgd", "--learning_rate=0.01", "--momentum=0.9"],
+    "adam": ["--optimizer=adam", "--learning_rate=0.001"],
+}
+LEARNING_RATES = {"sgd": 0.05, "momentum": 0.01, "adam": 0.001}
 VARIANTS = ("ssgd", "none", "auto")
-
-FLAGS = flags.FLAGS
-flags.DEFINE_list("optimizers", list(OPTIMIZERS), f"any of {', '.join(OPTIMIZERS)}")
-flags.DEFINE_list("intervals", ["16", "64"], "H values")
-flags.DEFINE_list("variants", list(VARIANTS), f"any of {', '.join(VARIANTS)}")
-flags.DEFINE_integer("replicas", 4, "logical CPU replicas")
-flags.DEFINE_integer("classes_per_shard", 2, "labels per shard (label skew)")
-flags.DEFINE_integer("steps", 400, "training steps")
-flags.DEFINE_integer("per_replica_batch", 32, "examples per replica per step")
-flags.DEFINE_list("seeds", ["0", "1"], "seeds (weights, shard split, order)")
-flags.DEFINE_string("model", "mlp", "experiments.models name")
-flags.DEFINE_bool(
-    "average_optimizer_state",
-    False,
-    "skip-and-correct variants: also average the optimizer slots at each sync",
-)
-flags.DEFINE_string("out", "", "append one JSON record per run to this .jsonl")
+GOALS = {16: 1.0, 64: 3.0}  # points below SSGD allowed at H (H = 64: plain SGD only)
 
 
-def main(argv: List[str]) -> None:
+def define(fv: Any) -> None:
+    from absl import flags
+
+    d = dict(flag_values=fv)
+    flags.DEFINE_list("optimizers", list(OPTIMIZERS), f"any of {', '.join(OPTIMIZERS)}", **d)
+    flags.DEFINE_list("intervals", ["16", "64"], "H values", **d)
+    flags.DEFINE_list("variants", list(VARIANTS), f"any of {', '.join(VARIANTS)}", **d)
+    flags.DEFINE_integer("replicas", 4, "logical CPU replicas", **d)
+    flags.DEFINE_integer("classes_per_shard", 2, "labels per shard (label skew)", **d)
+    flags.DEFINE_integer("steps", 400, "training steps", **d)
+    flags.DEFINE_integer("per_replica_batch", 32, "examples per replica per step", **d)
+    flags.DEFINE_list("seeds", ["0", "1"], "seeds (weights, shard split, order)", **d)
+    flags.DEFINE_string("model", "mlp", "experiments.models name", **d)
+    flags.DEFINE_string("out", "", "append one record per optimizer and seed to this .jsonl", **d)
+
+
+def sweep(fv: Any) -> Sweep:
     for name, allowed in (("optimizers", OPTIMIZERS), ("variants", VARIANTS)):
-        bad = [v for v in getattr(FLAGS, name) if v not in allowed]
+        bad = [v for v in getattr(fv, name) if v not in allowed]
         if bad:
-            fail(f"--{name}: unknown {', '.join(bad)}; choose from {', '.join(allowed)}")
+            _cli.fail(f"--{name}: unknown {', '.join(bad)}; choose from {', '.join(allowed)}")
     try:
-        intervals = [int(h) for h in FLAGS.intervals]
-        seeds = [int(s) for s in FLAGS.seeds]
+        intervals, seeds = [int(h) for h in fv.intervals], [int(s) for s in fv.seeds]
     except ValueError as e:
-        fail(f"--intervals/--seeds must be integers ({e})")
-    if any(h < 1 for h in intervals) or FLAGS.replicas < 2 or FLAGS.steps < 1 or FLAGS.classes_per_shard < 1:
-        fail("--intervals must be >= 1, --replicas >= 2, --steps >= 1, --classes_per_shard >= 1")
+        _cli.fail(f"--intervals/--seeds must be integers ({e})")
+    if any(h < 1 for h in intervals) or fv.replicas < 2 or fv.steps < 1 or fv.classes_per_shard < 1:
+        _cli.fail("--intervals must be >= 1, --replicas >= 2, --steps >= 1, --classes_per_shard >= 1")
+    variants = [
+        v if v == "ssgd" else f"{v}:{h}" for v in fv.variants for h in ([1] if v == "ssgd" else intervals)
+    ]
 
-    import tensorflow as tf
+    def launch(setting: str, variant: str) -> Launch:
+        opt, seed = setting.split(":")
+        kind, _, h = variant.partition(":")
+        argv = [f"--model={fv.model}", f"--replicas={fv.replicas}", f"--steps={fv.steps}", f"--seed={seed}"]
+        argv += [
+            f"--batch_size={fv.per_replica_batch * fv.replicas}",
+            f"--non_iid_classes={fv.classes_per_shard}",
+        ]
+        argv += OPTIMIZERS[opt] + (["--strategy=ssgd"] if kind == "ssgd" else ["--strategy=skip_correct"])
+        argv += [] if kind == "ssgd" else [f"--correction={kind}", f"--interval={h}"]
+        return Launch(argv, workers=0)
 
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * FLAGS.replicas)
-    import tf_keras as k
+    def describe(setting: str) -> Dict[str, Any]:
+        opt, seed = setting.split(":")
+        return dict(optimizer=opt, learning_rate=LEARNING_RATES[opt], seed=int(seed))
 
-    from experiments.models import build_model
-    from tf_commopt._compat import fresh_mirrored_strategy
-    from tf_commopt.datasets import load_dataset, split_non_iid
-    from tf_commopt.distribute import SkipCorrectStrategy
+    extra = dict(replicas=fv.replicas, classes_per_shard=fv.classes_per_shard, steps=fv.steps)
+    extra.update(per_replica_batch=fv.per_replica_batch, model=fv.model)
+    settings = [f"{o}:{s}" for s in seeds for o in fv.optimizers]
+    keep = ("test_accuracy", "wall_s", "syncs", "bytes_communicated", "interval")
+    return Sweep("correction", settings, variants, 1, launch, keep, describe, extra=extra)
 
-    devices = [d.name for d in tf.config.list_logical_devices("CPU")][: FLAGS.replicas]
 
-    def strategy_for(variant: str, h: int):
-        if variant == "ssgd":
-            return fresh_mirrored_strategy(devices)
-        return SkipCorrectStrategy(
-            interval=h,
-            correction=variant,
-            devices=devices,
-            average_optimizer_state=FLAGS.average_optimizer_state,
-        )
+def _body(fv: Any) -> int:
+    run_sweep(sweep(fv), fv.out, _cli.command(fv))
+    return 0
 
-    def optimizer(name: str):
-        lr = OPTIMIZERS[name]
-        if name == "adam":
-            return k.optimizers.Adam(lr)
-        return k.optimizers.SGD(lr, momentum=0.9 if name == "momentum" else 0.0)
 
-    for seed in seeds:
-        data = load_dataset("mnist", seed=seed)
-        shards = split_non_iid(data.y_train, FLAGS.replicas, FLAGS.classes_per_shard, seed=seed)
-        b = FLAGS.per_replica_batch
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m experiments.correction_bench`` in process; returns the exit code."""
+    return _cli.main("experiments.correction_bench", argv, define, _body)
 
-        def dataset():
-            parts = [
-                tf.data.Dataset.from_tensor_slices((data.x_train[idx], data.y_train[idx]))
-                .shuffle(len(idx), seed=seed + i)
-                .repeat()
-                .batch(b, drop_remainder=True)
-                for i, idx in enumerate(shards)
+
+# ------------------------------------------------------------------------------------------------ page
+def runs(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per run (optimizer, variant, interval, seed, test_accuracy): sweep records and older runs."""
+    out = []
+    for r in records:
+        if "runs" not in r:
+            out.append(r)
+            continue
+        for v, rs in r["runs"].items():
+            kind, _, h = v.partition(":")
+            out += [
+                dict(x, optimizer=r["optimizer"], seed=r["seed"], variant=kind, interval=int(h or 1))
+                for x in rs
             ]
-            return (
-                tf.data.Dataset.zip(tuple(parts))
-                .map(lambda *xy: (tf.concat([p[0] for p in xy], 0), tf.concat([p[1] for p in xy], 0)))
-                .prefetch(2)
+    return out
+
+
+def table(records: List[Dict[str, Any]]) -> Dict[Tuple[str, str, int], float]:
+    """(optimizer, variant, H) -> mean test accuracy in % over the seeds."""
+    acc: Dict[Tuple[str, str, int], List[float]] = {}
+    for r in runs(records):
+        acc.setdefault((r["optimizer"], r["variant"], int(r["interval"])), []).append(
+            100 * r["test_accuracy"]
+        )
+    return {key: statistics.mean(v) for key, v in acc.items()}
+
+
+def rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    t = table(records)
+    seeds = sorted({r["seed"] for r in runs(records)})
+    out = []
+    for o in [o for o in OPTIMIZERS if any(k[0] == o for k in t)]:
+        ssgd = t.get((o, "ssgd", 1))
+        for h in sorted({k[2] for k in t if k[1] != "ssgd"}):
+            none, auto = t.get((o, "none", h)), t.get((o, "auto", h))
+            goal = GOALS.get(h) if (h == 16 or o == "sgd") else None
+            diff = None if auto is None or ssgd is None else auto - ssgd
+            ok = None if goal is None or diff is None else diff >= -goal
+            row = dict(optimizer=o, lr=LEARNING_RATES[o], seeds=seeds, h=h, ssgd=ssgd, none=none, auto=auto)
+            below = "" if none is None or auto is None or auto >= none else " (**below** plain local SGD)"
+            out.append(
+                dict(row, diff=diff, goal="—" if goal is None else f"≥ −{goal:g}: {verdict(ok)}{below}")
             )
+    return out
 
-        for opt_name in FLAGS.optimizers:
-            for variant in FLAGS.variants:
-                for h in [1] if variant == "ssgd" else intervals:
-                    strategy = strategy_for(variant, h)
-                    k.utils.set_random_seed(seed)
-                    with strategy.scope():
-                        model = build_model(FLAGS.model, data.input_shape, data.num_classes)
-                        model.compile(
-                            optimizer(opt_name),
-                            k.losses.SparseCategoricalCrossentropy(from_logits=True),
-                            metrics=["accuracy"],
-                        )
-                    t0 = time.perf_counter()
-                    model.fit(dataset(), epochs=1, steps_per_epoch=FLAGS.steps, verbose=0)
-                    wall = time.perf_counter() - t0
-                    if hasattr(strategy, "sync"):
-                        strategy.sync()
-                    plain = build_model(FLAGS.model, data.input_shape, data.num_classes)
-                    plain.set_weights(model.get_weights())
-                    plain.compile(
-                        loss=k.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
-                    )
-                    _, acc = plain.evaluate(data.x_test, data.y_test, batch_size=500, verbose=0)
-                    rec: Dict[str, Any] = {
-                        "optimizer": opt_name,
-                        "learning_rate": OPTIMIZERS[opt_name],
-                        "variant": variant,
-                        "interval": h,
-                        "seed": seed,
-                        "test_accuracy": round(float(acc), 4),
-                        "wall_s": round(wall, 2),
-                        "replicas": FLAGS.replicas,
-                        "classes_per_shard": FLAGS.classes_per_shard,
-                        "steps": FLAGS.steps,
-                        "per_replica_batch": b,
-                        "model": FLAGS.model,
-                        "average_optimizer_state": FLAGS.average_optimizer_state,
-                        "command": "python -m experiments.correction_bench " + " ".join(sys.argv[1:]),
-                    }
-                    if hasattr(strategy, "stats"):
-                        st = strategy.stats()
-                        rec.update(
-                            syncs=st["syncs"],
-                            bytes_communicated=st["bytes_communicated"],
-                            rule=strategy.extended.correction_state(model.optimizer).rule,
-                        )
-                    print(json.dumps(rec), flush=True)
-                    if FLAGS.out:
-                        with open(FLAGS.out, "a", encoding="utf-8") as f:
-                            f.write(json.dumps(rec) + "\n")
 
+def setup(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    keys = ("replicas", "classes_per_shard", "model", "steps", "per_replica_batch")
+    seen = {tuple(r.get(k) for k in keys) for r in records}
+    return [dict(zip(keys, s)) for s in sorted(seen, key=str)]
+
+
+PAGE = Page(
+    "correction",
+    "The correction with every optimizer (label-skewed shards)",
+    "Local replicas (logical CPUs, one process), each trained on its own label-skewed shard of the bundled "
+    "MNIST: synchronous SGD against plain local SGD (`none`) and the default correction (`auto`: vrl for "
+    "plain SGD, the gradient-space control variate otherwise) at each H, for SGD, SGD with momentum and "
+    "Adam. Test accuracy (%) of the averaged model on the held-out images, the mean over the seeds; the goal "
+    "is the default correction's largest allowed loss against SSGD.",
+    [
+        Table(
+            "Setting",
+            setup,
+            [
+                ("replicas", "replicas", "d"),
+                ("labels per shard", "classes_per_shard", "d"),
+                ("model", "model", ""),
+                ("steps", "steps", "d"),
+                ("examples per replica and step", "per_replica_batch", "d"),
+            ],
+        ),
+        Table(
+            "Test accuracy (%)",
+            rows,
+            [
+                ("optimizer", "optimizer", ""),
+                ("lr", "lr", "g"),
+                ("seeds", "seeds", "d"),
+                ("H", "h", "d"),
+                ("SSGD", "ssgd", ".1f"),
+                ("none", "none", ".1f"),
+                ("auto", "auto", ".1f"),
+                ("auto − SSGD", "diff", "+.1f"),
+                ("goal", "goal", ""),
+            ],
+        ),
+    ],
+)
 
 if __name__ == "__main__":
-    run(main)
+    raise SystemExit(main())

@@ -11,15 +11,33 @@ from __future__ import annotations
 
 def train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int = 0):
     """A ``distribute_datasets_from_function`` input function: each worker reads its own shard,
-    shuffled (seeded) and repeated, in per-replica batches. With ``non_iid_classes > 0`` the shards
-    are label-skewed (:func:`tf_commopt.datasets.split_non_iid`); otherwise element i goes to shard
-    i mod N."""
+    shuffled (seeded) and repeated, in per-replica batches; element i goes to shard i mod N.
+
+    With ``non_iid_classes > 0`` the shards are label-skewed (:func:`tf_commopt.datasets.split_non_iid`,
+    each mostly holding that many labels): one per worker, or, where one input pipeline feeds several
+    replicas (local replicas of one process), one per replica — the pipeline then yields the replicas'
+    batches in turn, which the strategy hands out round robin.
+    """
     import tensorflow as tf
 
     from tf_commopt._compat import no_autotune
     from tf_commopt.datasets import split_non_iid
 
     def fn(ctx: tf.distribute.InputContext):
+        per_replica = ctx.get_per_replica_batch_size(global_batch)
+        local = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+        if non_iid_classes and local > 1:
+            shards = split_non_iid(y, ctx.num_replicas_in_sync, non_iid_classes, seed=seed)
+            mine = shards[ctx.input_pipeline_id * local : (ctx.input_pipeline_id + 1) * local]
+            parts = [
+                tf.data.Dataset.from_tensor_slices((x[idx], y[idx]))
+                .shuffle(len(idx), seed=seed + i, reshuffle_each_iteration=True)
+                .repeat()
+                .batch(per_replica, drop_remainder=True)
+                for i, idx in enumerate(mine)
+            ]
+            turns = tf.data.Dataset.range(local).repeat()
+            return no_autotune(tf.data.Dataset.choose_from_datasets(parts, turns).prefetch(2))
         if non_iid_classes:
             idx = split_non_iid(y, ctx.num_input_pipelines, non_iid_classes, seed=seed)[ctx.input_pipeline_id]
             ds = tf.data.Dataset.from_tensor_slices((x[idx], y[idx]))
@@ -28,7 +46,7 @@ def train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int = 
                 ctx.num_input_pipelines, ctx.input_pipeline_id
             )
         ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True).repeat()
-        ds = ds.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True).prefetch(2)
+        ds = ds.batch(per_replica, drop_remainder=True).prefetch(2)
         return no_autotune(ds)  # nothing to tune; its autotune thread can stall the iterator's deletion
 
     return fn

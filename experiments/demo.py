@@ -1,10 +1,10 @@
 """The README's first command: skip-and-correct next to synchronous SGD on the bundled data, in two lines.
 
 Starts a local 2-worker cluster twice (two processes each, TensorFlow collectives over loopback: no
-network set-up, no root), runs ``experiments.train`` with ``--strategy=ssgd``
-(MultiWorkerMirroredStrategy) and with ``--strategy=skip_correct --interval=auto`` on the bundled 5,000
-MNIST images, and prints one line per run: wall time of training, test accuracy, syncs, bytes each
-worker sent to the all-reduces. ``--bandwidth_mbit`` shapes the cluster's links (root, ``tc``).
+network set-up, no root), runs the runner with ``--strategy=ssgd`` (MultiWorkerMirroredStrategy) and with
+``--strategy=skip_correct --interval=auto`` on the bundled 5,000 MNIST images, and prints one line per
+run: wall time of training, test accuracy, syncs, bytes each worker sent to the all-reduces.
+``--bandwidth_mbit`` shapes the cluster's links (root, ``tc``).
 
 Example:
     python -m experiments.demo
@@ -13,66 +13,44 @@ Example:
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-from absl import flags  # noqa: E402
-
-from experiments._cli import fail, run  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLAGS = flags.FLAGS
-flags.DEFINE_integer("workers", 2, "worker processes")
-flags.DEFINE_integer("steps", 300, "training steps")
-flags.DEFINE_string("model", "mlp", "mlp, cnn or big_mlp (experiments.models)")
-flags.DEFINE_float(
-    "bandwidth_mbit", 0.0, "shape each worker's link to this rate (0 = plain loopback; needs root)"
-)
+from experiments import _cli
+from experiments.harness import Launch, launch
 
 
-def _run(strategy_flags: List[str]) -> Dict[str, Any]:
-    from tf_commopt.cluster import run_cluster
+def define(fv: Any) -> None:
+    from absl import flags
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "experiments.train",
-        f"--model={FLAGS.model}",
-        f"--steps={FLAGS.steps}",
-        "--momentum=0",
-        *strategy_flags,
-    ]
-    r = run_cluster(
-        cmd,
-        workers=FLAGS.workers,
-        bandwidth_mbit=FLAGS.bandwidth_mbit or None,
-        cwd=ROOT,
-        env={"PYTHONPATH": ROOT},
-        echo=False,
-        timeout=1800,
+    d = dict(flag_values=fv)
+    flags.DEFINE_integer("workers", 2, "worker processes", **d)
+    flags.DEFINE_integer("steps", 300, "training steps", **d)
+    flags.DEFINE_string("model", "mlp", "mlp, cnn or big_mlp (experiments.models)", **d)
+    flags.DEFINE_float(
+        "bandwidth_mbit", 0.0, "shape each worker's link to this rate (0 = plain loopback; needs root)", **d
     )
-    if r.returncode != 0:
-        for t in r.outputs:  # the failing run's last lines, then the one-line error
-            for x in r.last_lines(t, 5):
-                sys.stderr.write(f"  [{t}] {x}\n")
-        fail(f"{' '.join(strategy_flags)}: {r.message}")
-    lines = [x for x in r.outputs["worker:0"] if x.startswith("{")]
-    return json.loads(lines[-1])
 
 
-def main(argv: List[str]) -> None:
-    if FLAGS.workers < 2 or FLAGS.steps < 1 or FLAGS.bandwidth_mbit < 0:
-        fail("--workers must be >= 2, --steps >= 1, --bandwidth_mbit >= 0")
-    net = f"{FLAGS.bandwidth_mbit:g} Mbit/s links" if FLAGS.bandwidth_mbit else "loopback, unshaped"
+def _run(fv: Any, strategy_flags: List[str]) -> Dict[str, Any]:
+    argv = [f"--model={fv.model}", f"--steps={fv.steps}", "--momentum=0", *strategy_flags]
+    try:
+        return launch(Launch(argv, workers=fv.workers, mbit=fv.bandwidth_mbit or None))
+    except RuntimeError as e:  # the failing run's last lines, then the one-line error
+        lines = str(e).splitlines()
+        print("\n".join(f"  {x}" for x in lines[1:]))
+        _cli.fail(f"{' '.join(strategy_flags)}: {lines[0]}")
+
+
+def _body(fv: Any) -> int:
+    if fv.workers < 2 or fv.steps < 1 or fv.bandwidth_mbit < 0:
+        _cli.fail("--workers must be >= 2, --steps >= 1, --bandwidth_mbit >= 0")
+    net = f"{fv.bandwidth_mbit:g} Mbit/s links" if fv.bandwidth_mbit else "loopback, unshaped"
     print(
-        f"{FLAGS.workers} worker processes ({net}), {FLAGS.model} on the bundled MNIST, {FLAGS.steps} steps; "
-        "training...",
+        f"{fv.workers} worker processes ({net}), {fv.model} on the bundled MNIST, {fv.steps} steps; training...",
         flush=True,
     )
-    ssgd = _run(["--strategy=ssgd"])
-    sc = _run(["--strategy=skip_correct", "--interval=auto"])
+    ssgd = _run(fv, ["--strategy=ssgd"])
+    sc = _run(fv, ["--strategy=skip_correct", "--interval=auto"])
     params = ssgd["param_bytes"]
     for name, r, syncs, sent in (
         ("synchronous SGD (MultiWorkerMirrored)", ssgd, ssgd["steps"], ssgd["steps"] * params),
@@ -93,7 +71,13 @@ def main(argv: List[str]) -> None:
         f"{100 * (sc['test_accuracy'] - ssgd['test_accuracy']):+.1f} accuracy points",
         flush=True,
     )
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m experiments.demo`` in process; returns the exit code."""
+    return _cli.main("experiments.demo", argv, define, _body)
 
 
 if __name__ == "__main__":
-    run(main)
+    raise SystemExit(main())

@@ -1,126 +1,91 @@
-"""Skip-and-correct on a parameter-server cluster with label-skewed shards: correction none vs vrl (or gradient).
+"""Skip-and-correct on a parameter-server cluster with label-skewed shards: correction none vs vrl (or
+gradient for the other optimizers), from the same initial weights.
 
-Runs on every task of a TF_CONFIG cluster with ps tasks (workers and ps serve); the chief trains a
-784-64-10 MLP on the bundled MNIST split over the workers by label (``split_non_iid``), once with
-``correction=none`` (local SGD) and once with ``vrl``, from the same initial weights, and prints one
-JSON line per correction with the test accuracy after every fifth of the rounds. ``--optimizer=adam``
-(rmsprop, adagrad) runs that optimizer's local steps (``compile(optimizer=...)``) and compares
-``none`` with ``gradient`` (``--corrections`` to choose).
+A sweep of runner launches on a cluster of ``--workers`` workers, one ps and a chief: the ``mlp`` on the
+bundled MNIST split over the workers by label (runner ``--non_iid_classes``), ``--rounds`` rounds of H =
+``--interval`` local steps per correction. One record per optimizer to ``--out``, the test accuracy of
+each correction's run.
 
 Example:
-    python -m tf_commopt.cluster --workers 2 --ps 1 --chief -- \\
-        python -m experiments.ps_non_iid --interval=16 --learning_rate=0.1 --rounds=25
+    python -m experiments.ps_non_iid --interval=4 --rounds=5 --out=/tmp/ps_non_iid.jsonl
+    python -m experiments.ps_non_iid --interval=16 --learning_rate=0.1 --rounds=25 --optimizer=adam
 """
 
 from __future__ import annotations
 
-import json
-import sys
+from typing import Any, List, Optional
 
-from absl import flags, logging  # noqa: E402
-
-FLAGS = flags.FLAGS
-flags.DEFINE_integer("interval", 16, "local steps per round (H)")
-flags.DEFINE_float("learning_rate", 0.1, "learning rate (SGD: no momentum)")
-flags.DEFINE_string(
-    "optimizer", "sgd", "sgd, adam, rmsprop or adagrad (tf-keras defaults but the learning rate)"
-)
-flags.DEFINE_string(
-    "corrections",
-    "",
-    "comma-separated corrections to compare; default none,vrl for sgd, none,gradient otherwise",
-)
-flags.DEFINE_integer("rounds", 25, "rounds per correction (a multiple of 5)")
-flags.DEFINE_integer("batch_size", 32, "batch per shard and step")
-flags.DEFINE_integer("classes_per_shard", 5, "labels per shard (split_non_iid)")
-flags.DEFINE_integer("seed", 0, "data split, order and initial weights")
+from experiments import _cli
+from experiments.harness import Launch, Sweep, run_sweep
 
 
-def main(argv) -> None:
-    del argv
-    import logging as pylogging
+def define(fv: Any) -> None:
+    from absl import flags
 
-    logging.set_verbosity(logging.WARNING)  # the coordinator logs every join at INFO
-    pylogging.getLogger("tensorflow").setLevel(pylogging.WARNING)
-    import numpy as np
+    d = dict(flag_values=fv)
+    flags.DEFINE_integer("interval", 16, "local steps per round (H)", **d)
+    flags.DEFINE_float("learning_rate", 0.1, "learning rate (SGD: no momentum)", **d)
+    flags.DEFINE_string("optimizer", "sgd", "sgd, adam, rmsprop or adagrad", **d)
+    flags.DEFINE_string(
+        "corrections",
+        "",
+        "comma-separated corrections; default none,vrl for sgd, none,gradient otherwise",
+        **d,
+    )
+    flags.DEFINE_integer("rounds", 25, "rounds per correction", **d)
+    flags.DEFINE_integer("batch_size", 32, "batch per shard and step", **d)
+    flags.DEFINE_integer("classes_per_shard", 5, "labels per shard (split_non_iid)", **d)
+    flags.DEFINE_integer("workers", 2, "worker tasks", **d)
+    flags.DEFINE_integer("seed", 0, "data split, order and initial weights", **d)
+    flags.DEFINE_string("out", "", "append the record to this .jsonl", **d)
 
-    from experiments.optimizers import build_optimizer, validate_optimizer
-    from tf_commopt.distribute import ps as psc
+
+def sweep(fv: Any) -> Sweep:
+    from experiments.optimizers import validate_optimizer
     from tf_commopt.distribute.correction import validate_correction
-    from tf_commopt.errors import TfCommoptError
 
-    try:
-        opt_name = validate_optimizer(FLAGS.optimizer)
-        corrections = (
-            FLAGS.corrections.split(",")
-            if FLAGS.corrections
-            else ["none", "vrl" if opt_name == "sgd" else "gradient"]
-        )
-        for c in corrections:
-            validate_correction(c, where="--corrections")
-        tfc = psc.serve_unless_chief()
-    except TfCommoptError as e:
-        sys.exit(f"experiments.ps_non_iid: error: {e}")
-    import tensorflow as tf
-    import tf_keras
+    opt = validate_optimizer(fv.optimizer)
+    corrections = (
+        fv.corrections.split(",") if fv.corrections else ["none", "vrl" if opt == "sgd" else "gradient"]
+    )
+    for c in corrections:
+        validate_correction(c, where="--corrections")
+    for name in ("interval", "rounds", "batch_size", "classes_per_shard"):
+        if getattr(fv, name) < 1:
+            _cli.fail(f"--{name}: must be >= 1, got {getattr(fv, name)}")
 
-    from tf_commopt.datasets import load_dataset, split_non_iid
+    def launch(setting: str, correction: str) -> Launch:
+        argv = [
+            "--model=mlp",
+            "--strategy=skip_correct",
+            f"--correction={correction}",
+            f"--interval={fv.interval}",
+        ]
+        argv += [
+            f"--optimizer={opt}",
+            f"--learning_rate={fv.learning_rate}",
+            "--momentum=0",
+            f"--seed={fv.seed}",
+        ]
+        argv += [f"--batch_size={fv.batch_size * fv.workers}", f"--steps={fv.rounds * fv.interval}"]
+        argv += [f"--non_iid_classes={fv.classes_per_shard}"]
+        return Launch(argv, workers=fv.workers, ps=1, chief=True, timeout=900)
 
-    d = load_dataset("mnist", seed=FLAGS.seed)
-    x, xt = d.x_train.reshape(len(d.x_train), -1), d.x_test.reshape(len(d.x_test), -1)
-    k = tfc.num_workers
-    rng = np.random.RandomState(FLAGS.seed)
-    shards = [
-        rng.permutation(ix) for ix in split_non_iid(d.y_train, k, FLAGS.classes_per_shard, seed=FLAGS.seed)
-    ]
-    strategy = tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
-    loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    every = max(1, FLAGS.rounds // 5)
-    for corr in corrections:
-        sgd = opt_name == "sgd"  # SGD: the constructor's rule (lr exactly as given)
-        t = psc.ParameterServerSkipCorrect(
-            interval=FLAGS.interval,
-            correction=corr,
-            strategy=strategy,
-            learning_rate=FLAGS.learning_rate if sgd else None,
-        )
-        with t.scope():
-            tf_keras.utils.set_random_seed(FLAGS.seed)
-            model = tf_keras.Sequential(
-                [tf_keras.layers.Dense(64, activation="relu", input_shape=(784,)), tf_keras.layers.Dense(10)]
-            )
-        t.compile(
-            model,
-            loss=loss,
-            batch_fn=psc.array_batch_fn(x, d.y_train, k, FLAGS.batch_size, shard_indices=shards),
-            optimizer=None if sgd else build_optimizer(opt_name, FLAGS.learning_rate),
-        )
-        accs = []
-        for r in range(FLAGS.rounds):
-            t.run_round()
-            if (r + 1) % every == 0:
-                w = model.get_weights()
-                logits = np.maximum(xt @ w[0] + w[1], 0) @ w[2] + w[3]
-                accs.append(round(float(np.mean(logits.argmax(1) == d.y_test)), 4))
-        print(
-            json.dumps(
-                {
-                    "optimizer": opt_name,
-                    "correction": t.correction,
-                    "interval": FLAGS.interval,
-                    "learning_rate": FLAGS.learning_rate,
-                    "rounds": FLAGS.rounds,
-                    "workers": k,
-                    "classes_per_shard": FLAGS.classes_per_shard,
-                    "test_accuracy": accs,
-                    **{key: t.stats()[key] for key in ("comm_s", "bytes_communicated")},
-                }
-            ),
-            flush=True,
-        )
+    extra = dict(optimizer=opt, interval=fv.interval, learning_rate=fv.learning_rate, rounds=fv.rounds)
+    extra.update(workers=fv.workers, classes_per_shard=fv.classes_per_shard)
+    keep = ("test_accuracy", "train_loss", "correction", "syncs", "comm_s", "bytes_communicated", "wall_s")
+    return Sweep("ps_non_iid", [opt], corrections, 1, launch, keep, extra=extra)
+
+
+def _body(fv: Any) -> int:
+    run_sweep(sweep(fv), fv.out, _cli.command(fv))
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m experiments.ps_non_iid`` in process; returns the exit code."""
+    return _cli.main("experiments.ps_non_iid", argv, define, _body)
 
 
 if __name__ == "__main__":
-    from experiments import _cli
-
-    _cli.run(main)
+    raise SystemExit(main())

@@ -1,393 +1,235 @@
-"""Skip-and-correct speed against the floor and the strongest baselines (issue 12).
+"""Skip-and-correct speed against the floor, MultiWorkerMirroredStrategy and the ring bound, in four parts,
+each a sweep of runner launches (docs/results/sc_speed.md):
 
-Four parts, each printed as a table and appended to ``--out`` (a .jsonl; ``--page`` rewrites the
-markdown page from it):
-
-* ``step`` — cost of a non-sync step and of start-up. ``--workers`` processes of each variant run at
-  once (so the cores are shared exactly as in training), repeated ``--repeats`` times, variants
-  interleaved: ``floor`` (a plain single-process tf-keras ``model.fit``, no strategy, same model,
-  per-replica batch and threads: the cost of the step itself), ``mirrored`` (a single-process
-  ``MirroredStrategy`` over one CPU: what any tf.distribute strategy's ``fit`` step costs on top of
-  the floor, with no communication), ``mwms`` (MultiWorkerMirroredStrategy:
-  the start-up reference), ``sc_local`` (SkipCorrectStrategy, H larger than the run: no sync at all)
-  and ``sc_h16``. Step cost: the median over steps 11.. of the per-step wall time seen by a Keras
-  callback; start-up: seconds from the strategy's construction to the end of the first step.
-* ``sync`` — the steady wall time of one sync, ((comm_s − first_sync_s)/(syncs − 1) from ``stats()``),
-  on the shaped network, against the ring all-reduce bound: a ring all-reduce of B bytes over N ranks
-  moves 2(N−1)·B bytes in total; on the ``shared`` topology all of it crosses one segment of R bit/s
-  (bound 2(N−1)·B·8/R), on ``switch`` every rank sends 2(N−1)/N·B over its own link (bound
-  2(N−1)/N·B·8/R).
-* ``auto`` — ``--auto_runs`` identical ``interval="auto"`` runs of the runner on the shaped network:
-  the H each chose, the spread against their median.
-* ``table`` — the runner (``experiments.train``) on the issue's testbed: SSGD, skip-and-correct H = 16
-  (no correction), auto and H = 1000 (one sync), wall time (``fit`` only) and test accuracy.
-
-Shaping is ``tf_commopt.cluster``'s (tc tbf; see docs/cluster.md for the burst and queue it uses).
+* ``step`` — per-step and start-up cost (runner ``--step_times``) of ``floor`` (``single`` on every task),
+  ``mwms`` (``ssgd``), ``sc_local`` (``local_sgd``, H beyond the run) and ``sc_h16`` (H = 16);
+* ``sync`` — one sync's wall time against the ring all-reduce bound, per ``--sync_settings`` entry;
+* ``auto`` — ``--auto_runs`` identical runs of ``--interval=auto``: how stable the chosen H is;
+* ``table`` — SSGD, H = 16 without correction, ``auto`` and H = 1000 on ``--table_setting``.
 
 Example:
-    python -m experiments.sc_speed_bench --parts=step --workers=2 --repeats=3
     python -m experiments.sc_speed_bench --parts=sync,auto,table --out=docs/results/sc_speed.jsonl
 """
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import sys
-import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-_T0 = time.perf_counter()
-
-from absl import flags  # noqa: E402
-
-from experiments._bench import cluster_results as _cluster  # noqa: E402
-from experiments._bench import runner_result as _runner  # noqa: E402
-from experiments._cli import fail, run  # noqa: E402
+from experiments import _cli
+from experiments.harness import Launch, Sweep, run_sweep
+from experiments.page import Page, Table, verdict, write_page
 
 PARTS = ("step", "sync", "auto", "table")
-STEP_VARIANTS = ("floor", "mirrored", "mwms", "sc_local", "sc_h16")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-FLAGS = flags.FLAGS
-flags.DEFINE_list("parts", list(PARTS), f"parts to run: {', '.join(PARTS)}")
-flags.DEFINE_integer("workers", 2, "step part: worker processes")
-flags.DEFINE_integer("repeats", 3, "step part: repetitions (variants interleaved)")
-flags.DEFINE_string("model", "mlp", "step part: experiments.models name")
-flags.DEFINE_integer("steps", 300, "step part: steps per run")
-flags.DEFINE_integer("per_replica_batch", 32, "step part: examples per replica per step")
-flags.DEFINE_integer(
-    "steps_per_execution", 1, "step and table parts: tf-keras steps_per_execution of every variant"
-)
-flags.DEFINE_list(
-    "sync_settings",
-    ["mlp:4:shared:100:4", "big_mlp:4:shared:1000:4", "mlp:2:switch:10:4"],
-    "sync part: model:workers:topology:mbit:H entries",
-)
-flags.DEFINE_integer("sync_syncs", 8, "sync part: syncs per run")
-flags.DEFINE_integer("auto_runs", 5, "auto part: identical runs")
-flags.DEFINE_string("auto_setting", "mlp:2:switch:10:300", "auto part: model:workers:topology:mbit:steps")
-flags.DEFINE_integer(
-    "auto_max_interval",
-    100000,
-    "auto part: the runner's --max_interval (high: the cap must not hide the rule's spread)",
-)
-flags.DEFINE_string("table_setting", "mlp:4:shared:100:300", "table part: model:workers:topology:mbit:steps")
-flags.DEFINE_integer("table_repeats", 3, "table part: repetitions (variants interleaved; medians reported)")
-flags.DEFINE_string("out", "", "append the records to this .jsonl")
-flags.DEFINE_string(
-    "page", "", "rewrite this markdown page from --out's records (no runs unless --parts given)"
-)
-flags.DEFINE_bool("worker", False, "internal: one process of the step/sync part")
-flags.DEFINE_string("variant", "sc_local", "internal: worker variant")
-flags.DEFINE_integer("interval", 16, "internal: worker H")
+STEP_VARIANTS = ("floor", "mwms", "sc_local", "sc_h16")
+TABLE_VARIANTS = {
+    "ssgd": ["--strategy=ssgd"],
+    "sc_h16_none": ["--strategy=skip_correct", "--interval=16", "--correction=none"],
+    "sc_auto": ["--strategy=skip_correct", "--interval=auto"],
+    "sc_h1000": ["--strategy=skip_correct", "--interval=1000"],
+}
+GOALS = {"step": 1.25, "startup": 1.2, "sync": 1.1, "auto": 0.25, "table": 0.13}
+NO_SYNC = 10**9
 
 
-# ------------------------------------------------------------------------------------------------ worker
-def worker() -> None:
-    """One process: build the variant, fit ``--steps`` steps, print one JSON line."""
-    import numpy as np
+def define(fv: Any) -> None:
+    from absl import flags
 
-    variant = FLAGS.variant
-    if variant in ("floor", "mirrored"):
-        os.environ.pop("TF_CONFIG", None)
-    import tensorflow as tf
-    import tf_keras as k
-
-    sys.path.insert(0, ROOT)
-    from experiments.data import train_dataset_fn
-    from experiments.models import build_model, param_bytes
-    from tf_commopt.datasets import load_dataset
-
-    t_import = time.perf_counter() - _T0
-    t_strategy = time.perf_counter()
-    if variant == "floor":
-        strategy = tf.distribute.get_strategy()
-    elif variant == "mirrored":  # tf.distribute's own per-step cost: one replica, no communication
-        strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
-    elif variant == "mwms":
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    else:
-        from tf_commopt.distribute import SkipCorrectStrategy
-
-        strategy = SkipCorrectStrategy(interval=FLAGS.interval, correction="none")
-    data = load_dataset("mnist", seed=0)
-    n = strategy.num_replicas_in_sync
-    gb = FLAGS.per_replica_batch * n
-    if variant == "floor":
-        ds = train_dataset_fn(data.x_train, data.y_train, gb, 0)(tf.distribute.InputContext())
-    else:
-        ds = strategy.distribute_datasets_from_function(train_dataset_fn(data.x_train, data.y_train, gb, 0))
-    with strategy.scope():
-        model = build_model(FLAGS.model, data.input_shape, data.num_classes)
-        model.compile(
-            k.optimizers.SGD(0.05),
-            k.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-            steps_per_execution=FLAGS.steps_per_execution,
-        )
-    ends: List[float] = []
-
-    class Clock(k.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            ends.append(time.perf_counter())
-
-    model.fit(ds, epochs=1, steps_per_epoch=FLAGS.steps, verbose=0, callbacks=[Clock()])
-    spe = FLAGS.steps_per_execution
-    per_step = np.diff(ends) / spe
-    skip = min(max(1, 10 // spe), max(0, len(per_step) - 1))  # short runs: keep at least one sample
-    rec: Dict[str, Any] = {
-        "variant": variant,
-        "import_s": round(t_import, 3),
-        "startup_s": round(ends[0] - t_strategy, 3),
-        "step_ms": round(1000 * float(np.median(per_step[skip:])), 3),
-        "step_ms_p90": round(1000 * float(np.percentile(per_step[skip:], 90)), 3),
-        "param_bytes": param_bytes(model),
-        "replicas": n,
-    }
-    if hasattr(strategy, "stats"):
-        st = strategy.stats()
-        rec.update(
-            {key: st[key] for key in ("syncs", "comm_s", "first_sync_s", "bytes_communicated", "steps")}
-        )
-    print("RESULT " + json.dumps(rec), flush=True)
+    d = dict(flag_values=fv)
+    flags.DEFINE_list("parts", list(PARTS), f"parts to run: {', '.join(PARTS)}", **d)
+    flags.DEFINE_integer("workers", 2, "step part: worker processes", **d)
+    flags.DEFINE_integer("repeats", 3, "step part: repetitions (variants interleaved)", **d)
+    flags.DEFINE_string("model", "mlp", "step part: experiments.models name", **d)
+    flags.DEFINE_integer("steps", 300, "step part: steps per run", **d)
+    flags.DEFINE_integer("per_replica_batch", 32, "step part: examples per replica per step", **d)
+    flags.DEFINE_integer("steps_per_execution", 1, "step and table parts: tf-keras steps_per_execution", **d)
+    flags.DEFINE_list(
+        "sync_settings",
+        ["mlp:4:shared:100:4", "big_mlp:4:shared:1000:4", "mlp:2:switch:10:4"],
+        "sync part: model:workers:topology:mbit:H entries",
+        **d,
+    )
+    flags.DEFINE_integer("sync_syncs", 8, "sync part: syncs per run", **d)
+    flags.DEFINE_integer("auto_runs", 5, "auto part: identical runs", **d)
+    flags.DEFINE_string(
+        "auto_setting", "mlp:2:switch:10:300", "auto part: model:workers:topology:mbit:steps", **d
+    )
+    flags.DEFINE_integer("auto_max_interval", 100000, "auto part: the runner's --max_interval", **d)
+    flags.DEFINE_string(
+        "table_setting", "mlp:4:shared:100:300", "table part: model:workers:topology:mbit:steps", **d
+    )
+    flags.DEFINE_integer("table_repeats", 3, "table part: repetitions (variants interleaved)", **d)
+    flags.DEFINE_string("out", "", "append the records to this .jsonl", **d)
+    flags.DEFINE_string("page", "", "then render this page from --out's records", **d)
 
 
-# ------------------------------------------------------------------------------------------------ driver
-def _me(*extra: str) -> List[str]:
-    return [sys.executable, "-m", "experiments.sc_speed_bench", "--worker", *extra]
-
-
-def _parse(setting: str, n: int, flag: str) -> List[str]:
+def _fields(setting: str, n: int, flag: str) -> List[str]:
     parts = setting.split(":")
     if len(parts) != n:
-        fail(f"--{flag}: {setting!r} is not {n} colon-separated fields")
+        _cli.fail(f"--{flag}: {setting!r} is not {n} colon-separated fields")
     return parts
 
 
-def _record(rec: Dict[str, Any]) -> None:
-    rec = dict(
-        rec,
-        when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        command="python -m experiments.sc_speed_bench " + " ".join(sys.argv[1:]),
-        load_average_1m=round(os.getloadavg()[0], 2),
-        cores=os.cpu_count(),
-    )
-    print(json.dumps(rec), flush=True)
-    if FLAGS.out:
-        with open(FLAGS.out, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec) + "\n")
+def _tasks_median(rec: Dict[str, Any], key: str) -> float:
+    return statistics.median(t[key] for t in rec["tasks"] if key in t)
 
 
-def part_step() -> None:
-    runs: Dict[str, List[Dict[str, Any]]] = {v: [] for v in STEP_VARIANTS}
-    for rep in range(FLAGS.repeats):
-        for v in STEP_VARIANTS:
-            h = 16 if v == "sc_h16" else 10**9
-            res = _cluster(
-                _me(
-                    f"--variant={v}",
-                    f"--interval={h}",
-                    f"--model={FLAGS.model}",
-                    f"--steps={FLAGS.steps}",
-                    f"--per_replica_batch={FLAGS.per_replica_batch}",
-                    f"--steps_per_execution={FLAGS.steps_per_execution}",
-                ),
-                FLAGS.workers,
-            )
-            step = statistics.median(r["step_ms"] for r in res)
-            start = statistics.median(r["startup_s"] for r in res)
-            runs[v].append({"step_ms": step, "startup_s": start})
-            print(
-                f"  repeat {rep + 1}/{FLAGS.repeats} {v}: step {step:.3f} ms, start-up {start:.2f} s",
-                flush=True,
-            )
-    med = {
-        v: {key: statistics.median(r[key] for r in runs[v]) for key in ("step_ms", "startup_s")} for v in runs
-    }
-    _record(
-        {
-            "part": "step",
-            "workers": FLAGS.workers,
-            "model": FLAGS.model,
-            "steps": FLAGS.steps,
-            "per_replica_batch": FLAGS.per_replica_batch,
-            "steps_per_execution": FLAGS.steps_per_execution,
-            "repeats": FLAGS.repeats,
-            "runs": runs,
+# ------------------------------------------------------------------------------------------------ step
+def step_sweep(fv: Any) -> Sweep:
+    def launch(setting: str, variant: str) -> Launch:
+        strategy = {"floor": "single", "mwms": "ssgd"}.get(variant, "local_sgd")
+        batch = fv.per_replica_batch * (1 if variant == "floor" else fv.workers)
+        argv = [f"--model={fv.model}", f"--steps={fv.steps}", f"--batch_size={batch}", "--momentum=0"]
+        argv += [f"--strategy={strategy}", f"--steps_per_execution={fv.steps_per_execution}", "--step_times"]
+        argv += [f"--interval={16 if variant == 'sc_h16' else NO_SYNC}"] if strategy == "local_sgd" else []
+        return Launch(argv, workers=fv.workers, all_tasks=True)
+
+    def reduce(rec: Dict[str, Any]) -> Dict[str, Any]:
+        return {"step_ms": _tasks_median(rec, "step_ms"), "startup_s": _tasks_median(rec, "startup_s")}
+
+    def summarize(setting: str, runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
+        med = {
+            v: {k: statistics.median(r[k] for r in rs) for k in ("step_ms", "startup_s")}
+            for v, rs in runs.items()
+        }
+        return {
             "median": med,
             "step_ratio_sc_local_vs_floor": round(med["sc_local"]["step_ms"] / med["floor"]["step_ms"], 3),
-            "step_ratio_sc_local_vs_mirrored": round(
-                med["sc_local"]["step_ms"] / med["mirrored"]["step_ms"], 3
-            ),
             "startup_ratio_sc_vs_mwms": round(med["sc_local"]["startup_s"] / med["mwms"]["startup_s"], 3),
         }
+
+    extra = dict(part="step", workers=fv.workers, model=fv.model, steps=fv.steps)
+    extra.update(per_replica_batch=fv.per_replica_batch, steps_per_execution=fv.steps_per_execution)
+    setting = f"{fv.model}:{fv.workers}"
+    return Sweep(
+        "sc_speed",
+        [setting],
+        STEP_VARIANTS,
+        fv.repeats,
+        launch,
+        (),
+        summarize=summarize,
+        extra=extra,
+        reduce=reduce,
     )
 
 
-def part_sync() -> None:
-    for setting in FLAGS.sync_settings:
-        model, workers, topology, mbit, h = _parse(setting, 5, "sync_settings")
-        workers, mbit, h = int(workers), float(mbit), int(h)
-        steps = h * (FLAGS.sync_syncs + 1)
-        res = _cluster(
-            _me(
-                "--variant=sc_h16",
-                f"--interval={h}",
-                f"--model={model}",
-                f"--steps={steps}",
-                "--per_replica_batch=32",
-            ),
-            workers,
-            mbit,
-            topology,
-        )
-        b = res[0]["param_bytes"]
-        per_sync = statistics.median((r["comm_s"] - r["first_sync_s"]) / (r["syncs"] - 1) for r in res)
-        total = 2 * (workers - 1) * b * 8 / (mbit * 1e6)
-        bound = total if topology == "shared" else total / workers
-        _record(
-            {
-                "part": "sync",
-                "model": model,
-                "workers": workers,
-                "topology": topology,
-                "mbit": mbit,
-                "interval": h,
-                "param_bytes": b,
-                "syncs": res[0]["syncs"],
-                "sync_s": round(per_sync, 4),
-                "bound_s": round(bound, 4),
-                "ratio_to_bound": round(per_sync / bound, 3),
-            }
-        )
+# ------------------------------------------------------------------------------------------------ sync
+def sync_sweep(fv: Any) -> Sweep:
+    def parse(setting: str) -> tuple:
+        model, workers, topology, mbit, h = _fields(setting, 5, "sync_settings")
+        return model, int(workers), topology, float(mbit), int(h)
+
+    def launch(setting: str, variant: str) -> Launch:
+        model, workers, topology, mbit, h = parse(setting)
+        argv = [f"--model={model}", f"--steps={h * (fv.sync_syncs + 1)}", f"--batch_size={32 * workers}"]
+        argv += ["--momentum=0", "--strategy=local_sgd", f"--interval={h}"]
+        return Launch(argv, workers=workers, mbit=mbit, topology=topology)
+
+    def summarize(setting: str, runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
+        from tf_commopt.core.scaling import ring_allreduce_s
+
+        model, workers, topology, mbit, h = parse(setting)
+        r = runs["sc"][0]
+        per_sync = (r["comm_s"] - r["first_sync_s"]) / (r["syncs"] - 1)
+        bound = ring_allreduce_s(r["param_bytes"], workers, mbit, topology=topology)
+        out = dict(model=model, workers=workers, topology=topology, mbit=mbit, interval=h)
+        out.update(param_bytes=r["param_bytes"], syncs=r["syncs"], sync_s=round(per_sync, 4))
+        return dict(out, bound_s=round(bound, 4), ratio_to_bound=round(per_sync / bound, 3))
+
+    keep = ("wall_s", "syncs", "comm_s", "first_sync_s", "param_bytes")
+    return Sweep(
+        "sc_speed", fv.sync_settings, ["sc"], 1, launch, keep, summarize=summarize, extra={"part": "sync"}
+    )
 
 
-def part_auto() -> None:
-    model, workers, topology, mbit, steps = _parse(FLAGS.auto_setting, 5, "auto_setting")
-    hs, walls, timings = [], [], []
-    for i in range(FLAGS.auto_runs):
-        r = _runner(
-            [
-                f"--model={model}",
-                f"--steps={steps}",
-                "--strategy=skip_correct",
-                "--interval=auto",
-                "--momentum=0",
-                f"--max_interval={FLAGS.auto_max_interval}",
-            ],
-            int(workers),
-            float(mbit),
-            topology,
-        )
-        hs.append(r["interval"])
-        walls.append(r["wall_s"])
-        timings.append(
-            {
-                k[len("interval_") :]: r.get(k)
-                for k in (
-                    "interval_t_comm_s",
-                    "interval_t_comp_s",
-                    "interval_t_comm_samples_s",
-                    "interval_t_comp_samples_s",
-                )
-            }
-        )
-        print(
-            f"  run {i + 1}: H = {r['interval']} (t_comm {r.get('interval_t_comm_s')}, "
-            f"t_comp {r.get('interval_t_comp_s')}), {r['wall_s']} s",
-            flush=True,
-        )
-    med = statistics.median(hs)
-    _record(
-        {
-            "part": "auto",
-            "setting": FLAGS.auto_setting,
+# ------------------------------------------------------------------------------------------------ auto
+def _default_probe_interval() -> int:
+    """The probe H of ``interval="auto"`` (the runner's ``--auto_probe_interval`` default)."""
+    from experiments.config import Config
+
+    return Config().auto_probe_interval
+
+
+def auto_sweep(fv: Any) -> Sweep:
+    model, workers, topology, mbit, steps = _fields(fv.auto_setting, 5, "auto_setting")
+
+    def launch(setting: str, variant: str) -> Launch:
+        argv = [f"--model={model}", f"--steps={steps}", "--strategy=skip_correct", "--interval=auto"]
+        argv += ["--momentum=0", f"--max_interval={fv.auto_max_interval}"]
+        return Launch(argv, workers=int(workers), mbit=float(mbit), topology=topology)
+
+    def summarize(setting: str, runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
+        rs = runs["auto"]
+        hs = [r["interval"] for r in rs]
+        med = statistics.median(hs)
+        keys = ("t_comm_s", "t_comp_s", "t_comm_samples_s", "t_comp_samples_s")
+        return {
             "intervals": hs,
-            "walls_s": walls,
+            "walls_s": [r["wall_s"] for r in rs],
             "median_h": med,
             "max_dev_from_median": round(max(abs(h - med) / med for h in hs), 3),
-            "max_interval": FLAGS.auto_max_interval,
+            "max_interval": fv.auto_max_interval,
             "probe_interval": _default_probe_interval(),
-            "timings": timings,
+            "timings": [{k: r.get("interval_" + k) for k in keys} for r in rs],
         }
+
+    return Sweep(
+        "sc_speed",
+        [fv.auto_setting],
+        ["auto"],
+        fv.auto_runs,
+        launch,
+        summarize=summarize,
+        extra={"part": "auto"},
     )
 
 
-def _default_probe_interval() -> int:
-    """The probe H the runner's ``interval="auto"`` uses (SkipCorrectStrategy's default)."""
-    import inspect
+# ----------------------------------------------------------------------------------------------- table
+def table_sweep(fv: Any) -> Sweep:
+    model, workers, topology, mbit, steps = _fields(fv.table_setting, 5, "table_setting")
+    keep = ("wall_s", "test_accuracy", "interval", "syncs", "comm_s", "first_sync_s")
 
-    from tf_commopt.distribute import SkipCorrectStrategy
+    def launch(setting: str, variant: str) -> Launch:
+        argv = [f"--model={model}", f"--steps={steps}", "--batch_size=128", "--momentum=0"]
+        argv += [f"--steps_per_execution={fv.steps_per_execution}", *TABLE_VARIANTS[variant]]
+        return Launch(argv, workers=int(workers), mbit=float(mbit), topology=topology)
 
-    return int(inspect.signature(SkipCorrectStrategy).parameters["auto_probe_interval"].default)
+    def summarize(setting: str, runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
+        def med(rs: List[Dict[str, Any]], k: str) -> Any:
+            vals = [x[k] for x in rs if x.get(k) is not None]
+            return statistics.median(vals) if vals else None
 
-
-def part_table() -> None:
-    model, workers, topology, mbit, steps = _parse(FLAGS.table_setting, 5, "table_setting")
-    base = [
-        f"--model={model}",
-        f"--steps={steps}",
-        "--batch_size=128",
-        "--momentum=0",
-        f"--steps_per_execution={FLAGS.steps_per_execution}",
-    ]
-    variants = [
-        ("ssgd", ["--strategy=ssgd"]),
-        ("sc_h16_none", ["--strategy=skip_correct", "--interval=16", "--correction=none"]),
-        ("sc_auto", ["--strategy=skip_correct", "--interval=auto"]),
-        ("sc_h1000", ["--strategy=skip_correct", "--interval=1000"]),
-    ]
-    runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name, _ in variants}
-    for rep in range(FLAGS.table_repeats):
-        for name, extra in variants:
-            r = _runner(base + extra, int(workers), float(mbit), topology)
-            runs[name].append(
-                {
-                    "wall_s": r["wall_s"],
-                    "test_accuracy": r["test_accuracy"],
-                    "interval": r.get("interval"),
-                    "syncs": r.get("syncs"),
-                    "comm_s": r.get("comm_s"),
-                    "first_sync_s": r.get("first_sync_s"),
-                }
-            )
-            print(
-                f"  repeat {rep + 1}/{FLAGS.table_repeats} {name}: {r['wall_s']} s, accuracy "
-                f"{r['test_accuracy']:.3f}, H {r.get('interval')}",
-                flush=True,
-            )
-    rows = {
-        name: {
-            "wall_s": statistics.median(x["wall_s"] for x in rs),
-            "test_accuracy": statistics.median(x["test_accuracy"] for x in rs),
-            "interval": statistics.median(x["interval"] for x in rs) if rs[0]["interval"] else None,
-            "syncs": statistics.median(x["syncs"] for x in rs) if rs[0]["syncs"] else None,
+        rows = {
+            name: {k: med(rs, k) for k in ("wall_s", "test_accuracy", "interval", "syncs")}
+            for name, rs in runs.items()
         }
-        for name, rs in runs.items()
-    }
-    ssgd = rows["ssgd"]["wall_s"]
-    _record(
-        {
-            "part": "table",
-            "setting": FLAGS.table_setting,
-            "repeats": FLAGS.table_repeats,
-            "runs": runs,
-            "steps_per_execution": FLAGS.steps_per_execution,
+        ssgd = rows["ssgd"]["wall_s"]
+        return {
             "rows": rows,
             "wall_ratio_vs_ssgd": {k: round(v["wall_s"] / ssgd, 3) for k, v in rows.items()},
         }
+
+    extra = {"part": "table", "steps_per_execution": fv.steps_per_execution}
+    return Sweep(
+        "sc_speed",
+        [fv.table_setting],
+        list(TABLE_VARIANTS),
+        fv.table_repeats,
+        launch,
+        keep,
+        summarize=summarize,
+        extra=extra,
     )
 
 
-def main(argv: List[str]) -> None:
-    if FLAGS.worker:
-        worker()
-        return
-    bad = [p for p in FLAGS.parts if p not in PARTS]
+SWEEPS = {"step": step_sweep, "sync": sync_sweep, "auto": auto_sweep, "table": table_sweep}
+
+
+def _body(fv: Any) -> int:
+    bad = [p for p in fv.parts if p not in PARTS]
     if bad:
-        fail(f"--parts: unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)}")
+        _cli.fail(f"--parts: unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)}")
     for name in (
         "workers",
         "repeats",
@@ -398,21 +240,211 @@ def main(argv: List[str]) -> None:
         "auto_runs",
         "table_repeats",
     ):
-        if getattr(FLAGS, name) < 1:
-            fail(f"--{name}: must be >= 1, got {getattr(FLAGS, name)}")
-    if FLAGS.page and not FLAGS["parts"].present:
-        from experiments.sc_speed_report import write_page
-
-        write_page(FLAGS.out, FLAGS.page)
-        return
-    for part in FLAGS.parts:
+        if getattr(fv, name) < 1:
+            _cli.fail(f"--{name}: must be >= 1, got {getattr(fv, name)}")
+    if fv.page and not fv.out:
+        _cli.fail("--page: needs --out (the records it is rendered from)")
+    sweeps = [SWEEPS[p](fv) for p in fv.parts]  # every setting checked before the first run
+    for part, sw in zip(fv.parts, sweeps):
         print(f"== {part}", flush=True)
-        {"step": part_step, "sync": part_sync, "auto": part_auto, "table": part_table}[part]()
-    if FLAGS.page:
-        from experiments.sc_speed_report import write_page
+        run_sweep(sw, fv.out, _cli.command(fv))
+    if fv.page:
+        write_page(PAGE, fv.out, fv.page)
+    return 0
 
-        write_page(FLAGS.out, FLAGS.page)
 
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m experiments.sc_speed_bench`` in process; returns the exit code."""
+    return _cli.main("experiments.sc_speed_bench", argv, define, _body)
+
+
+# ------------------------------------------------------------------------------------------------ page
+def _latest(records: List[Dict[str, Any]], part: str, key: Any) -> List[Dict[str, Any]]:
+    out: Dict[Any, Dict[str, Any]] = {}
+    for r in records:
+        if r.get("part") == part:
+            out[key(r)] = r
+    return [out[k] for k in sorted(out)]
+
+
+def probe(r: Dict[str, Any]) -> int:
+    """An auto record's probe H: recorded, else its t_comp samples / 3 timed syncs, else 4 (the old default)."""
+    if "probe_interval" in r:
+        return int(r["probe_interval"])
+    timings = r.get("timings") or []
+    if timings and timings[0].get("t_comp_samples_s"):
+        return len(timings[0]["t_comp_samples_s"]) // 3
+    return 4
+
+
+def rows_step(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    out = []
+    for r in _latest(records, "step", lambda r: (r["workers"], r["model"], r["steps_per_execution"])):
+        m = r["median"]
+        sr, ur = r["step_ratio_sc_local_vs_floor"], r["startup_ratio_sc_vs_mwms"]
+        row = {k: r[k] for k in ("workers", "model", "steps_per_execution")}
+        row.update({f"{v}_ms": m[v]["step_ms"] for v in ("floor", "mwms", "sc_local", "sc_h16")})
+        row.update({f"{v}_s": m[v]["startup_s"] for v in ("floor", "mwms", "sc_local")})
+        row.update(
+            mirrored_ms=m.get("mirrored", {}).get("step_ms"),
+            vs_mirrored=r.get("step_ratio_sc_local_vs_mirrored"),
+        )
+        row.update(
+            vs_floor=f"{sr:.2f} ({verdict(sr <= GOALS['step'])})", when=r["when"][5:16].replace("T", " ")
+        )
+        out.append(dict(row, vs_mwms=f"{ur:.2f} ({verdict(ur <= GOALS['startup'])})"))
+    return out
+
+
+def rows_sync(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    out = []
+    for r in _latest(records, "sync", lambda r: (r["model"], r["workers"], r["topology"], r["mbit"])):
+        row = {k: r[k] for k in ("model", "workers", "topology", "mbit", "interval", "sync_s", "bound_s")}
+        ok = verdict(r["ratio_to_bound"] <= GOALS["sync"])
+        out.append(dict(row, mb=r["param_bytes"] / 1e6, ratio=f"{r['ratio_to_bound']:.2f} ({ok})"))
+    return out
+
+
+def rows_auto(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    out = []
+    for r in (r for r in records if r.get("part") == "auto"):
+        dev = r["max_dev_from_median"]
+        row = {k: r.get(k) for k in ("setting", "intervals", "median_h", "load_average_1m", "walls_s")}
+        row.update(when=r["when"][5:16].replace("T", " "), probe=probe(r), cap=r.get("max_interval", 256))
+        out.append(dict(row, dev=f"{dev:.0%} ({verdict(dev <= GOALS['auto'])})"))
+    return out
+
+
+def rows_auto_runs(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    out = []
+    for r in (r for r in records if r.get("part") == "auto" and r.get("timings")):
+        for i, (h, t, w) in enumerate(zip(r["intervals"], r["timings"], r["walls_s"]), 1):
+            row = dict(when=r["when"][5:16].replace("T", " "), probe=probe(r), run=i, h=h, wall=w)
+            row.update(t_comm=1e3 * t["t_comm_s"], t_comp=1e3 * t["t_comp_s"])
+            out.append(dict(row, samples=len(t.get("t_comp_samples_s") or [])))
+    return out
+
+
+NAMES = {
+    "ssgd": "SSGD (MultiWorkerMirroredStrategy)",
+    "sc_h16_none": "skip-correct H = 16, no correction",
+    "sc_auto": "skip-correct `interval=auto` (vrl)",
+    "sc_h1000": "skip-correct H = 1000 (one sync)",
+}
+
+
+def rows_table(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    out = []
+    for r in _latest(records, "table", lambda r: (r["setting"], r.get("steps_per_execution", 1))):
+        for key, row in r["rows"].items():
+            ratio = r["wall_ratio_vs_ssgd"][key]
+            goal = f" ({verdict(ratio <= GOALS['table'])})" if key == "sc_h16_none" else ""
+            cells = dict(
+                setting=r["setting"], spe=r.get("steps_per_execution", 1), repeats=r.get("repeats", 1)
+            )
+            cells.update(
+                run=NAMES.get(key, key), h=row.get("interval"), syncs=row.get("syncs"), wall=row["wall_s"]
+            )
+            out.append(dict(cells, ratio=f"{ratio:.3f}{goal}", acc=row["test_accuracy"]))
+    return out
+
+
+PAGE = Page(
+    "sc_speed",
+    "Skip-and-correct speed: against the floor, MultiWorkerMirroredStrategy and the ring bound",
+    "Four parts, each on the shaped local cluster of the runner. Step: the per-step wall time (median after "
+    "the first steps) and start-up (strategy construction to the end of the first step) of skip-and-correct "
+    "without syncs and with syncs, against the floor (one device per process, no collective) and "
+    "MultiWorkerMirroredStrategy, all processes of a variant at once, variants interleaved. Sync: one sync's "
+    "steady wall time against the ring all-reduce bound on payload bytes (shared segment: every rank's "
+    "traffic on one link; switch: each rank's own link). Auto: identical runs of `--interval=auto`, the H "
+    "each chose and the timings the rule agreed on. Table: wall time (`model.fit`) and accuracy of SSGD "
+    "and skip-and-correct variants on one testbed, medians over interleaved repeats. Records made under "
+    "different load are not comparable across tables.",
+    [
+        Table(
+            "Cost of a step and of start-up",
+            rows_step,
+            [
+                ("workers", "workers", "d"),
+                ("model", "model", ""),
+                ("steps/exec", "steps_per_execution", "d"),
+                ("floor ms", "floor_ms", ".2f"),
+                ("1-replica Mirrored ms", "mirrored_ms", ".2f"),
+                ("MWMS ms", "mwms_ms", ".2f"),
+                ("SC no sync ms", "sc_local_ms", ".2f"),
+                ("SC H=16 ms", "sc_h16_ms", ".2f"),
+                (f"SC/floor step (goal ≤ {GOALS['step']})", "vs_floor", ""),
+                ("SC/Mirrored step", "vs_mirrored", ".2f"),
+                ("floor start s", "floor_s", ".2f"),
+                ("MWMS start s", "mwms_s", ".2f"),
+                ("SC start s", "sc_local_s", ".2f"),
+                (f"SC/MWMS start-up (goal ≤ {GOALS['startup']})", "vs_mwms", ""),
+            ],
+        ),
+        Table(
+            "One sync against the ring all-reduce bound",
+            rows_sync,
+            [
+                ("model", "model", ""),
+                ("MB", "mb", ".2f"),
+                ("workers", "workers", "d"),
+                ("topology", "topology", ""),
+                ("Mbit/s", "mbit", "g"),
+                ("H", "interval", "d"),
+                ("sync s", "sync_s", ".3f"),
+                ("bound s", "bound_s", ".3f"),
+                (f"ratio (goal ≤ {GOALS['sync']})", "ratio", ""),
+            ],
+        ),
+        Table(
+            'Stability of `interval="auto"`',
+            rows_auto,
+            [
+                ("when (UTC)", "when", ""),
+                ("setting", "setting", ""),
+                ("probe H", "probe", "d"),
+                ("cap", "cap", "d"),
+                ("chosen H per run", "intervals", "g"),
+                ("median", "median_h", "g"),
+                (f"largest deviation (goal ≤ {GOALS['auto']:.0%})", "dev", ""),
+                ("load average", "load_average_1m", "g"),
+                ("wall s", "walls_s", ".1f"),
+            ],
+            "Setting = model:workers:topology:Mbit/s:steps; every record, oldest first. The probe H of records "
+            "made before it was recorded is their sample count over the timed syncs, or the old default.",
+        ),
+        Table(
+            'What `interval="auto"` measured, per run',
+            rows_auto_runs,
+            [
+                ("when (UTC)", "when", ""),
+                ("probe H", "probe", "d"),
+                ("run", "run", "d"),
+                ("H", "h", "g"),
+                ("agreed t̃_comm ms", "t_comm", ".1f"),
+                ("agreed t̃_comp ms", "t_comp", ".3f"),
+                ("t_comp samples", "samples", "d"),
+                ("wall s", "wall", ".1f"),
+            ],
+        ),
+        Table(
+            "SSGD and skip-and-correct on one testbed",
+            rows_table,
+            [
+                ("setting", "setting", ""),
+                ("steps/exec", "spe", "d"),
+                ("repeats", "repeats", "d"),
+                ("run", "run", ""),
+                ("H", "h", "g"),
+                ("syncs", "syncs", "g"),
+                ("wall s", "wall", ".1f"),
+                (f"wall / SSGD (goal for H = 16 ≤ {GOALS['table']})", "ratio", ""),
+                ("test accuracy", "acc", ".3f"),
+            ],
+        ),
+    ],
+)
 
 if __name__ == "__main__":
-    run(main)
+    raise SystemExit(main())

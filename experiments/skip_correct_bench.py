@@ -1,218 +1,174 @@
 """Skip-and-correct vs synchronous SGD on a (bandwidth-limited) local cluster: time per step and accuracy.
+Pages: docs/results/skip_correct.md, skip_correct_momentum0.md, skip_correct_non_iid.md.
 
-Each variant runs on ``--workers`` processes started by ``tf_commopt.cluster.run_cluster`` (one CPU
-replica per worker, TF_CONFIG), optionally on a shaped loopback (``--bandwidth_mbit``; the cap is on
-the shared segment or per link, see docs/cluster.md). Every worker trains the same model on its own
-shard of the bundled MNIST: a few untimed steps first (tracing, collective set-up), then ``--steps``
-timed steps; the chief evaluates the averaged model on the held-out images and prints one JSON line.
-
-Variants: ``ssgd`` (MultiWorkerMirroredStrategy), ``local_sgd`` (SkipCorrectStrategy, correction none),
-``vrl`` (correction vrl, the rule's lr), ``vrl_effective`` (vrl with lr/(1 − β)).
+A sweep of runner launches on ``--workers`` processes (``--bandwidth_mbit`` per link, ``--topology``), one
+per variant: ``ssgd`` (MultiWorkerMirroredStrategy), ``local_sgd`` (no correction), ``vrl`` (the vrl
+correction with the optimizer's lr) and ``vrl_effective`` (vrl with lr/(1 − β)), at H = ``--interval``.
+Each run trains ``--untimed_steps`` + ``--steps`` steps; ms/step is the wall time from the end of the
+first step to the end of the last over the steps between (the first step traces and sets up).
 
 Example:
+    python -m experiments.skip_correct_bench --steps=10 --variants=ssgd,vrl --out=/tmp/sc.jsonl
     python -m experiments.skip_correct_bench --workers=2 --bandwidth_mbit=20 --steps=60 \\
-        --out=docs/results/skip_correct.md
+        --out=docs/results/skip_correct.jsonl && python -m experiments.report skip_correct
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-from absl import flags  # noqa: E402
+from experiments import _cli
+from experiments.harness import Launch, Sweep, run_sweep
+from experiments.page import Page, Table
 
-from experiments.data import train_dataset_fn  # noqa: E402  (TensorFlow only when called)
-
-VARIANTS = ("ssgd", "local_sgd", "vrl", "vrl_effective")
-FLAGS = flags.FLAGS
-flags.DEFINE_bool("worker", False, "internal: run one worker of one variant (under TF_CONFIG)")
-flags.DEFINE_string("variant", "vrl", f"worker mode: one of {', '.join(VARIANTS)}")
-flags.DEFINE_list("variants", list(VARIANTS), "variants to compare")
-flags.DEFINE_integer("workers", 2, "worker processes")
-flags.DEFINE_float("bandwidth_mbit", 20.0, "shape the cluster network to this rate (0 = no shaping)")
-flags.DEFINE_string("topology", "switch", "switch or shared (see tf_commopt.cluster)")
-flags.DEFINE_integer("steps", 60, "timed steps")
-flags.DEFINE_integer("untimed_steps", 4, "steps before timing (tracing, collective set-up)")
-flags.DEFINE_integer("interval", 4, "H for the skip-and-correct variants")
-flags.DEFINE_string("model", "cnn", "experiments.models model name")
-flags.DEFINE_integer("batch_size", 128, "global batch")
-flags.DEFINE_float("learning_rate", 0.05, "SGD learning rate")
-flags.DEFINE_float("momentum", 0.9, "SGD momentum")
-flags.DEFINE_integer("seed", 0, "seed")
-flags.DEFINE_integer(
-    "non_iid_classes",
-    0,
-    "0: iid shards; k > 0: each worker mostly sees k labels (tf_commopt.datasets.split_non_iid)",
-)
-flags.DEFINE_string("out", "", "write a markdown table here (and a .jsonl next to it)")
+VARIANTS = {
+    "ssgd": ["--strategy=ssgd"],
+    "local_sgd": ["--strategy=local_sgd"],
+    "vrl": ["--strategy=skip_correct", "--correction=vrl", "--correction_lr=optimizer"],
+    "vrl_effective": ["--strategy=skip_correct", "--correction=vrl", "--correction_lr=effective"],
+}
 
 
-def _strategy(variant: str):
-    import tensorflow as tf
+def define(fv: Any) -> None:
+    from absl import flags
 
-    if variant == "ssgd":
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    from tf_commopt.distribute import SkipCorrectStrategy
-
-    return SkipCorrectStrategy(
-        interval=FLAGS.interval,
-        correction="none" if variant == "local_sgd" else "vrl",
-        correction_lr="effective" if variant == "vrl_effective" else "optimizer",
-    )
-
-
-def worker() -> None:
-    strategy = _strategy(FLAGS.variant)
-    import tf_keras
-
-    from experiments.models import build_model
-    from tf_commopt.datasets import load_dataset
-
-    tf_keras.utils.set_random_seed(FLAGS.seed)
-    data = load_dataset("mnist", seed=FLAGS.seed)
-    with strategy.scope():
-        model = build_model(FLAGS.model, data.input_shape, data.num_classes)
-        model.compile(
-            optimizer=tf_keras.optimizers.SGD(FLAGS.learning_rate, momentum=FLAGS.momentum),
-            loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        )
-    train = strategy.distribute_datasets_from_function(
-        train_dataset_fn(data.x_train, data.y_train, FLAGS.batch_size, FLAGS.seed, FLAGS.non_iid_classes)
-    )
-    marks: Dict[str, Any] = {}
-
-    class _Timer(tf_keras.callbacks.Callback):
-        """Starts the clock (and the stats baseline) after the untimed steps."""
-
-        def on_train_batch_end(self, batch, logs=None):
-            if batch == FLAGS.untimed_steps - 1:
-                marks["stats"] = strategy.stats() if hasattr(strategy, "stats") else None
-                if hasattr(strategy, "reset_step_clock"):
-                    strategy.reset_step_clock()
-                marks["t0"] = time.perf_counter()
-
-    model.fit(
-        train, epochs=1, steps_per_epoch=FLAGS.untimed_steps + FLAGS.steps, verbose=0, callbacks=[_Timer()]
-    )
-    wall = time.perf_counter() - marks["t0"]
-    before = marks["stats"]
-    after = strategy.stats() if before is not None else None  # before the final (out-of-rhythm) sync
-    if hasattr(strategy, "sync"):
-        strategy.sync()
-    plain = build_model(FLAGS.model, data.input_shape, data.num_classes)
-    plain.set_weights(model.get_weights())
-    plain.compile(loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-    loss, acc = plain.evaluate(data.x_test, data.y_test, batch_size=500, verbose=0)
-    rec: Dict[str, Any] = {
-        "variant": FLAGS.variant,
-        "steps": FLAGS.steps,
-        "wall_s": round(wall, 3),
-        "ms_per_step": round(1000 * wall / FLAGS.steps, 2),
-        "test_accuracy": round(float(acc), 4),
-        "test_loss": round(float(loss), 4),
-    }
-    if before is not None:
-        rec.update(
-            {
-                "interval": after["interval"],
-                "syncs": after["syncs"] - before["syncs"],
-                "comm_s": round(after["comm_s"] - before["comm_s"], 3),
-                "bytes_per_worker": after["bytes_communicated"] - before["bytes_communicated"],
-            }
-        )
-    if strategy.extended.should_checkpoint:
-        print(json.dumps(rec), flush=True)
+    d = dict(flag_values=fv)
+    flags.DEFINE_list("variants", list(VARIANTS), f"any of {', '.join(VARIANTS)}", **d)
+    flags.DEFINE_integer("workers", 2, "worker processes", **d)
+    flags.DEFINE_float("bandwidth_mbit", 20.0, "shape each link to this rate (0 = no shaping)", **d)
+    flags.DEFINE_string("topology", "switch", "switch or shared (see tf_commopt.cluster)", **d)
+    flags.DEFINE_integer("steps", 60, "timed steps", **d)
+    flags.DEFINE_integer("untimed_steps", 4, "steps before timing (tracing, collective set-up)", **d)
+    flags.DEFINE_integer("interval", 4, "H for the skip-and-correct variants", **d)
+    flags.DEFINE_string("model", "cnn", "experiments.models model name", **d)
+    flags.DEFINE_integer("batch_size", 128, "global batch", **d)
+    flags.DEFINE_float("learning_rate", 0.05, "SGD learning rate", **d)
+    flags.DEFINE_float("momentum", 0.9, "SGD momentum", **d)
+    flags.DEFINE_integer("seed", 0, "seed", **d)
+    flags.DEFINE_integer("non_iid_classes", 0, "0: iid shards; k > 0: each worker mostly sees k labels", **d)
+    flags.DEFINE_integer("repeats", 1, "repetitions (variants interleaved)", **d)
+    flags.DEFINE_string("out", "", "append the record to this .jsonl", **d)
 
 
-def parent() -> None:
-    from tf_commopt.cluster import run_cluster
+def run_row(rec: Dict[str, Any]) -> Dict[str, Any]:
+    """A runner record -> the row this bench keeps (ms per step after the first step)."""
+    steps = rec["steps"]
+    timed = rec["last_step_end_s"] - rec["first_step_s"]
+    row = {"ms_per_step": round(1000 * timed / max(1, steps - 1), 2), "steps": steps}
+    row.update(test_accuracy=round(rec["test_accuracy"], 4), test_loss=round(rec["test_loss"], 4))
+    for k in ("interval", "syncs", "comm_s", "bytes_communicated"):
+        if k in rec:
+            row[k] = round(rec[k], 3) if k == "comm_s" else rec[k]
+    return row
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    rows: List[Dict[str, Any]] = []
-    failed: List[str] = []
-    for v in FLAGS.variants:
-        if v not in VARIANTS:
-            print(f"--variants: unknown variant {v!r}; choose from {', '.join(VARIANTS)}", file=sys.stderr)
-            sys.exit(2)
-        cmd = [
-            sys.executable,
-            "-m",
-            "experiments.skip_correct_bench",
-            "--worker",
-            f"--variant={v}",
-            f"--steps={FLAGS.steps}",
-            f"--untimed_steps={FLAGS.untimed_steps}",
-            f"--interval={FLAGS.interval}",
-            f"--model={FLAGS.model}",
-            f"--batch_size={FLAGS.batch_size}",
-            f"--learning_rate={FLAGS.learning_rate}",
-            f"--momentum={FLAGS.momentum}",
-            f"--seed={FLAGS.seed}",
-            f"--non_iid_classes={FLAGS.non_iid_classes}",
+
+def sweep(fv: Any) -> Sweep:
+    bad = [v for v in fv.variants if v not in VARIANTS]
+    if bad:
+        _cli.fail(f"--variants: unknown {', '.join(bad)}; choose from {', '.join(VARIANTS)}")
+    for name in ("workers", "steps", "interval", "repeats"):
+        if getattr(fv, name) < 1:
+            _cli.fail(f"--{name}: must be >= 1, got {getattr(fv, name)}")
+
+    def launch(setting: str, variant: str) -> Launch:
+        argv = [
+            f"--model={fv.model}",
+            f"--steps={fv.untimed_steps + fv.steps}",
+            f"--batch_size={fv.batch_size}",
         ]
-        r = run_cluster(
-            cmd,
-            workers=FLAGS.workers,
-            bandwidth_mbit=FLAGS.bandwidth_mbit or None,
-            topology=FLAGS.topology,
-            timeout=900,
-            cwd=root,
-            echo=False,
-        )
-        lines = [json.loads(line) for line in r.outputs.get("worker:0", []) if line.startswith("{")]
-        if r.returncode != 0 or not lines:
-            print(f"{v}: failed ({r.message}); last lines: {r.last_lines('worker:0', 5)}", file=sys.stderr)
-            failed.append(v)
-            continue
-        rows.append(lines[-1])
-        print(json.dumps(lines[-1]), flush=True)
-    head = (
-        f"{FLAGS.workers} workers, {FLAGS.bandwidth_mbit or 'unshaped'} Mbit/s ({FLAGS.topology}), "
-        f"model {FLAGS.model}, global batch {FLAGS.batch_size}, SGD lr {FLAGS.learning_rate} momentum "
-        f"{FLAGS.momentum}, H = {FLAGS.interval}, {FLAGS.steps} timed steps, seed {FLAGS.seed}, "
-        + (
-            f"label-skewed shards ({FLAGS.non_iid_classes} labels per worker)"
-            if FLAGS.non_iid_classes
-            else "iid shards"
-        )
-    )
-    table = [
-        "| variant | ms/step | test acc | test loss | syncs | comm s | bytes/worker |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for row in rows:
-        table.append(
-            f"| {row['variant']} | {row['ms_per_step']} | {row['test_accuracy']} | {row['test_loss']} | "
-            f"{row.get('syncs', FLAGS.steps)} | {row.get('comm_s', '')} | {row.get('bytes_per_worker', '')} |"
-        )
-    print(head)
-    print("\n".join(table))
-    if FLAGS.out:
-        with open(FLAGS.out, "w", encoding="utf-8") as f:
-            f.write(
-                f"# Skip-and-correct vs SSGD\n\n`python -m experiments.skip_correct_bench "
-                f"{' '.join(sys.argv[1:])}`\n\n{head}\n\n" + "\n".join(table) + "\n"
+        argv += [f"--learning_rate={fv.learning_rate}", f"--momentum={fv.momentum}", f"--seed={fv.seed}"]
+        argv += [f"--interval={fv.interval}", f"--non_iid_classes={fv.non_iid_classes}", *VARIANTS[variant]]
+        return Launch(argv, workers=fv.workers, mbit=fv.bandwidth_mbit or None, topology=fv.topology)
+
+    setting = f"{fv.model}:{fv.workers}:{fv.topology}:{fv.bandwidth_mbit:g}"
+    extra = {k: getattr(fv, k) for k in ("model", "workers", "bandwidth_mbit", "topology", "interval")}
+    extra.update({k: getattr(fv, k) for k in ("steps", "batch_size", "learning_rate", "momentum", "seed")})
+    extra["non_iid_classes"] = fv.non_iid_classes
+    return Sweep("skip_correct", [setting], fv.variants, fv.repeats, launch, extra=extra, reduce=run_row)
+
+
+def _body(fv: Any) -> int:
+    run_sweep(sweep(fv), fv.out, _cli.command(fv))
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m experiments.skip_correct_bench`` in process; returns the exit code."""
+    return _cli.main("experiments.skip_correct_bench", argv, define, _body)
+
+
+# ------------------------------------------------------------------------------------------------ page
+def rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per variant run: sweep records (``runs``) and the older one-record-per-variant rows."""
+    out = []
+    for r in records:
+        if "runs" not in r:
+            out.append(
+                dict(r, bytes_communicated=r.get("bytes_per_worker"), syncs=r.get("syncs", r["steps"]))
             )
-        with open(os.path.splitext(FLAGS.out)[0] + ".jsonl", "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-    if failed:  # never a silent success: the table then lacks these rows
-        sys.stderr.write(
-            f"skip_correct_bench: error: variant(s) {', '.join(failed)} failed and are missing "
-            "from the table\n"
-        )
-        sys.exit(1)
+            continue
+        for v, runs in r["runs"].items():
+            out += [dict(x, variant=v, syncs=x.get("syncs", x["steps"])) for x in runs]
+    return out
 
 
-def main(argv: List[str]) -> None:
-    del argv
-    worker() if FLAGS.worker else parent()
+def setup(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The setting of each sweep record (older records carry none: their page's command gives it)."""
+    return [r for r in records if "runs" in r]
 
+
+_OLD = "python -m experiments.skip_correct_bench --workers=2 --bandwidth_mbit=20 --steps=60"
+_COMMANDS = {
+    "skip_correct": f"{_OLD} --out=docs/results/skip_correct.jsonl",
+    "skip_correct_momentum0": f"{_OLD} --momentum=0 --variants=ssgd,local_sgd,vrl "
+    "--out=docs/results/skip_correct_momentum0.jsonl",
+    "skip_correct_non_iid": f"{_OLD} --non_iid_classes=5 --out=docs/results/skip_correct_non_iid.jsonl",
+}
+_SETUP = [
+    (k, k, "g")
+    for k in ("workers", "bandwidth_mbit", "interval", "steps", "batch_size", "learning_rate", "momentum")
+]
+
+
+def _page(name: str, title: str) -> Page:
+    return Page(
+        name,
+        title,
+        "Synchronous SGD (MultiWorkerMirroredStrategy) against skip-and-correct without correction "
+        "(`local_sgd`) and with the vrl correction at the optimizer's lr (`vrl`) and at the effective lr "
+        "(`vrl_effective`), each one run of the runner on the shaped cluster: time per step after the "
+        "first, test accuracy and loss of the averaged model, syncs, their time and the bytes each worker "
+        "sent. Rows without a command in their record were made with the command below before records "
+        "carried one, with a launcher whose token bucket let a small model's sync pass partly unshaped.",
+        [
+            Table(
+                "Setting",
+                setup,
+                [("model", "model", ""), *_SETUP, ("labels per worker", "non_iid_classes", "d")],
+            ),
+            Table(
+                "Runs",
+                rows,
+                [
+                    ("variant", "variant", ""),
+                    ("ms/step", "ms_per_step", "g"),
+                    ("test acc", "test_accuracy", "g"),
+                    ("test loss", "test_loss", "g"),
+                    ("syncs", "syncs", "d"),
+                    ("comm s", "comm_s", "g"),
+                    ("bytes/worker", "bytes_communicated", "d"),
+                ],
+            ),
+        ],
+        commands=lambda rs, name=name: sorted({r.get("command", _COMMANDS[name]) for r in rs}),
+    )
+
+
+PAGES = [
+    _page("skip_correct", "Skip-and-correct vs SSGD"),
+    _page("skip_correct_momentum0", "Skip-and-correct vs SSGD, plain SGD without momentum"),
+    _page("skip_correct_non_iid", "Skip-and-correct vs SSGD, label-skewed shards"),
+]
 
 if __name__ == "__main__":
-    from experiments import _cli
-
-    _cli.run(main)
+    raise SystemExit(main())

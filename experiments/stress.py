@@ -1,16 +1,15 @@
 """Bounded stress run: a skip-and-correct job on N workers over loopback, memory and threads per epoch.
 
-``python -m experiments.stress`` (the driver) starts ``--workers`` tasks through
-``tf_commopt.cluster.run_cluster`` on plain loopback; every task runs this module in worker mode
-(``TF_CONFIG`` set): ``experiments.train``'s SkipCorrectStrategy, model and data for ``--epochs`` epochs of
-``--steps_per_epoch`` steps, printing after each epoch one line ``STRESS {"epoch", "rss_mb", "threads",
-"fds", "epoch_s"}`` (resident set size, threads and open file descriptors of the task, from /proc).
-The driver then checks what a long run must not do — and prints a table:
+``python -m experiments.stress`` launches the runner (``experiments.train --proc_stats``) on ``--workers``
+tasks of a plain-loopback ``tf_commopt.cluster`` cluster for ``--epochs`` epochs of ``--steps_per_epoch``
+steps; every task prints ``PROC {"epoch", "rss_mb", "threads", "fds", "epoch_s"}`` after each epoch
+(resident set size, threads and open file descriptors, from /proc). Then it checks what a long run must
+not do, and prints a table:
 
 * memory: RSS after the warm-up epochs may grow by at most ``--max_growth_mb`` per task to the end;
-* threads and file descriptors: no growth after warm-up;
-* after the run: no process of the job alive, no port of the cluster still bound, no extra
-  threads in the driver.
+* threads and file descriptors: no growth after warm-up (a small slack);
+* after the run: no process of the job alive, no port of the cluster still bound, no extra threads in
+  the driver.
 
 It exits 0 when every check passes, 1 otherwise, 2 on bad flags. Example::
 
@@ -19,117 +18,39 @@ It exits 0 when every check passes, 1 otherwise, 2 on bad flags. Example::
 
 from __future__ import annotations
 
-import json
-import os
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-from absl import flags  # noqa: E402
+from experiments import _cli
+from experiments.harness import Launch, cluster_lines, json_lines
 
-import experiments.train  # noqa: E402,F401  (its flags --epochs, --batch_size, --model, --interval are ours too)
-
-FLAGS = flags.FLAGS
-for _name, _default in (("epochs", 12), ("batch_size", 64), ("model", "mlp"), ("interval", "3")):
-    FLAGS.set_default(_name, _default)
-flags.DEFINE_integer("workers", 4, "worker tasks (loopback)")
-flags.DEFINE_integer("warmup_epochs", 3, "epochs before the memory/thread baseline is taken")
-flags.DEFINE_integer("steps_per_epoch", 25, "global steps per epoch")
-flags.DEFINE_string(
-    "stress_strategy", "skip_correct", "skip_correct or ssgd (MultiWorkerMirroredStrategy, for comparison)"
-)
-flags.DEFINE_float("max_growth_mb", 40.0, "allowed RSS growth per task after warm-up (MB)")
-flags.DEFINE_float("timeout_s", 300.0, "hard bound on the whole cluster run")
-
-PREFIX = "STRESS "
+PREFIX = "PROC "
 THREAD_SLACK = 5  # TensorFlow/gRPC pools start and retire a thread or two; a leak grows without bound
 
 
-def _proc_status() -> Dict[str, float]:
-    out: Dict[str, float] = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k == "VmRSS":
-                out["rss_mb"] = int(v.split()[0]) / 1024.0
-            elif k == "Threads":
-                out["threads"] = int(v)
-    out["fds"] = len(os.listdir("/proc/self/fd"))
-    return out
+def define(fv: Any) -> None:
+    from absl import flags
 
-
-# --------------------------------------------------------------------------------------------- worker
-def worker() -> None:
-    """One task of the stress job (TF_CONFIG is set by the launcher)."""
-    import tf_keras
-
-    from experiments.models import build_model
-    from experiments.train import Config, _train_dataset_fn, make_strategy
-    from tf_commopt.core.tfconfig import tf_config_from_env
-    from tf_commopt.datasets import load_dataset
-
-    tfc = tf_config_from_env()
-    cfg = Config(
-        strategy=FLAGS.stress_strategy,
-        model=FLAGS.model,
-        batch_size=FLAGS.batch_size,
-        momentum=0.0,
-        interval=int(FLAGS.interval),
-        correction="vrl",
+    d = dict(flag_values=fv)
+    flags.DEFINE_integer("workers", 4, "worker tasks (loopback)", **d)
+    flags.DEFINE_integer("epochs", 12, "epochs", **d)
+    flags.DEFINE_integer("warmup_epochs", 3, "epochs before the memory/thread baseline is taken", **d)
+    flags.DEFINE_integer("steps_per_epoch", 25, "global steps per epoch", **d)
+    flags.DEFINE_integer("batch_size", 64, "global batch", **d)
+    flags.DEFINE_string("model", "mlp", "experiments.models name", **d)
+    flags.DEFINE_integer("interval", 3, "H of skip_correct", **d)
+    flags.DEFINE_string(
+        "stress_strategy", "skip_correct", "skip_correct or ssgd (MultiWorkerMirroredStrategy)", **d
     )
-    strategy = make_strategy(cfg, tfc)
-    tf_keras.utils.set_random_seed(0)
-    data = load_dataset("mnist", seed=0)
-    with strategy.scope():
-        model = build_model(cfg.model, data.input_shape, data.num_classes)
-        model.compile(
-            optimizer=tf_keras.optimizers.SGD(cfg.learning_rate),
-            loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        )
-    train = strategy.distribute_datasets_from_function(
-        _train_dataset_fn(data.x_train, data.y_train, cfg.batch_size, 0)
-    )
-    t = {"start": time.perf_counter()}
-
-    def report(epoch: int, logs: Any = None) -> None:
-        now = time.perf_counter()
-        rec = dict(
-            epoch=epoch + 1,
-            epoch_s=round(now - t["start"], 3),
-            loss=float((logs or {}).get("loss", 0.0)),
-            **_proc_status(),
-        )
-        t["start"] = now
-        print(PREFIX + json.dumps(rec), flush=True)
-
-    model.fit(
-        train,
-        epochs=FLAGS.epochs,
-        steps_per_epoch=FLAGS.steps_per_epoch,
-        verbose=0,
-        callbacks=[tf_keras.callbacks.LambdaCallback(on_epoch_end=report)],
-    )
-    stats = {}
-    if hasattr(strategy, "sync"):
-        strategy.sync()
-        stats = strategy.stats()
-    print(
-        PREFIX
-        + json.dumps(
-            {
-                "done": True,
-                "steps": int(model.optimizer.iterations.numpy()),
-                "syncs": stats.get("syncs"),
-                "bytes": stats.get("bytes_communicated"),
-            }
-        ),
-        flush=True,
-    )
+    flags.DEFINE_float("max_growth_mb", 40.0, "allowed RSS growth per task after warm-up (MB)", **d)
+    flags.DEFINE_float("timeout_s", 300.0, "hard bound on the whole cluster run", **d)
 
 
-# --------------------------------------------------------------------------------------------- driver
 def _port_free(port: int) -> bool:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine; a listener is not
@@ -148,72 +69,10 @@ def _live_pids_with(marker: str) -> List[int]:
     return [pid for pid, _ in live_processes(marker)]
 
 
-def run_stress(
-    workers: int = 4,
-    epochs: int = 12,
-    warmup_epochs: int = 3,
-    steps_per_epoch: int = 25,
-    batch_size: int = 64,
-    model: str = "mlp",
-    interval: int = 3,
-    max_growth_mb: float = 40.0,
-    timeout_s: float = 300.0,
-    out=None,
-    strategy: str = "skip_correct",
-) -> Dict[str, Any]:
-    """Run the stress job and return the measurements and the verdict of every check.
-
-    Example:
-        >>> r = run_stress(workers=2, epochs=4, warmup_epochs=1)   # doctest: +SKIP
-        >>> r["ok"], r["rows"][0]["rss_mb"]                          # doctest: +SKIP
-    """
-    from tf_commopt.cluster import run_cluster
-    from tf_commopt.errors import InputError
-
-    if strategy not in ("skip_correct", "ssgd"):
-        raise InputError(f"must be skip_correct or ssgd, got {strategy!r}", where="--stress_strategy")
-    if not (1 <= warmup_epochs < epochs):
-        raise InputError(
-            f"need 1 <= warmup_epochs < epochs, got {warmup_epochs} and {epochs}", where="--warmup_epochs"
-        )
-    out = out or sys.stdout
-    marker = f"--stress_tag={os.getpid()}_{time.time_ns()}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "experiments.stress",
-        f"--epochs={epochs}",
-        f"--steps_per_epoch={steps_per_epoch}",
-        f"--batch_size={batch_size}",
-        f"--model={model}",
-        f"--interval={interval}",
-        f"--stress_strategy={strategy}",
-        marker,
-    ]
-    threads_before = threading.active_count()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = run_cluster(cmd, workers=workers, timeout=timeout_s, cwd=root, echo=False)
-    time.sleep(0.5)
-    ports = (
-        [int(a.rpartition(":")[2]) for a in r.tf_configs["worker:0"]["cluster"]["worker"]]
-        if r.tf_configs
-        else []
-    )
-    rows: List[Dict[str, Any]] = []
-    done: Dict[str, Dict[str, Any]] = {}
-    for task, lines in r.outputs.items():
-        for line in lines:
-            if line.startswith(PREFIX):
-                rec = json.loads(line[len(PREFIX) :])
-                if rec.get("done"):
-                    done[task] = rec
-                else:
-                    rows.append(dict(task=task, **rec))
-    checks: Dict[str, bool] = {
-        "cluster exited 0": r.returncode == 0,
-        "every task finished": len(done) == workers
-        and all(d["steps"] == epochs * steps_per_epoch for d in done.values()),
-    }
+def _growth(
+    rows: List[Dict[str, Any]], epochs: int, warmup_epochs: int, max_growth_mb: float, checks: Dict[str, bool]
+) -> Dict[str, Dict[str, float]]:
+    """Per task: RSS, thread and descriptor growth after warm-up; adds a check per task to ``checks``."""
     growth: Dict[str, Dict[str, float]] = {}
     for task in sorted({row["task"] for row in rows}):
         mine = sorted((row for row in rows if row["task"] == task), key=lambda row: row["epoch"])
@@ -244,7 +103,68 @@ def run_stress(
         checks[
             f"{task}: peak threads {g['threads']:+d}, peak fds {g['fds']:+d} vs warm-up (<= +{THREAD_SLACK})"
         ] = g["threads"] <= THREAD_SLACK and g["fds"] <= THREAD_SLACK
-    checks["no process of the job left"] = _live_pids_with(marker) == []
+    return growth
+
+
+def run_stress(
+    workers: int = 4,
+    epochs: int = 12,
+    warmup_epochs: int = 3,
+    steps_per_epoch: int = 25,
+    batch_size: int = 64,
+    model: str = "mlp",
+    interval: int = 3,
+    max_growth_mb: float = 40.0,
+    timeout_s: float = 300.0,
+    out=None,
+    strategy: str = "skip_correct",
+) -> Dict[str, Any]:
+    """Run the stress job and return the measurements and the verdict of every check.
+
+    Example:
+        >>> r = run_stress(workers=2, epochs=4, warmup_epochs=1)   # doctest: +SKIP
+        >>> r["ok"], r["rows"][0]["rss_mb"]                          # doctest: +SKIP
+    """
+    from tf_commopt.errors import InputError
+
+    if strategy not in ("skip_correct", "ssgd"):
+        raise InputError(f"must be skip_correct or ssgd, got {strategy!r}", where="--stress_strategy")
+    if not (1 <= warmup_epochs < epochs):
+        raise InputError(
+            f"need 1 <= warmup_epochs < epochs, got {warmup_epochs} and {epochs}", where="--warmup_epochs"
+        )
+    out = out or sys.stdout
+    marker_dir = tempfile.mkdtemp(prefix="stress_")  # --model_dir names this job's processes
+    argv = [f"--epochs={epochs}", f"--steps_per_epoch={steps_per_epoch}", f"--batch_size={batch_size}"]
+    argv += [f"--model={model}", f"--interval={interval}", f"--strategy={strategy}", "--momentum=0"]
+    argv += ["--correction=vrl", "--proc_stats", f"--model_dir={marker_dir}"]
+    threads_before = threading.active_count()
+    try:
+        r, _ = cluster_lines(Launch(argv, workers=workers, timeout=timeout_s))
+        time.sleep(0.5)
+        left = _live_pids_with(f"--model_dir={marker_dir}")
+    finally:
+        shutil.rmtree(marker_dir, ignore_errors=True)
+    ports = (
+        [int(a.rpartition(":")[2]) for a in r.tf_configs["worker:0"]["cluster"]["worker"]]
+        if r.tf_configs
+        else []
+    )
+    rows: List[Dict[str, Any]] = []
+    for task, lines in r.outputs.items():
+        # the chief's line may follow its progress bar on the same line
+        rows += [
+            dict(task=task, **json_lines([x[x.index(PREFIX) + len(PREFIX) :]])[0])
+            for x in lines
+            if PREFIX + "{" in x
+        ]
+    final = json_lines(r.outputs.get("worker:0", []))
+    checks: Dict[str, bool] = {
+        "cluster exited 0": r.returncode == 0,
+        "every task finished": bool(final) and final[-1].get("steps") == epochs * steps_per_epoch,
+    }
+    growth = _growth(rows, epochs, warmup_epochs, max_growth_mb, checks)
+    checks["no process of the job left"] = left == []
     checks["every cluster port released"] = bool(ports) and all(_port_free(p) for p in ports)
     checks["no extra thread in the driver"] = threading.active_count() <= threads_before
     result = {
@@ -284,44 +204,26 @@ def _print(res: Dict[str, Any], workers: int, epochs: int, steps: int, out, stra
     out.flush()
 
 
-flags.DEFINE_string("stress_tag", "", "internal: marks the worker processes of one run")
+def _body(fv: Any) -> int:
+    res = run_stress(
+        fv.workers,
+        fv.epochs,
+        fv.warmup_epochs,
+        fv.steps_per_epoch,
+        fv.batch_size,
+        fv.model,
+        fv.interval,
+        fv.max_growth_mb,
+        fv.timeout_s,
+        strategy=fv.stress_strategy,
+    )
+    return 0 if res["ok"] else 1
 
 
-def main(argv: List[str]) -> None:
-    if len(argv) > 1:
-        sys.stderr.write(f"experiments.stress: error: unexpected argument(s): {' '.join(argv[1:])}\n")
-        sys.exit(2)
-    if os.environ.get("TF_CONFIG", "").strip():
-        worker()
-        return
-    from tf_commopt.errors import InputError, TfCommoptError
-
-    try:
-        try:
-            interval = int(FLAGS.interval)
-        except ValueError:
-            raise InputError(
-                f"must be a positive integer, got {FLAGS.interval!r}", where="--interval"
-            ) from None
-        res = run_stress(
-            FLAGS.workers,
-            FLAGS.epochs,
-            FLAGS.warmup_epochs,
-            FLAGS.steps_per_epoch,
-            FLAGS.batch_size,
-            FLAGS.model,
-            interval,
-            FLAGS.max_growth_mb,
-            FLAGS.timeout_s,
-            strategy=FLAGS.stress_strategy,
-        )
-    except TfCommoptError as e:
-        sys.stderr.write(f"experiments.stress: error: {e}\n")
-        sys.exit(2)
-    sys.exit(0 if res["ok"] else 1)
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m experiments.stress`` in process; returns the exit code (1: a check failed)."""
+    return _cli.main("experiments.stress", argv, define, _body)
 
 
 if __name__ == "__main__":
-    from experiments import _cli
-
-    _cli.run(main)  # bad flags: one line, exit 2; dashed aliases; quiet TensorFlow
+    raise SystemExit(main())

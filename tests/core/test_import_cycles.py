@@ -1,4 +1,5 @@
-"""No import cycles inside tf_commopt: module-level and function-level (lazy) imports both count.
+"""No import cycles inside tf_commopt and experiments/: module-level and function-level (lazy) imports both
+count.
 
 Reads every module's source with ``ast`` (nothing is imported), resolves ``import a.b`` and
 ``from a.b import c`` (c a submodule or a name) to tf_commopt modules, and asserts the graph is acyclic.
@@ -10,12 +11,12 @@ import os
 import networkx as nx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PKG = os.path.join(ROOT, "tf_commopt")
+PACKAGES = ("tf_commopt", "experiments")
 
 
 def _modules():
     out = {}
-    for dirpath, _, files in os.walk(PKG):
+    for dirpath, _, files in (w for pkg in PACKAGES for w in os.walk(os.path.join(ROOT, pkg))):
         for f in files:
             if f.endswith(".py"):
                 rel = os.path.relpath(os.path.join(dirpath, f), ROOT)[:-3].replace(os.sep, ".")
@@ -61,3 +62,6 @@ def test_the_graph_sees_lazy_imports():
     # experiments.train is outside; inside: skip_correct imports _keras_hooks inside a function
     assert g.has_edge("tf_commopt.distribute.skip_correct", "tf_commopt.distribute._keras_hooks")
     assert g.has_edge("tf_commopt.distribute.skip_correct", "tf_commopt._compat")
+    # experiments/: the runner dispatches to its trainers lazily
+    assert g.has_edge("experiments.train", "experiments.ps_train")
+    assert g.has_edge("experiments.ps_train", "experiments.config")

@@ -149,3 +149,33 @@ def test_bad_flags_one_line_exit_2(flag, needle):
 def test_batch_not_divisible_by_replicas():
     with pytest.raises(InputError, match="--batch_size"):
         train.run(train.Config(strategy="ssgd", replicas=4, batch_size=66, model="mlp", steps=1))
+
+
+def test_non_iid_local_replicas_each_read_their_own_label_skewed_shard():
+    """With one input pipeline feeding 4 local replicas, replica i's batches come from shard i of
+    split_non_iid (checked by label sets: the shards of one label each are nearly disjoint)."""
+    import tensorflow as tf
+
+    from experiments.data import train_dataset_fn
+    from tf_commopt._compat import fresh_mirrored_strategy
+    from tf_commopt.datasets import load_dataset, split_non_iid
+
+    d = load_dataset("mnist", seed=0)
+    strategy = fresh_mirrored_strategy(train.configure_local_cpus(4))
+    shards = split_non_iid(d.y_train, 4, 1, seed=0)
+    ds = strategy.distribute_datasets_from_function(train_dataset_fn(d.x_train, d.y_train, 64, 0, 1))
+    it = iter(ds)
+    for _ in range(3):
+        _, ys = next(it)
+        for i, y in enumerate(strategy.experimental_local_results(ys)):
+            assert set(np.asarray(y).tolist()) <= set(d.y_train[shards[i]].tolist()), i
+    assert tf.distribute.has_strategy() is False
+
+
+def test_main_in_process_returns_the_exit_code(capsys):
+    assert train.main(["train", "--strategy=fastest"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("experiments.train: error: --strategy: "), err
+    assert train.main(["train", "--help"]) == 0
+    assert "--steps_per_epoch" in capsys.readouterr().out
+    assert train.main(["train", "--steps=5", "--strategy=single", "--model=mlp", "--eval_every=0", "x"]) == 2

@@ -1,0 +1,207 @@
+"""What one run of the training runner is: the :class:`Config` dataclass, its validation and its flags.
+
+Importing this module defines no flag: :func:`define_flags` puts the runner's flags on a given absl
+``FlagValues`` (the one place they are defined) and :func:`config_from_flags` reads them back into a
+validated Config.
+
+Example:
+    >>> cfg = validate(Config(strategy="skip_correct", interval="auto"))
+    >>> cfg.interval, cfg.batch_size
+    ('auto', 128)
+    >>> from absl import flags
+    >>> fv = flags.FlagValues()
+    >>> define_flags(fv)
+    >>> _ = fv(["train", "--strategy=single", "--steps=5"])
+    >>> config_from_flags(fv).steps
+    5
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Union
+
+from experiments.models import MODELS
+from experiments.optimizers import OPTIMIZERS, validate_optimizer
+from tf_commopt.core.interval import validate_interval, validate_target_ratio
+from tf_commopt.datasets import DATASETS
+from tf_commopt.distribute.correction import CORRECTIONS, validate_correction_lr
+from tf_commopt.errors import InputError
+
+__all__ = ["STRATEGIES", "Config", "validate", "define_flags", "config_from_flags"]
+
+STRATEGIES = ("single", "ssgd", "skip_correct", "local_sgd", "tf_ps_async")
+SYNC_STRATEGIES = ("skip_correct", "local_sgd")  # the strategies with local steps and syncs
+
+
+@dataclass
+class Config:
+    """Everything one run needs; ``Config()`` is the README's main job."""
+
+    strategy: str = "ssgd"
+    model: str = "cnn"
+    dataset: str = "mnist"
+    batch_size: int = 128
+    epochs: int = 10
+    steps: int = 0
+    steps_per_epoch: int = 0
+    replicas: int = 4
+    seed: int = 0
+    model_dir: str = ""
+    learning_rate: float = 0.05
+    momentum: float = 0.9
+    optimizer: str = "sgd"
+    interval: Union[int, str] = 4
+    correction: str = "auto"
+    warmup_steps: int = 0
+    correction_lr: str = "effective"
+    target_ratio: float = 1.0
+    max_interval: int = 256
+    auto_probe_interval: int = 16
+    bench_allreduce_mb: float = 0.0
+    bench_repeats: int = 3
+    backup_dir: str = ""
+    steps_per_execution: int = 1
+    overlap: bool = False
+    non_iid_classes: int = 0
+    step_times: bool = False
+    proc_stats: bool = False
+    eval_every: int = 0
+    interval_search: str = ""
+
+
+HELP: Dict[str, str] = {
+    "strategy": f"one of {', '.join(STRATEGIES)} (tf_ps_async: TensorFlow's own ParameterServerStrategy, "
+    "ps clusters only)",
+    "model": f"one of {', '.join(MODELS)}",
+    "dataset": "mnist (bundled 5,000 images), cifar10 or mnist_full (download)",
+    "batch_size": "global batch size (split evenly over the replicas)",
+    "epochs": "passes over the training set (one pass when --steps > 0)",
+    "steps": "train exactly this many global steps (0 = use --epochs)",
+    "steps_per_epoch": "steps of each of --epochs epochs (0 = the training set's rows // --batch_size)",
+    "replicas": "local replicas (logical CPU devices) when there is no TF_CONFIG",
+    "seed": "random seed (weights, data order, train/test split)",
+    "model_dir": "write weights and result.json here (chief only); empty = nowhere",
+    "learning_rate": "the optimizer's learning rate",
+    "momentum": "SGD momentum",
+    "optimizer": f"{', '.join(OPTIMIZERS)} (tf-keras defaults, --learning_rate; --momentum is SGD's)",
+    "interval": "skip_correct/local_sgd: steps between averagings, or 'auto'",
+    "correction": "skip_correct: auto (vrl for plain SGD, gradient otherwise), gradient, vrl or none "
+    "(local_sgd forces none)",
+    "warmup_steps": "skip_correct/local_sgd: synchronous steps before skipping",
+    "correction_lr": "skip_correct: the lr in the vrl update: effective (lr/(1-momentum)) or optimizer",
+    "target_ratio": "--interval=auto: aimed communication/computation time ratio",
+    "max_interval": "--interval=auto: cap on the chosen H",
+    "auto_probe_interval": "--interval=auto: H while measuring (after 2 warm-up steps, 3 timed syncs)",
+    "bench_allreduce_mb": "after training, time an all-reduce of this many MB (0 = off)",
+    "bench_repeats": "timed repetitions of the all-reduce benchmark",
+    "backup_dir": "resume: every task checkpoints here at each epoch end and a restarted run continues "
+    "from the last epoch every task completed",
+    "steps_per_execution": "training steps per call of the traced train function (tf-keras "
+    "compile(steps_per_execution=...))",
+    "overlap": "skip_correct/local_sgd: run each sync's all-reduce in the background while the replicas "
+    "keep stepping; the stale average is applied at the next sync",
+    "non_iid_classes": "0: iid shards; k > 0: label-skewed shards, each worker's (local replicas: each "
+    "replica's) mostly holding k labels",
+    "step_times": "add step_ms, step_ms_p90 (per-step wall time after step 10) and startup_s "
+    "(strategy construction to the end of the first step) to the record",
+    "proc_stats": "print 'PROC {...}' after each epoch: the task's resident memory, threads, open files",
+    "eval_every": "evaluate the (averaged) model every this many steps, the clock paused; the record gets "
+    "its curve (0 = only at the end)",
+    "interval_search": "skip_correct: a baseline interval search instead of a fixed H: adacomm "
+    "(AdaComm-style, from --interval) or grid (short trials of each H before training); empty = none",
+}
+
+_INTS = (
+    ("batch_size", 1),
+    ("epochs", 1),
+    ("steps", 0),
+    ("steps_per_epoch", 0),
+    ("replicas", 1),
+    ("warmup_steps", 0),
+    ("bench_repeats", 1),
+    ("max_interval", 1),
+    ("auto_probe_interval", 1),
+    ("steps_per_execution", 1),
+    ("non_iid_classes", 0),
+    ("eval_every", 0),
+)
+
+
+def _check_numbers(cfg: Config) -> None:
+    for name, low in _INTS:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise InputError(f"must be an integer >= {low}, got {v!r}", where=f"--{name}")
+    for name in ("learning_rate", "bench_allreduce_mb"):
+        v = getattr(cfg, name)
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise InputError(f"must be a number >= 0, got {v!r}", where=f"--{name}")
+    if not (math.isfinite(cfg.momentum) and 0 <= cfg.momentum < 1):
+        raise InputError(f"must be in [0, 1), got {cfg.momentum!r}", where="--momentum")
+    for name in ("overlap", "step_times", "proc_stats"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise InputError(f"must be true or false, got {getattr(cfg, name)!r}", where=f"--{name}")
+
+
+def _choice(value: Any, choices: Any, what: str, flag: str) -> None:
+    if value not in choices:
+        raise InputError(f"unknown {what} {value!r}; choose one of {', '.join(choices)}", where=flag)
+
+
+def validate(cfg: Config) -> Config:
+    """Check every field; InputError naming the flag otherwise. Returns cfg (interval parsed)."""
+    _choice(cfg.strategy, STRATEGIES, "strategy", "--strategy")
+    _choice(cfg.model, MODELS, "model", "--model")
+    _choice(cfg.dataset, DATASETS, "dataset", "--dataset")
+    _check_numbers(cfg)
+    validate_optimizer(cfg.optimizer)
+    cfg.interval = validate_interval(cfg.interval, where="--interval")
+    validate_target_ratio(cfg.target_ratio, where="--target_ratio")
+    validate_correction_lr(cfg.correction_lr, where="--correction_lr")
+    for name in ("model_dir", "backup_dir"):
+        d = getattr(cfg, name)
+        if d and os.path.exists(d) and not os.path.isdir(d):
+            raise InputError(f"{d!r} exists and is not a directory", where=f"--{name}")
+    if cfg.overlap and cfg.strategy not in SYNC_STRATEGIES:
+        raise InputError(
+            f"overlaps the syncs of skip_correct/local_sgd; --strategy={cfg.strategy} has none",
+            where="--overlap",
+        )
+    if cfg.non_iid_classes and cfg.backup_dir:
+        raise InputError(
+            "label-skewed shards are not resumable with --backup_dir yet (its per-epoch data order is iid)",
+            where="--non_iid_classes",
+        )
+    if cfg.steps and cfg.steps_per_epoch:
+        raise InputError("give --steps or --steps_per_epoch, not both", where="--steps_per_epoch")
+    _choice(cfg.correction, CORRECTIONS, "correction", "--correction")
+    _choice(cfg.interval_search, ("", "adacomm", "grid"), "interval search", "--interval_search")
+    if cfg.interval_search and (cfg.strategy != "skip_correct" or cfg.interval == "auto"):
+        raise InputError("needs --strategy=skip_correct and an integer --interval", where="--interval_search")
+    return cfg
+
+
+# ------------------------------------------------------------------------------------------------ flags
+def define_flags(fv: Any) -> None:
+    """Define the runner's flags (one per Config field, its default and :data:`HELP`) on ``fv``."""
+    from absl import flags
+
+    for f in dataclasses.fields(Config):
+        default, helptext = f.default, HELP[f.name]
+        if isinstance(default, bool):
+            flags.DEFINE_bool(f.name, default, helptext, flag_values=fv)
+        elif f.name == "interval" or isinstance(default, str):
+            flags.DEFINE_string(f.name, str(default), helptext, flag_values=fv)
+        elif isinstance(default, int):
+            flags.DEFINE_integer(f.name, default, helptext, flag_values=fv)
+        else:
+            flags.DEFINE_float(f.name, default, helptext, flag_values=fv)
+
+
+def config_from_flags(fv: Any) -> Config:
+    """A validated Config from the parsed flags ``fv`` (defined by :func:`define_flags`)."""
+    return validate(Config(**{f.name: getattr(fv, f.name) for f in dataclasses.fields(Config)}))
