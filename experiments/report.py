@@ -28,6 +28,7 @@ def pages() -> Dict[str, Page]:
     """Every results page, by name (each bench module declares its own ``PAGE``)."""
     from experiments import (
         allreduce_bench,
+        calibration_page,
         comm_page,
         correction_bench,
         hybrid_pages,
@@ -40,7 +41,7 @@ def pages() -> Dict[str, Page]:
 
     found = [overlap_bench.PAGE, sc_speed_bench.PAGE, *skip_correct_bench.PAGES]
     found += [ps_bench.PAGE, ps_bench.TRACE_PAGE, correction_bench.PAGE, comm_page.PAGE, allreduce_bench.PAGE]
-    found += sim_pages.all_pages() + hybrid_pages.HYBRID
+    found += sim_pages.all_pages() + hybrid_pages.HYBRID + [calibration_page.PAGE]
     return {p.name: p for p in found}
 
 

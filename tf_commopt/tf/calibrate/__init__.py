@@ -19,7 +19,7 @@ Example:
 Command line::
 
     python -m tf_commopt.tf.calibrate                      # leave-one-out fits, 4 stages, fp32 and bf16
-    TF_USE_LEGACY_KERAS=1 python -m tf_commopt.tf.calibrate --keras resnet50,vgg16   # + tf-keras imports
+    python -m tf_commopt.tf.calibrate --keras resnet50,vgg16   # + tf-keras imports (TensorFlow)
 """
 
 from tf_commopt.tf.calibrate.estimate import (

@@ -12,16 +12,15 @@ Example:
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
 from tf_commopt.tf.calibrate.fit import features
+from tf_commopt.tf.calibrate.records import profile_meta
 from tf_commopt.tf.op_costs import Roofline
 
-__all__ = ["KERAS_APPS", "keras_application_totals", "keras_stage_errors"]
+__all__ = ["KERAS_APPS", "BATCH", "keras_application_totals", "keras_stage_errors"]
 
 #: tf-keras application and input size of each profiled torchvision model
 KERAS_APPS = {
@@ -32,6 +31,7 @@ KERAS_APPS = {
     "densenet121": ("DenseNet121", 224),
     "mobilenet_v2": ("MobileNetV2", 224),
 }
+BATCH = 32  # the batch of the bundled H200 measurements
 _DATASHEET = {"fp32": "h200", "tf32": "h200-tf32", "bf16": "h200-bf16"}
 
 
@@ -40,14 +40,6 @@ def _application(model: str) -> Any:
 
     app, size = KERAS_APPS[model]
     return getattr(keras.applications, app)(weights=None, input_shape=(size, size, 3))
-
-
-def _whole_model_ms(model: str, mode: str) -> float:
-    from tf_commopt.core.profiles import bundled_profile_path
-
-    folder = os.path.dirname(bundled_profile_path(f"h200/{model}.{mode}"))
-    with open(os.path.join(folder, f"{model}.{mode}.b32.meta.json"), encoding="utf-8") as f:
-        return json.load(f)["whole_fwd_bwd_ms"]
 
 
 def keras_application_totals(model: str, modes: Sequence[str] = ("fp32", "bf16")) -> List[Dict[str, Any]]:
@@ -65,14 +57,17 @@ def keras_application_totals(model: str, modes: Sequence[str] = ("fp32", "bf16")
     rows = []
     for mode in modes:
         meas = load_profile(f"h200/{model}.{mode}")
-        whole = _whole_model_ms(model, mode)
+        whole = profile_meta(model, mode)["whole_fwd_bwd_ms"]
         for preset in (_DATASHEET[mode], "h200-fit" if mode != "bf16" else "h200-bf16-fit"):
-            g = from_keras_model(m, batch_size=32, roofline=roofline_preset(preset)[0])
+            g = from_keras_model(m, batch_size=BATCH, roofline=roofline_preset(preset)[0])
             rows.append(
                 {
                     "model": model,
                     "mode": mode,
                     "preset": preset,
+                    "application": KERAS_APPS[model][0],
+                    "input_size": KERAS_APPS[model][1],
+                    "batch": BATCH,
                     "keras_layers": len(g),
                     "est_ms": g.total_ms(),
                     "meas_nodes_ms": meas.total_ms(),
@@ -127,8 +122,8 @@ def keras_stage_errors(
     from tf_commopt.tf.graph_import import from_keras_model
 
     m = _application(model)
-    est = from_keras_model(m, batch_size=32, roofline=roofline)
-    kflops = from_keras_model(m, batch_size=32, roofline=Roofline(peak_gflops=1.0, mem_gbps=1e15))
+    est = from_keras_model(m, batch_size=BATCH, roofline=roofline)
+    kflops = from_keras_model(m, batch_size=BATCH, roofline=Roofline(peak_gflops=1.0, mem_gbps=1e15))
     plan = partition(est, stages, method="balanced", bandwidth_gbps=bandwidth_gbps)
     ends = _flop_fractions(est, kflops, plan.stage_of_node)
     meas = load_profile(f"h200/{model}.{mode}")

@@ -3,10 +3,12 @@
 For each precision: every model's per-layer and per-stage errors under the datasheet roofline and under
 a roofline fitted on the other five models (``--fit-on loo``) or on one model; with ``--keras`` the
 tf-keras applications' totals, and with ``--keras-stages`` their 4-stage plans timed on the measurement.
-The output is deterministic (pure Python, no timing).
+The output is deterministic (pure Python, no timing). ``--json`` saves every number in one object;
+``--jsonl`` saves one record per printed row (:mod:`~tf_commopt.tf.calibrate.records`), from which
+``python -m experiments.report calibration`` renders docs/results/calibration.md.
 
 Example:
-    >>> main(["--modes", "fp32", "--json", "/tmp/cal.json"])      # doctest: +SKIP
+    >>> main(["--modes", "fp32", "--jsonl", "/tmp/cal.jsonl"])      # doctest: +SKIP
     0
 """
 
@@ -19,11 +21,15 @@ from typing import Any, Dict, List, Optional, Tuple
 from tf_commopt.tf.calibrate.estimate import MODELS, estimate_profile, layer_errors, stage_errors
 from tf_commopt.tf.calibrate.fit import fit_roofline
 from tf_commopt.tf.calibrate.keras_apps import keras_application_totals, keras_stage_errors
+from tf_commopt.tf.calibrate.records import command_line, merge_jsonl, profile_meta
 from tf_commopt.tf.op_costs import Roofline
 
-__all__ = ["main"]
+__all__ = ["main", "METHOD", "BANDWIDTH_GBPS"]
 
 _DATASHEET = {"fp32": "h200", "tf32": "h200-tf32", "bf16": "h200-bf16"}
+METHOD = "balanced"  # how the stages are planned on the estimate
+BANDWIDTH_GBPS = 100.0  # the link between stages of that plan
+Record = Dict[str, Any]
 
 
 def _fmt(x: float) -> str:
@@ -39,6 +45,15 @@ def _describe(r: Roofline) -> str:
 
 def _fitted(f: Dict[str, Any]) -> Roofline:
     return Roofline(f["peak_gflops"], f["mem_gbps"], f["backward_factor"], f["overhead_ms"])
+
+
+def _roofline_fields(r: Roofline) -> Record:
+    return {
+        "peak_gflops": r.peak_gflops,
+        "mem_gbps": r.mem_gbps,
+        "overhead_ms": r.overhead_ms,
+        "backward_factor": r.backward_factor,
+    }
 
 
 def _parser():
@@ -58,6 +73,13 @@ def _parser():
     ap.add_argument("--stages", type=int, default=4, help="stages of the per-stage errors")
     ap.add_argument("--modes", default="fp32,bf16", help="comma-separated precisions (fp32, bf16, tf32)")
     ap.add_argument("--json", default=None, help="also write all numbers here")
+    ap.add_argument(
+        "--jsonl",
+        default=None,
+        help="also write one record per printed row here, replacing the rows of the same table, model, "
+        "precision and roofline already in the file (docs/results/calibration.jsonl feeds "
+        "python -m experiments.report calibration)",
+    )
     ap.add_argument(
         "--keras-stages",
         action="store_true",
@@ -91,8 +113,27 @@ def _fit_all(mode: str, fit_on: str, out: Dict[str, Any]) -> None:
         }
 
 
-def _profile_table(mode: str, fit_on: str, stages: int, out: Dict[str, Any]) -> None:
-    """Print the per-layer / per-stage table of one precision (numbers also go to ``out``)."""
+def _layer_record(
+    model: str, mode: str, tag: str, r: Roofline, le: Record, se: Record, out: Record
+) -> Record:
+    """The record of one row of the per-layer / per-stage table."""
+    meta = profile_meta(model, mode)
+    rec: Record = {"table": "layers", "model": model, "mode": mode, "roofline": tag}
+    if tag == "datasheet":
+        rec["preset"] = _DATASHEET[mode]
+    else:
+        fit = out[f"fitted.{mode}.{model}"]
+        rec.update(fitted_on=fit["fitted_on"], fit_error=fit["fit_error"])
+    rec.update(_roofline_fields(r))
+    rec.update(profile=f"h200/{model}.{mode}", batch=meta["batch"], device=meta["device"])
+    rec.update(stages=len(se["est_ms"]), method=METHOD, bandwidth_gbps=BANDWIDTH_GBPS)
+    rec.update({f"layer_{k}": v for k, v in le.items()})
+    rec.update({f"stage_{k}": v for k, v in se.items()})
+    return rec
+
+
+def _profile_table(mode: str, fit_on: str, stages: int, out: Dict[str, Any], rows: List[Record]) -> None:
+    """Print the per-layer / per-stage table of one precision (numbers also go to ``out`` and ``rows``)."""
     from tf_commopt.core.profiles import load_profile
     from tf_commopt.tf.devices import roofline_preset
 
@@ -108,8 +149,10 @@ def _profile_table(mode: str, fit_on: str, stages: int, out: Dict[str, Any]) -> 
         fitted = _fitted(out[f"fitted.{mode}.{model}"])
         for tag, r in (("datasheet", sheet), ("fitted", fitted)):
             est = estimate_profile(meas, r, mode)
-            le, se = layer_errors(est, meas), stage_errors(est, meas, stages)
+            le = layer_errors(est, meas)
+            se = stage_errors(est, meas, stages, method=METHOD, bandwidth_gbps=BANDWIDTH_GBPS)
             out[f"{model}.{mode}.{tag}"] = {"layer": le, "stage": se}
+            rows.append(_layer_record(model, mode, tag, r, le, se, out))
             label = tag if tag == "datasheet" else f"fit: {_describe(r)}"
             print(
                 f"| {model} | {label} | {le['weighted']:.0%} | {le['median']:.0%} | {_fmt(le['total'])} | "
@@ -117,7 +160,7 @@ def _profile_table(mode: str, fit_on: str, stages: int, out: Dict[str, Any]) -> 
             )
 
 
-def _keras_totals_table(models: List[str], modes: List[str], out: Dict[str, Any]) -> None:
+def _keras_totals_table(models: List[str], modes: List[str], out: Dict[str, Any], rows: List[Record]) -> None:
     print(
         "\n| model | mode | preset | Keras layers | estimate ms | measured: sum of layers | "
         "measured: whole model | est / layer sum |\n|---|---|---|---|---|---|---|---|"
@@ -125,22 +168,37 @@ def _keras_totals_table(models: List[str], modes: List[str], out: Dict[str, Any]
     for model in models:
         for r in keras_application_totals(model, modes):
             out[f"keras.{model}.{r['mode']}.{r['preset']}"] = r
+            tag = "datasheet" if r["preset"] == _DATASHEET[r["mode"]] else "fitted"
+            device = profile_meta(model, r["mode"])["device"]
+            rows.append({"table": "keras_totals", "roofline": tag, **r, "device": device})
             print(
                 f"| {model} | {r['mode']} | `{r['preset']}` | {r['keras_layers']} | {r['est_ms']:.1f} | "
                 f"{r['meas_nodes_ms']:.1f} | {r['meas_whole_ms']:.1f} | {r['est_ms'] / r['meas_nodes_ms']:.2f} |"
             )
 
 
-def _keras_stages_table(models: List[str], modes: List[str], stages: int, out: Dict[str, Any]) -> None:
+def _keras_stages_table(
+    models: List[str], modes: List[str], stages: int, out: Dict[str, Any], rows: List[Record]
+) -> None:
     print(
         f"\n| model | mode | roofline (fitted on the other models) | {stages}-stage errors (Keras est vs "
         "meas) | max stage err |\n|---|---|---|---|---|"
     )
     for model in models:
         for mode in modes:
-            r = _fitted(out[f"fitted.{mode}.{model}"])
-            ks = keras_stage_errors(model, mode, r, stages)
+            fit = out[f"fitted.{mode}.{model}"]
+            r = _fitted(fit)
+            ks = keras_stage_errors(model, mode, r, stages, bandwidth_gbps=BANDWIDTH_GBPS)
             out[f"keras_stages.{model}.{mode}"] = ks
+            rec: Record = {"table": "keras_stages", "model": model, "mode": mode, "roofline": "fitted"}
+            rec.update(fitted_on=fit["fitted_on"], fit_error=fit["fit_error"], **_roofline_fields(r))
+            meta = profile_meta(model, mode)
+            rec.update(profile=f"h200/{model}.{mode}", batch=meta["batch"], device=meta["device"])
+            rec.update(stages=stages, method=METHOD, bandwidth_gbps=BANDWIDTH_GBPS)
+            rec.update(
+                {k if k == "flop_fractions" else f"stage_{k}": v for k, v in ks.items() if k not in rec}
+            )
+            rows.append(rec)
             print(
                 f"| {model} | {mode} | {_describe(r)} | "
                 f"{', '.join(_fmt(x) for x in ks['rel_err'])} | {ks['max_abs_err']:.0%} |",
@@ -159,6 +217,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """
     from tf_commopt._cli import UsageError, quiet_tensorflow
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     try:
         a = parser.parse_args(argv)
@@ -166,16 +225,24 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write(f"{parser.prog}: error: {e}\n")
         return 2
     quiet_tensorflow(a.tf_log_level)
+    if a.keras:
+        from tf_commopt import use_tf_keras
+
+        use_tf_keras()  # the applications are tf-keras models
     modes = a.modes.split(",")
     out: Dict[str, Any] = {}
+    rows: List[Record] = []
     for mode in modes:
         _fit_all(mode, a.fit_on, out)
-        _profile_table(mode, a.fit_on, a.stages, out)
+        _profile_table(mode, a.fit_on, a.stages, out, rows)
     if a.keras:
-        _keras_totals_table(a.keras.split(","), modes, out)
+        _keras_totals_table(a.keras.split(","), modes, out, rows)
         if a.keras_stages:
-            _keras_stages_table(a.keras.split(","), modes, a.stages, out)
+            _keras_stages_table(a.keras.split(","), modes, a.stages, out, rows)
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
+    if a.jsonl:
+        command = command_line(argv)
+        merge_jsonl(a.jsonl, [{**r, "command": command} for r in rows])
     return 0
