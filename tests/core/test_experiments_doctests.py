@@ -20,6 +20,7 @@ MODULES = [
     "experiments.allreduce_bench",
     "experiments.comm_bench",
     "experiments.sim_pages",
+    "experiments.calibration_page",
 ]
 
 

@@ -91,3 +91,12 @@ def test_a_roofline_fitted_on_named_models_says_so():
     assert rows[0]["label"] == "fit: 35 TFLOP/s, 4,800 GB/s, +0.08 ms, bwd 1.25x"
     assert rows[1]["label"] == "fit on c: 35 TFLOP/s, 4,800 GB/s, +0.08 ms, bwd 1.25x"
     assert rows[2]["label"] == "datasheet"
+
+
+def test_records_docstring_examples():
+    import doctest
+
+    from tf_commopt.tf.calibrate import records
+
+    result = doctest.testmod(records)
+    assert result.failed == 0 and result.attempted > 0
