@@ -57,6 +57,18 @@ __all__ = [
     "unblock_coordinator_exit",
     "no_autotune",
     "device_iterators_without_autotune",
+    "require_internals",
+    "num_workers",
+    "worker_index",
+    "container_strategy",
+    "strategy_cluster_resolver",
+    "track_child",
+    "keras_model_strategy",
+    "optimizer_mesh",
+    "backup_supported_strategies",
+    "set_backup_supported_strategies",
+    "backup_training_state",
+    "training_state_model",
 ]
 
 SUPPORTED_TF: Tuple[str, ...] = ("2.21",)
@@ -80,14 +92,15 @@ _check_version()
 
 # ---- private TensorFlow modules (tensorflow.python.*) -------------------------------------------------
 from tensorflow.python.data.ops import multi_device_iterator_ops  # noqa: E402
-from tensorflow.python.distribute import (
+from tensorflow.python.distribute import (  # noqa: E402
     collective_all_reduce_strategy,  # noqa: E402
     collective_util,  # noqa: E402
     distribute_lib,  # noqa: E402
     mirrored_strategy,  # noqa: E402
+    parameter_server_strategy_v2,  # noqa: E402
     values,  # noqa: E402
 )
-from tensorflow.python.distribute.cluster_resolver import (
+from tensorflow.python.distribute.cluster_resolver import (  # noqa: E402
     slurm_cluster_resolver,  # noqa: E402
     tfconfig_cluster_resolver,  # noqa: E402
 )
@@ -146,8 +159,22 @@ INTERNALS: List[Tuple[Any, str]] = [
     # tf/model_files.py and tf/train_graph.py
     (tf.Graph, "_get_function"),
     (tf.Operation, "_control_outputs"),
-    # skip_correct.py tracks its per-optimizer state on the optimizer
+    # track_child: the skip-and-correct state is a checkpointed child of its optimizer
     (trackable_base.Trackable, "_track_trackable"),
+    # num_workers, worker_index, container_strategy, strategy_cluster_resolver
+    (_SetBy(collective_all_reduce_strategy.CollectiveAllReduceExtended._initialize_local), "_num_workers"),
+    (
+        _SetBy(collective_all_reduce_strategy.CollectiveAllReduceExtended._initialize_multi_worker),
+        "_num_workers",
+    ),
+    (_SetBy(collective_all_reduce_strategy.CollectiveAllReduceExtended._initialize_local), "_id_in_cluster"),
+    (
+        _SetBy(collective_all_reduce_strategy.CollectiveAllReduceExtended._initialize_multi_worker),
+        "_id_in_cluster",
+    ),
+    (_SetBy(collective_all_reduce_strategy.CollectiveAllReduceExtended.__init__), "_cluster_resolver"),
+    (_SetBy(parameter_server_strategy_v2.ParameterServerStrategyV2Extended.__init__), "_num_workers"),
+    (distribute_lib.StrategyExtendedV2, "_container_strategy"),
     # unblock_coordinator_exit (distribute/parameter_server.py)
     (cluster_coordinator.ClusterCoordinator, "__del__"),
     (_SetBy(cluster_coordinator.ClusterCoordinator.__init__), "_cluster"),
@@ -210,6 +237,74 @@ def fresh_mirrored_strategy(devices: Any) -> tf.distribute.MirroredStrategy:
         return cls(devices)
     finally:
         cls._collective_key_base = old
+
+
+# ---- strategy internals: worker count and index, the container strategy, checkpoint children ---------
+def require_internals(where: str) -> None:
+    """Raise a one-line error naming every internal of :data:`INTERNALS` this TensorFlow lacks (a strategy
+    calls it when it is built, so a renamed internal stops the run at start-up, not half-way through it).
+
+    >>> require_internals("SkipCorrectStrategy")   # doctest: +SKIP
+    """
+    missing = check_internals()
+    if missing:
+        raise TfCommoptError(
+            f"{where}: this TensorFlow {tf.__version__} lacks internals tf_commopt relies on: "
+            f"{', '.join(missing)} (supported: TensorFlow {', '.join(SUPPORTED_TF)})"
+        )
+
+
+# the StrategyExtended classes that count their workers (``_num_workers``); any other extended (Mirrored,
+# OneDevice, the default strategy) runs in one process: one worker
+_COUNTS_WORKERS = (
+    collective_all_reduce_strategy.CollectiveAllReduceExtended,
+    parameter_server_strategy_v2.ParameterServerStrategyV2Extended,
+)
+
+
+def _extended(strategy_or_extended: Any) -> Any:
+    if isinstance(strategy_or_extended, distribute_lib.StrategyBase):
+        return strategy_or_extended.extended
+    return strategy_or_extended
+
+
+def num_workers(strategy_or_extended: Any) -> int:
+    """How many worker processes a strategy spans (``_num_workers`` of the multi-worker and parameter-server
+    extendeds; 1 for the single-process ones).
+
+    >>> num_workers(tf.distribute.MirroredStrategy(["/CPU:0"]))   # doctest: +SKIP
+    1
+    """
+    ext = _extended(strategy_or_extended)
+    return int(ext._num_workers) if isinstance(ext, _COUNTS_WORKERS) else 1
+
+
+def worker_index(strategy_or_extended: Any) -> int:
+    """This worker's index among the workers of a multi-worker strategy (``_id_in_cluster``; 0 in one
+    process)."""
+    ext = _extended(strategy_or_extended)
+    if isinstance(ext, collective_all_reduce_strategy.CollectiveAllReduceExtended):
+        return int(ext._id_in_cluster)
+    return 0
+
+
+def container_strategy(extended: Any) -> Any:
+    """The Strategy that owns a StrategyExtended (``_container_strategy()``)."""
+    return extended._container_strategy()
+
+
+def strategy_cluster_resolver(strategy_or_extended: Any) -> Optional[Any]:
+    """The ClusterResolver of a multi-worker strategy (``_cluster_resolver``), None in one process."""
+    ext = _extended(strategy_or_extended)
+    if isinstance(ext, collective_all_reduce_strategy.CollectiveAllReduceExtended):
+        return ext._cluster_resolver
+    return None
+
+
+def track_child(parent: Any, child: Any, name: str) -> None:
+    """Make ``child`` a checkpointed dependency of ``parent`` named ``name`` (``_track_trackable``), so
+    ``tf.train.Checkpoint``/``save_weights`` of the parent hold it."""
+    parent._track_trackable(child, name=name, overwrite=True)
 
 
 # ---- private tf-keras modules (tf_keras.src.*), used by tf_commopt/distribute/_keras_hooks.py -------
@@ -329,6 +424,44 @@ def keras_mean_metric_fn(metric: Any) -> Optional[Any]:
         return None
     fn, kwargs = metric._fn, dict(metric._fn_kwargs)
     return lambda y_true, y_pred: fn(y_true, y_pred, **kwargs)
+
+
+def keras_model_strategy(model: Any) -> Optional[Any]:
+    """The strategy a tf-keras model was built under (``_distribution_strategy``; None outside every
+    strategy's scope)."""
+    return model._distribution_strategy
+
+
+def optimizer_mesh(optimizer: Any) -> Optional[Any]:
+    """The DTensor mesh of a current tf-keras optimizer (``_mesh``), None for a legacy optimizer or none."""
+    return optimizer._mesh if isinstance(optimizer, tf_keras_internals().optimizer.Optimizer) else None
+
+
+def backup_supported_strategies(callback: Any) -> Tuple[Any, ...]:
+    """The strategy classes a tf-keras ``BackupAndRestore`` accepts (``_supported_strategies``)."""
+    supported = callback._supported_strategies
+    if not isinstance(supported, tuple):
+        raise TfCommoptError(
+            "tf-keras BackupAndRestore._supported_strategies is no longer a tuple; tf_commopt supports "
+            "tf-keras " + ", ".join(SUPPORTED_TF)
+        )
+    return supported
+
+
+def set_backup_supported_strategies(callback: Any, supported: Tuple[Any, ...]) -> None:
+    """Set the strategy classes this one ``BackupAndRestore`` instance accepts."""
+    callback._supported_strategies = tuple(supported)
+
+
+def backup_training_state(callback: Any) -> Any:
+    """The ``WorkerTrainingState`` a ``BackupAndRestore`` creates in ``on_train_begin``
+    (``_training_state``; read it after that call)."""
+    return callback._training_state
+
+
+def training_state_model(state: Any) -> Any:
+    """The model a tf-keras ``WorkerTrainingState`` backs up (``_model``)."""
+    return state._model
 
 
 def optimizer_momentum(optimizer: Any) -> tf.Tensor:

@@ -32,7 +32,7 @@ import tensorflow as tf
 from tf_commopt._compat import optimizer_lr
 from tf_commopt.core.interval import AdaCommPolicy, GridSearchPolicy, TrialResult
 from tf_commopt.errors import InputError
-from tf_commopt.keras.base import Callback
+from tf_commopt._keras_callback import Callback
 
 __all__ = ["allreduce_mean", "AdaCommCallback", "keras_grid_search"]
 
@@ -64,12 +64,6 @@ def allreduce_mean(strategy: tf.distribute.Strategy, values: Sequence[float]) ->
 
 def _lr(model: Any) -> float:
     return float(optimizer_lr(model.optimizer).numpy())
-
-
-def _keras():
-    import tf_keras
-
-    return tf_keras
 
 
 class AdaCommCallback(Callback):
@@ -111,7 +105,6 @@ def keras_grid_search(
     worker must call this together (the trials synchronise). ``steps_per_trial`` may depend on H
     (e.g. ``lambda h: max(8, 2 * h)`` so that every trial contains at least two syncs).
     """
-    tk = _keras()
     policy = GridSearchPolicy(candidates=tuple(candidates))
     start = model.get_weights()
 

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tf_commopt._compat import resource_variable_ops, save_context
+from tf_commopt._compat import num_workers, resource_variable_ops, save_context, worker_index
 from tf_commopt._compat import trackable_base as _trackable
 from tf_commopt._compat import values as _values
 from tf_commopt.errors import InputError
@@ -93,16 +93,14 @@ class SkipCorrectState(_trackable.Trackable):
 
     # ---- checkpointing ----------------------------------------------------------------------------
     def _global_offset(self) -> int:
-        ext = self._strategy.extended
-        return int(getattr(ext, "_id_in_cluster", 0)) * len(ext.worker_devices)
+        return worker_index(self._strategy) * len(self._strategy.extended.worker_devices)
 
     def _stacked_all(self, per_replica: List[Any]) -> List[tf.Tensor]:
         """Δ of every variable stacked over all replicas of the cluster: [R, *shape] per variable.
 
         On a cluster the Δs of one dtype travel in one flat all-gather (a fixed shape, so the gather
         is traced once, not once per variable shape at every checkpoint)."""
-        ext = self._strategy.extended
-        if getattr(ext, "_num_workers", 1) <= 1:
+        if num_workers(self._strategy) <= 1:
             with tf.device("/CPU:0"):
                 return [tf.stack([c.read_value() for c in d.values]) for d in per_replica]
         out: List[Any] = [None] * len(per_replica)
