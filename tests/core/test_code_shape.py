@@ -34,7 +34,6 @@ TOO_LONG = {
     "tf_commopt/distribute/parameter_server.py": {"<module>", "compile", "_make_trace", "trace"},
     "tf_commopt/distribute/pipeline.py": {"<module>"},
     "tf_commopt/distribute/ps_fit.py": {"<module>"},
-    "tf_commopt/distribute/skip_correct.py": {"<module>"},
     "tf_commopt/distribute/stages.py": {"__init__"},
     "tf_commopt/partition/__main__.py": {"main"},
     "tf_commopt/tf/calibrate.py": {"main"},

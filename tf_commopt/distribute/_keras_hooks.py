@@ -30,9 +30,9 @@ outside every SkipCorrectStrategy scope is stock tf-keras (``tests/tf/test_keras
    accepts the strategy (tf-keras lists the strategies it allows, per callback instance) and each of its
    backups averages the replicas first, so the chief's checkpoint, from which every worker restores,
    holds the global model, t, k, H and every replica's Δ_i (each worker restores its own rows);
-   ``tf.keras.callbacks.TensorBoard`` needs the ``tensorboard`` package (a tf_commopt dependency;
-   TensorFlow 2.21 no longer installs it): without it the callback crashed at the end of epoch 1; under
-   this strategy ``fit`` now fails first with a one-line InputError naming the package. With
+   ``tf.keras.callbacks.TensorBoard`` needs the ``tensorboard`` package (a tf_commopt dependency that
+   TensorFlow 2.21 does not install): without it, ``fit`` under this strategy fails before training with
+   a one-line InputError naming the package. With
    ``overlap=True`` the end of ``fit`` (``on_train_end`` of a callback appended to its list) applies the
    averaging still in flight (``extended.drain()``).
 5. Keras 3: :func:`refuse_keras3` (called when the strategy creates a variable) raises a one-line

@@ -1,7 +1,7 @@
 """Baseline interval policies for SkipCorrectStrategy: AdaComm-style and grid search.
 
-Thesis 001's own rule is built into the strategy (``SkipCorrectStrategy(interval="auto")``). The two
-baselines it is compared with need the training loss, which the strategy does not see, so they are a
+The measured rule is built into the strategy (``SkipCorrectStrategy(interval=AutoInterval(...))``). The
+two baselines it is compared with need the training loss, which the strategy does not see, so they are a
 Keras callback and a function over trial runs; both drive the strategy through ``set_interval``.
 
 Example:

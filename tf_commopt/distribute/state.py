@@ -3,9 +3,10 @@
 The state is a checkpointable child of the optimizer (``skip_correct_state``), so
 ``tf.train.Checkpoint(optimizer=...)``, ``model.save_weights`` and ``model.save`` keep it: the step
 counter t is the optimizer's own ``iterations``; here we add k (local steps since the last scheduled
-sync), H (with ``interval="auto"`` also whether H was chosen and the t_comm/t_comp it was chosen
-from, so a restored run keeps it), and Δ_i stacked over all replicas into one ``[R, ...]`` tensor per variable (gathered across
-workers on a cluster). Restoring into a strategy with a different number of replicas is an InputError.
+sync), H (with an ``AutoInterval`` also whether H was chosen and the t_comm/t_comp it was chosen from,
+so a restored run keeps it), and Δ_i (and G_i) stacked over all replicas into one ``[R, ...]`` tensor
+per variable (gathered across workers on a cluster). Restoring into a strategy with a different number
+of replicas is an InputError.
 
 Example:
     >>> state = strategy.extended.correction_state(optimizer)   # doctest: +SKIP
@@ -133,7 +134,7 @@ class SkipCorrectState(_trackable.Trackable):
             "local_steps": self.local_steps.read_value(),
             "num_replicas": tf.constant(self._strategy.num_replicas_in_sync, tf.int64),
         }
-        # H; for interval="auto" also whether it was chosen and the agreed timings it was chosen from
+        # H; with an AutoInterval also whether it was chosen and the agreed timings it was chosen from
         out.update(ext.interval_state.checkpoint_tensors())
         if self.deltas is not None:
             for j, rows in enumerate(self._stacked_all(self.deltas)):
@@ -170,7 +171,7 @@ class SkipCorrectState(_trackable.Trackable):
             )
         ops.append(self.local_steps.assign(restored_tensors["local_steps"]))
         # a restored "auto" run keeps the H it chose (no new measurement); a checkpoint written before H
-        # was chosen (or by an older version without the flag) measures again
+        # was chosen (or without the flag) measures again
         ops.extend(ext.interval_state.restore_ops(restored_tensors))
         off = self._global_offset()
         for prefix, per_replica, hint in (
