@@ -30,9 +30,9 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 import tensorflow as tf
 
 from tf_commopt._compat import optimizer_lr
+from tf_commopt._keras_callback import Callback
 from tf_commopt.core.interval import AdaCommPolicy, GridSearchPolicy, TrialResult
 from tf_commopt.errors import InputError
-from tf_commopt._keras_callback import Callback
 
 __all__ = ["allreduce_mean", "AdaCommCallback", "keras_grid_search"]
 
