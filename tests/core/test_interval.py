@@ -143,3 +143,16 @@ def test_shorthand_keywords_build_the_policy_and_refuse_to_mix():
         resolve_interval(AutoInterval(), {"max_interval": 8}, owner="S")
     with pytest.raises(InputError, match=r"^S\(auto_measure_syncs=...\): must be an integer >= 1"):
         resolve_interval("auto", {"auto_measure_syncs": 0}, owner="S")
+
+
+def test_interval_policy_examples_hold_and_need_no_tensorflow():
+    import doctest
+    import subprocess
+    import sys
+
+    from tf_commopt.distribute import interval_policy
+
+    assert doctest.testmod(interval_policy, optionflags=doctest.ELLIPSIS).failed == 0
+    code = "import sys, tf_commopt.distribute.interval_policy as p; p.AutoInterval(); print('tensorflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr[-500:]
