@@ -183,6 +183,5 @@ def test_internals_are_read_only_in_compat():
                 hits.append(f"{rel}:{node.lineno} reads {name} (use _compat.{_ACCESSED_INTERNALS[name]})")
     dirty = {h.split(":")[0] for h in hits}
     assert not [h for h in hits if h.split(":")[0] not in _NOT_YET], hits
-    assert not _NOT_YET - dirty, (
-        f"reads through _compat now, remove from _NOT_YET: {sorted(_NOT_YET - dirty)}"
-    )
+    clean = {f for f in _NOT_YET - dirty if (package.parent / f).exists()}  # a moved file just drops out
+    assert not clean, f"reads through _compat now, remove from _NOT_YET: {sorted(clean)}"

@@ -79,6 +79,7 @@ from tf_commopt._compat.keras import (  # noqa: F401
     tf_keras_internals,
     training_state_model,
 )
+from tf_commopt.errors import TfCommoptError  # noqa: F401  (the error the internals raise)
 
 __all__ = [
     "SUPPORTED_TF",
