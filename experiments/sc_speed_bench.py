@@ -316,10 +316,12 @@ def part_auto() -> None:
 
 
 def _default_probe_interval() -> int:
-    """The probe H the runner's ``interval="auto"`` uses (``AutoInterval``'s default)."""
-    from tf_commopt.distribute import AutoInterval
+    """The probe H the runner's ``interval="auto"`` uses (SkipCorrectStrategy's default)."""
+    import inspect
 
-    return AutoInterval().probe_interval
+    from tf_commopt.distribute import SkipCorrectStrategy
+
+    return int(inspect.signature(SkipCorrectStrategy).parameters["auto_probe_interval"].default)
 
 
 def part_table() -> None:
