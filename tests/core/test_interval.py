@@ -77,3 +77,82 @@ def test_grid_search_picks_best_rate_and_counts_overhead():
     h = g.run(lambda k: TrialResult(k, 3.0, 2.6, walls[k]))
     assert h == 4
     assert g.overhead_s == pytest.approx(4.0)
+
+
+# ---- AutoInterval: the policy object of SkipCorrectStrategy(interval=...) (no TensorFlow) -----------------
+def test_auto_interval_defaults_are_the_auto_keywords_defaults():
+    from tf_commopt.distribute.interval_policy import AutoInterval, resolve_interval
+
+    p = AutoInterval()
+    assert (p.target_ratio, p.max_interval, p.warmup_steps, p.probe_interval, p.measure_syncs) == (
+        1.0,
+        256,
+        2,
+        16,
+        3,
+    )
+    assert resolve_interval("auto") == p and resolve_interval("8") == 8
+
+
+def test_auto_interval_is_frozen():
+    import dataclasses
+
+    from tf_commopt.distribute.interval_policy import AutoInterval
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        AutoInterval().max_interval = 3
+
+
+@pytest.mark.parametrize(
+    "field,bad",
+    [
+        ("target_ratio", 0),
+        ("target_ratio", "x"),
+        ("max_interval", 0),
+        ("warmup_steps", 0),
+        ("probe_interval", 1.5),
+        ("measure_syncs", True),
+    ],
+)
+def test_auto_interval_fields_are_checked(field, bad):
+    from tf_commopt.distribute.interval_policy import AutoInterval
+
+    with pytest.raises(InputError) as e:
+        AutoInterval(**{field: bad})
+    assert str(e.value).startswith(f"AutoInterval({field}=...)") and "\n" not in str(e.value)
+
+
+@given(st.floats(0, 100), st.floats(1e-6, 100), st.floats(0.1, 10), st.integers(1, 512), st.booleans())
+def test_auto_interval_choose_is_the_closed_form(t_comm, t_comp, ratio, cap, overlap):
+    from tf_commopt.distribute.interval_policy import AutoInterval
+
+    exact = t_comm / (ratio * t_comp)
+    want = math.ceil(exact) if overlap else math.floor(exact + 0.5)
+    h = AutoInterval(target_ratio=ratio, max_interval=cap).choose(t_comm, t_comp, overlap=overlap)
+    # up to float rounding at a half (round) or an integer (ceil) boundary
+    assert h == min(max(want, 1), cap) or abs(exact - round(exact)) < 1e-9 or abs(exact % 1 - 0.5) < 1e-9
+
+
+def test_shorthand_keywords_build_the_policy_and_refuse_to_mix():
+    from tf_commopt.distribute.interval_policy import AutoInterval, resolve_interval
+
+    got = resolve_interval("auto", {"max_interval": 8, "auto_probe_interval": 4, "target_ratio": None})
+    assert got == AutoInterval(max_interval=8, probe_interval=4)
+    assert resolve_interval(4, {"max_interval": 8}) == 4  # unused with a fixed H
+    with pytest.raises(InputError, match=r"^S\(interval=...\): give max_interval inside AutoInterval"):
+        resolve_interval(AutoInterval(), {"max_interval": 8}, owner="S")
+    with pytest.raises(InputError, match=r"^S\(auto_measure_syncs=...\): must be an integer >= 1"):
+        resolve_interval("auto", {"auto_measure_syncs": 0}, owner="S")
+
+
+def test_interval_policy_examples_hold_and_need_no_tensorflow():
+    import doctest
+    import subprocess
+    import sys
+
+    from tf_commopt.distribute import interval_policy
+
+    assert doctest.testmod(interval_policy, optionflags=doctest.ELLIPSIS).failed == 0
+    code = "import sys, tf_commopt.distribute.interval_policy as p; p.AutoInterval(); print('tensorflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr[-500:]

@@ -1,5 +1,5 @@
-"""interval="auto" (thesis 001's first-iteration rule, built into SkipCorrectStrategy) and the two baseline
-policies (AdaComm-style callback, grid search), on logical CPUs."""
+"""AutoInterval / interval="auto" (the first-iteration rule, built into SkipCorrectStrategy) and the two
+baseline policies (AdaComm-style callback, grid search), on logical CPUs."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from tests.tf.sc_reference import make_batches, softmax_grads, softmax_step
 from tf_commopt.core.interval import AdaCommPolicy, FirstIterationPolicy
-from tf_commopt.distribute import SkipCorrectStrategy
+from tf_commopt.distribute import AutoInterval, SkipCorrectStrategy
 from tf_commopt.distribute.auto_interval import AdaCommCallback, keras_grid_search
 from tf_commopt.errors import InputError
 
@@ -53,15 +53,11 @@ def _custom_loop(strategy, batches, w0, b0, on_step):
 
 def test_auto_in_a_custom_loop_is_numpy_exact_after_choosing():
     # target_ratio tiny: H = max_interval whatever the timings, so the schedule is known in advance
-    strategy = SkipCorrectStrategy(
-        interval="auto",
-        devices=DEVICES,
-        target_ratio=1e-9,
-        max_interval=4,
-        auto_warmup_steps=2,
-        auto_probe_interval=2,
-        auto_measure_syncs=2,
+    policy = AutoInterval(
+        target_ratio=1e-9, max_interval=4, warmup_steps=2, probe_interval=2, measure_syncs=2
     )
+    strategy = SkipCorrectStrategy(interval=policy, devices=DEVICES)
+    assert strategy.interval_policy is policy and strategy.auto_interval
     rng = np.random.RandomState(7)
     w0, b0 = rng.randn(F, C).astype(np.float32) * 0.3, rng.randn(C).astype(np.float32) * 0.1
     batches = make_batches(14, R, B, F, C, seed=5)
@@ -126,6 +122,16 @@ def test_auto_arguments_are_checked():
     ):
         with pytest.raises(InputError, match=where):
             SkipCorrectStrategy(interval="auto", devices=DEVICES, **kw)
+
+
+def test_the_shorthand_keywords_build_an_auto_interval():
+    s = SkipCorrectStrategy(interval="auto", devices=DEVICES, max_interval=8, auto_probe_interval=4)
+    assert s.interval_policy == AutoInterval(max_interval=8, probe_interval=4)
+    assert SkipCorrectStrategy(interval="auto", devices=DEVICES).interval_policy == AutoInterval()
+    fixed = SkipCorrectStrategy(interval=3, devices=DEVICES)
+    assert fixed.interval_policy == 3 and not fixed.auto_interval
+    with pytest.raises(InputError, match=r"^SkipCorrectStrategy\(interval=...\): give max_interval inside"):
+        SkipCorrectStrategy(interval=AutoInterval(), devices=DEVICES, max_interval=8)
 
 
 def _fit_setup(interval):

@@ -7,7 +7,8 @@ Example:
     ...     model = make_model(); model.compile("sgd", "sparse_categorical_crossentropy")
     >>> model.fit(x, y, epochs=1)                                      # doctest: +SKIP
 
-Names (loaded on first use): ``SkipCorrectStrategy`` (docs/skip_correct.md), ``GroupedHybridTrainer``
+Names (loaded on first use): ``SkipCorrectStrategy`` and its interval policy ``AutoInterval``
+(docs/skip_correct.md), ``GroupedHybridTrainer``
 (formerly ``GroupedHybridStrategy``; a trainer with a strategy's surface) and ``Pipeline`` (docs/hybrid.md), ``ParameterServerSkipCorrect`` and ``serve_unless_chief``
 (docs/parameter_server.md).
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 _LAZY = {
     "SkipCorrectStrategy": "tf_commopt.distribute.skip_correct",
+    "AutoInterval": "tf_commopt.distribute.interval_policy",
     "GroupedHybridTrainer": "tf_commopt.distribute.hybrid",
     "GroupedHybridStrategy": "tf_commopt.distribute.hybrid",  # the former name, kept for one release
     "Pipeline": "tf_commopt.distribute.pipeline",

@@ -30,9 +30,9 @@ outside every SkipCorrectStrategy scope is stock tf-keras (``tests/tf/test_keras
    accepts the strategy (tf-keras lists the strategies it allows, per callback instance) and each of its
    backups averages the replicas first, so the chief's checkpoint, from which every worker restores,
    holds the global model, t, k, H and every replica's Δ_i (each worker restores its own rows);
-   ``tf.keras.callbacks.TensorBoard`` needs the ``tensorboard`` package (a tf_commopt dependency;
-   TensorFlow 2.21 no longer installs it): without it the callback crashed at the end of epoch 1; under
-   this strategy ``fit`` now fails first with a one-line InputError naming the package. With
+   ``tf.keras.callbacks.TensorBoard`` needs the ``tensorboard`` package (a tf_commopt dependency that
+   TensorFlow 2.21 does not install): without it, ``fit`` under this strategy fails before training with
+   a one-line InputError naming the package. With
    ``overlap=True`` the end of ``fit`` (``on_train_end`` of a callback appended to its list) applies the
    averaging still in flight (``extended.drain()``).
 5. Keras 3: :func:`refuse_keras3` (called when the strategy creates a variable) raises a one-line
@@ -146,7 +146,7 @@ def _adopt_optimizer(opt: Any, tk: Any, midcall: bool = False) -> None:
             _under_sc()
             and not tf.distribute.in_cross_replica_context()
             and not args
-            and not getattr(self, "_mesh", None)
+            and not _compat.optimizer_mesh(self)
             and not self.__dict__.get(_MIDCALL)
         ):
             extended = tf.distribute.get_strategy().extended
@@ -248,7 +248,7 @@ def _sync_first(original: Callable, model_of: Callable[[Any], Any] = lambda self
 
     @functools.wraps(original)
     def wrapped(self, *args, **kwargs):
-        strategy = getattr(model_of(self), "_distribution_strategy", None)
+        strategy = _compat.keras_model_strategy(model_of(self))
         if _is_sc(strategy) and tf.executing_eagerly():
             strategy.sync()
         return original(self, *args, **kwargs)
@@ -268,7 +268,8 @@ def _adopt_model(model: Any, tk: Any) -> None:
 
     @functools.wraps(original_fit)
     def fit(self, *args, **kwargs):
-        if _is_sc(getattr(self, "_distribution_strategy", None)):
+        strategy = _compat.keras_model_strategy(self)
+        if _is_sc(strategy):
             try:
                 callbacks = fit_signature.bind(self, *args, **kwargs).arguments.get("callbacks")
             except TypeError:  # let tf-keras report a bad call
@@ -279,8 +280,7 @@ def _adopt_model(model: Any, tk: Any) -> None:
                     _accept_backup_and_restore(cb)
                 elif isinstance(cb, tk.callbacks.TensorBoard) and not _tensorboard_installed():
                     raise InputError(TENSORBOARD_MESSAGE, where="TensorBoard")
-            strategy = self._distribution_strategy
-            if getattr(strategy, "overlap", False):
+            if strategy.overlap:
                 # overlap=True: the averaging still in flight is applied when training ends (local, no
                 # communication), before tf-keras tears down its data handler
                 try:
@@ -319,15 +319,9 @@ def _drain_callback(tk: Any, strategy: Any) -> Any:
 def _accept_backup_and_restore(callback: Any) -> None:
     """This BackupAndRestore instance accepts the strategy, and its backups average the replicas first."""
     SkipCorrectStrategy = _STRATEGY[0]
-    supported = getattr(callback, "_supported_strategies", None)
-    if not isinstance(supported, tuple):
-        raise InputError(
-            "this tf-keras BackupAndRestore has no _supported_strategies tuple; "
-            "tf_commopt supports tf-keras " + ", ".join(_compat.SUPPORTED_TF),
-            where="BackupAndRestore",
-        )
+    supported = _compat.backup_supported_strategies(callback)
     if SkipCorrectStrategy not in supported:
-        callback._supported_strategies = supported + (SkipCorrectStrategy,)
+        _compat.set_backup_supported_strategies(callback, supported + (SkipCorrectStrategy,))
     if callback.__dict__.get(_ADOPTED):
         return
     object.__setattr__(callback, _ADOPTED, True)
@@ -336,10 +330,9 @@ def _accept_backup_and_restore(callback: Any) -> None:
     @functools.wraps(original_begin)
     def on_train_begin(self, logs=None):
         out = original_begin(self, logs)
-        state = getattr(self, "_training_state", None)  # created by on_train_begin
-        if state is not None:
-            # the chief's checkpoint, which every worker restores, is the global model
-            _bind(state, "back_up", _sync_first(type(state).back_up, model_of=lambda s: s._model))
+        state = _compat.backup_training_state(self)  # created by on_train_begin
+        # the chief's checkpoint, which every worker restores, is the global model
+        _bind(state, "back_up", _sync_first(type(state).back_up, model_of=_compat.training_state_model))
         return out
 
     _bind(callback, "on_train_begin", on_train_begin)

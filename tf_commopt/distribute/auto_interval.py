@@ -1,7 +1,7 @@
 """Baseline interval policies for SkipCorrectStrategy: AdaComm-style and grid search.
 
-Thesis 001's own rule is built into the strategy (``SkipCorrectStrategy(interval="auto")``). The two
-baselines it is compared with need the training loss, which the strategy does not see, so they are a
+The measured rule is built into the strategy (``SkipCorrectStrategy(interval=AutoInterval(...))``). The
+two baselines it is compared with need the training loss, which the strategy does not see, so they are a
 Keras callback and a function over trial runs; both drive the strategy through ``set_interval``.
 
 Example:
@@ -30,9 +30,9 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 import tensorflow as tf
 
 from tf_commopt._compat import optimizer_lr
+from tf_commopt._keras_callback import Callback
 from tf_commopt.core.interval import AdaCommPolicy, GridSearchPolicy, TrialResult
 from tf_commopt.errors import InputError
-from tf_commopt.keras.base import Callback
 
 __all__ = ["allreduce_mean", "AdaCommCallback", "keras_grid_search"]
 
@@ -64,12 +64,6 @@ def allreduce_mean(strategy: tf.distribute.Strategy, values: Sequence[float]) ->
 
 def _lr(model: Any) -> float:
     return float(optimizer_lr(model.optimizer).numpy())
-
-
-def _keras():
-    import tf_keras
-
-    return tf_keras
 
 
 class AdaCommCallback(Callback):
@@ -111,7 +105,6 @@ def keras_grid_search(
     worker must call this together (the trials synchronise). ``steps_per_trial`` may depend on H
     (e.g. ``lambda h: max(8, 2 * h)`` so that every trial contains at least two syncs).
     """
-    tk = _keras()
     policy = GridSearchPolicy(candidates=tuple(candidates))
     start = model.get_weights()
 

@@ -1,27 +1,12 @@
-"""The communication interval H of a SkipCorrectStrategy, and how ``interval="auto"`` chooses it.
+"""The communication interval H of a SkipCorrectStrategy at run time: the policy's state in the step.
 
-Example:
-    >>> s = IntervalState("auto")                 # doctest: +SKIP
-    >>> int(s.interval.numpy()), s.auto           # doctest: +SKIP
-    (1, True)
-
-A fixed H is one host variable. ``interval="auto"`` (thesis 001's rule, measured robustly) goes
-through three phases, counted in steps t = 1, 2, ... of this strategy:
-
-1. **warm-up** (t ≤ ``warmup_steps``, default 2): H = 1 — tracing and collective set-up happen here
-   and are not measured;
-2. **probe**: H = ``probe_interval`` (default 16) until ``measure_syncs`` (default 3) scheduled syncs
-   are done. Every step's local computation time is a t_comp sample (wall time between two steps'
-   bookkeeping, so input and loop overhead count) and every sync's wall time a t_comm sample. Syncs
-   after ``probe_interval − 1`` idle local steps are timed as they will run later (a sync right after
-   another one finds TCP's congestion window open and is faster than one after idle steps);
-3. **chosen**: at the last probe sync every worker takes the medians of its own samples, the workers
-   average the two medians (one MEAN all-reduce of two floats, the agreement), and every worker sets
-   H = clip(round(t̃_comm / (target_ratio · t̃_comp)), 1, max_interval)
-   (:func:`tf_commopt.core.interval.first_iteration_interval`) and keeps it. With ``overlap=True`` a
-   t_comm sample is the wall time of a background all-reduce (taken at the sync that applies it) and
-   H = clip(ceil(t̃_comm / (target_ratio · t̃_comp)), 1, max_interval)
-   (:func:`tf_commopt.core.interval.overlap_interval`): communication hidden behind H steps.
+A fixed H is one host variable. An :class:`~tf_commopt.distribute.interval_policy.AutoInterval` (the
+policy: its phases and its rule are documented there) keeps here its probe samples, the agreed medians
+and what choosing cost; :meth:`IntervalState.effective` gives the H of a step and
+:meth:`IntervalState.record` feeds it the step's timings. A t_comp sample is the wall time between two
+steps' bookkeeping (input and loop overhead count); a t_comm sample the sync's wall time (with
+``overlap=True``: the background all-reduce applied at that sync). A probe sync comes after
+``probe_interval − 1`` idle local steps, so it is timed as later syncs will run.
 
 ``stats()`` reports the agreed medians, this worker's samples (the spread) and the seconds the
 selection cost (``interval_overhead_s``: agreement + policy; ``interval_selection_comm_s``: all sync
@@ -29,6 +14,11 @@ seconds before H was fixed).
 
 Checkpoints (``SkipCorrectState``) hold H, whether it was chosen and the agreed medians: a restored
 run keeps its H; one restored before H was chosen measures again.
+
+Example:
+    >>> s = IntervalState(AutoInterval())        # doctest: +SKIP
+    >>> int(s.interval.numpy()), s.auto           # doctest: +SKIP
+    (1, True)
 """
 
 from __future__ import annotations
@@ -39,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_commopt._compat import host_variable
-from tf_commopt.core.interval import first_iteration_interval, overlap_interval
+from tf_commopt.distribute.interval_policy import AutoInterval
 
 __all__ = ["IntervalState", "median"]
 
@@ -56,26 +46,22 @@ def median(values: tf.Tensor) -> tf.Tensor:
 
 
 class IntervalState:
-    """H, and for ``interval="auto"`` the probe samples, the agreed medians and the selection cost."""
+    """H, and for an :class:`AutoInterval` the probe samples, the agreed medians and the selection cost.
 
-    def __init__(
-        self,
-        interval: Union[int, str],
-        target_ratio: float = 1.0,
-        max_interval: int = 256,
-        warmup_steps: int = 2,
-        probe_interval: int = 16,
-        measure_syncs: int = 3,
-        overlap: bool = False,
-    ) -> None:
-        self.auto = interval == "auto"
+    Args:
+        policy: a fixed H (int ≥ 1) or an ``AutoInterval`` (validated: see ``resolve_interval``).
+        overlap: syncs are overlapped (``AutoInterval.choose(..., overlap=True)``).
+    """
+
+    def __init__(self, policy: Union[int, AutoInterval], overlap: bool = False) -> None:
+        self.auto = isinstance(policy, AutoInterval)
+        self.policy = policy if self.auto else None
         self.overlap = bool(overlap)
-        self.target_ratio = float(target_ratio)
-        self.max_interval = int(max_interval)
-        self.warmup_steps = int(warmup_steps)
-        self.probe_interval = int(probe_interval)
-        self.measure_syncs = int(measure_syncs)
-        self.interval = host_variable(1 if self.auto else int(interval), tf.int64, "skip_correct/interval")
+        auto = policy if self.auto else AutoInterval()
+        self.warmup_steps = auto.warmup_steps
+        self.probe_interval = auto.probe_interval
+        self.measure_syncs = auto.measure_syncs
+        self.interval = host_variable(1 if self.auto else int(policy), tf.int64, "skip_correct/interval")
         self.chosen = host_variable(0, tf.int64, "skip_correct/auto_done")
         self.t_comm = host_variable(0.0, tf.float64, "skip_correct/t_comm")
         self.t_comp = host_variable(0.0, tf.float64, "skip_correct/t_comp")
@@ -159,11 +145,10 @@ class IntervalState:
             comp = median(self.comp_samples.read_value()[:n_comp])
             comm = median(self.comm_samples.read_value())
         agreed = agree(tf.stack([comm, comp]))
-        ratio, cap = self.target_ratio, self.max_interval
-        rule = overlap_interval if self.overlap else first_iteration_interval
+        choose, overlap = self.policy.choose, self.overlap
 
         def policy(c: np.ndarray, p: np.ndarray) -> np.ndarray:
-            return np.int64(rule(float(c), float(p), ratio, cap))
+            return np.int64(choose(float(c), float(p), overlap=overlap))
 
         with tf.device("/CPU:0"):
             h = tf.reshape(tf.numpy_function(policy, [agreed[0], agreed[1]], tf.int64, stateful=True), [])

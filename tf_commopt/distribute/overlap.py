@@ -29,7 +29,7 @@ with k unchanged; the end of ``fit`` drains too (no communication: the in-flight
 
 Mechanism: the snapshot goes into a TensorFlow FIFO queue (by value, one flat buffer per dtype and replica),
 a host callback wakes this averager's background thread, which runs a traced function (dequeue, the
-strategy's fused all-reduce ``_sc_fused_reduce``, enqueue the mean into a second queue); the next sync
+strategy's fused all-reduce ``averaging.fused_reduce``, enqueue the mean into a second queue); the next sync
 dequeues it in the graph (an asynchronous kernel: no thread is blocked while waiting). The background
 function is traced once, in the thread that traces the training step, so every worker allocates the same
 collective keys in the same order.
@@ -47,6 +47,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_commopt._compat import host_variable
+from tf_commopt.distribute.averaging import fused_reduce
 from tf_commopt.errors import InputError
 
 __all__ = ["OverlapAverager"]
@@ -179,7 +180,7 @@ class OverlapAverager:
                         with tf.control_dependencies([t0]):
                             row.append(tf.identity(vals[g * self.n_local + i]))
                 per_group.append(row)
-            means = ext._sc_fused_reduce(tf.distribute.ReduceOp.MEAN, per_group)
+            means = fused_reduce(ext, tf.distribute.ReduceOp.MEAN, per_group)
             firsts = [means[g][0] for g in range(self._n_groups)]
             with tf.control_dependencies(firsts):
                 t1 = tf.timestamp()
@@ -257,7 +258,7 @@ class OverlapAverager:
 
     def _pack(self) -> List[tf.Tensor]:
         out = []
-        for dtype, idx, _ in self._groups:
+        for _dtype, idx, _ in self._groups:
             for i in range(self.n_local):
                 with tf.device(self._devices[i]):
                     parts = [

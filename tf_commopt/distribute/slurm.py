@@ -25,7 +25,7 @@ from tf_commopt.errors import InputError
 
 __all__ = ["slurm_cluster_resolver", "CpuSlurmClusterResolver"]
 
-_Slurm = _scr.SlurmClusterResolver  # private attributes used: see tf_commopt/_compat.py INTERNALS
+_Slurm = _scr.SlurmClusterResolver  # private attributes used: see INTERNALS in tf_commopt/_compat/_gate.py
 
 
 class CpuSlurmClusterResolver(_Slurm):

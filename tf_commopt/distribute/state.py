@@ -3,9 +3,10 @@
 The state is a checkpointable child of the optimizer (``skip_correct_state``), so
 ``tf.train.Checkpoint(optimizer=...)``, ``model.save_weights`` and ``model.save`` keep it: the step
 counter t is the optimizer's own ``iterations``; here we add k (local steps since the last scheduled
-sync), H (with ``interval="auto"`` also whether H was chosen and the t_comm/t_comp it was chosen
-from, so a restored run keeps it), and Δ_i stacked over all replicas into one ``[R, ...]`` tensor per variable (gathered across
-workers on a cluster). Restoring into a strategy with a different number of replicas is an InputError.
+sync), H (with an ``AutoInterval`` also whether H was chosen and the t_comm/t_comp it was chosen from,
+so a restored run keeps it), and Δ_i (and G_i) stacked over all replicas into one ``[R, ...]`` tensor
+per variable (gathered across workers on a cluster). Restoring into a strategy with a different number
+of replicas is an InputError.
 
 Example:
     >>> state = strategy.extended.correction_state(optimizer)   # doctest: +SKIP
@@ -21,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tf_commopt._compat import resource_variable_ops, save_context
+from tf_commopt._compat import num_workers, resource_variable_ops, save_context, worker_index
 from tf_commopt._compat import trackable_base as _trackable
 from tf_commopt._compat import values as _values
 from tf_commopt.errors import InputError
@@ -93,16 +94,14 @@ class SkipCorrectState(_trackable.Trackable):
 
     # ---- checkpointing ----------------------------------------------------------------------------
     def _global_offset(self) -> int:
-        ext = self._strategy.extended
-        return int(getattr(ext, "_id_in_cluster", 0)) * len(ext.worker_devices)
+        return worker_index(self._strategy) * len(self._strategy.extended.worker_devices)
 
     def _stacked_all(self, per_replica: List[Any]) -> List[tf.Tensor]:
         """Δ of every variable stacked over all replicas of the cluster: [R, *shape] per variable.
 
         On a cluster the Δs of one dtype travel in one flat all-gather (a fixed shape, so the gather
         is traced once, not once per variable shape at every checkpoint)."""
-        ext = self._strategy.extended
-        if getattr(ext, "_num_workers", 1) <= 1:
+        if num_workers(self._strategy) <= 1:
             with tf.device("/CPU:0"):
                 return [tf.stack([c.read_value() for c in d.values]) for d in per_replica]
         out: List[Any] = [None] * len(per_replica)
@@ -135,7 +134,7 @@ class SkipCorrectState(_trackable.Trackable):
             "local_steps": self.local_steps.read_value(),
             "num_replicas": tf.constant(self._strategy.num_replicas_in_sync, tf.int64),
         }
-        # H; for interval="auto" also whether it was chosen and the agreed timings it was chosen from
+        # H; with an AutoInterval also whether it was chosen and the agreed timings it was chosen from
         out.update(ext.interval_state.checkpoint_tensors())
         if self.deltas is not None:
             for j, rows in enumerate(self._stacked_all(self.deltas)):
@@ -172,7 +171,7 @@ class SkipCorrectState(_trackable.Trackable):
             )
         ops.append(self.local_steps.assign(restored_tensors["local_steps"]))
         # a restored "auto" run keeps the H it chose (no new measurement); a checkpoint written before H
-        # was chosen (or by an older version without the flag) measures again
+        # was chosen (or without the flag) measures again
         ops.extend(ext.interval_state.restore_ops(restored_tensors))
         off = self._global_offset()
         for prefix, per_replica, hint in (

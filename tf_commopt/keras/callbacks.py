@@ -41,7 +41,7 @@ def _scalar(tag: str, value: float, step: int) -> None:
     tf.summary.write(tag, tf.constant(value, tf.float32), step=step, metadata=meta.SerializeToString())
 
 
-from tf_commopt.keras.base import Callback as _Base  # noqa: E402  (the one callback base)
+from tf_commopt._keras_callback import Callback as _Base  # noqa: E402  (the one callback base)
 
 
 class SkipCorrectTelemetry(_Base):

@@ -1,0 +1,395 @@
+"""The behaviour of SkipCorrectStrategy, in its StrategyExtended (TensorFlow's split: a thin Strategy,
+behaviour in StrategyExtended): the variables it creates and tracks, the per-optimizer correction state,
+one training step (the local step of ``local_step.py``, then the step's bookkeeping: count it, ask the
+interval policy, maybe sync with ``averaging.py`` or ``overlap.py``), metric reads and out-of-rhythm syncs.
+
+tf-keras reaches it through ``_keras_hooks.py`` (``_sc_apply``, or ``_sc_prepare_grads`` +
+``_sc_after_step`` for a legacy optimizer's first step). Two concrete classes: MirroredStrategy machinery
+(one process, several devices) and MultiWorkerMirroredStrategy machinery (a TF_CONFIG cluster).
+
+Example:
+    >>> ext = SkipCorrectStrategy(interval=4).extended              # doctest: +SKIP
+    >>> ext.correction_state(model.optimizer).delta_numpy()[0].shape  # doctest: +SKIP
+    (4, 3, 2)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import tensorflow as tf
+
+from tf_commopt._compat import collective_all_reduce_strategy as _cars
+from tf_commopt._compat import (
+    collective_util,
+    container_strategy,
+    num_workers,
+    optimizer_lr,
+    optimizer_momentum,
+    optimizer_slots,
+    track_child,
+)
+from tf_commopt._compat import mirrored_strategy as _ms
+from tf_commopt._compat import values as _values
+from tf_commopt.distribute import _keras_hooks, averaging
+from tf_commopt.distribute import correction as _corr
+from tf_commopt.distribute.interval_policy import AutoInterval
+from tf_commopt.distribute.interval_state import IntervalState
+from tf_commopt.distribute.local_step import local_gradients, no_aggregation
+from tf_commopt.distribute.overlap import OverlapAverager
+from tf_commopt.distribute.state import SkipCorrectState, _pass_through
+from tf_commopt.distribute.telemetry import Telemetry
+from tf_commopt.errors import InputError
+
+__all__ = ["SkipCorrectExtended", "MultiWorkerSkipCorrectExtended"]
+
+_log = logging.getLogger("tf_commopt.distribute")
+_WARNED: Dict[str, bool] = {}
+_no_autograph = tf.autograph.experimental.do_not_convert
+
+
+def _warn_once(key: str, message: str) -> None:
+    if not _WARNED.get(key):
+        _WARNED[key] = True
+        _log.warning(message)
+
+
+class _SkipCorrectMirroredVariable(_values.MirroredVariable):
+    """A MirroredVariable whose cross-replica read is the mean of the local replicas' copies.
+
+    Between two syncs the replicas hold different values; reading one arbitrary copy would silently
+    return a local model. Saving uses the same read, so checkpoints hold the (local) mean.
+    """
+
+    def _get_cross_replica(self):
+        comps = self.values
+        if not self.dtype.is_floating or len(comps) == 1:
+            if self.dtype.is_floating and num_workers(self.distribute_strategy) > 1:
+                _warn_once(
+                    "mw_read",
+                    "SkipCorrectStrategy: a variable read in cross-replica context on a "
+                    "multi-worker cluster is this worker's copy; it is the global model only right "
+                    "after a sync (call strategy.sync() first)",
+                )
+            return tf.identity(comps[0].read_value())
+        with tf.device(comps[0].device):
+            return tf.add_n([c.read_value() for c in comps]) / tf.cast(len(comps), self.dtype)
+
+
+class _SkipCorrectMixin:
+    """Skip-and-correct behaviour shared by the single-process and multi-worker extendeds."""
+
+    def _sc_init(
+        self,
+        interval: Union[int, AutoInterval],
+        correction: str,
+        warmup_steps: int,
+        average_optimizer_state: bool,
+        correction_lr: str = "effective",
+        overlap: bool = False,
+    ) -> None:
+        self._sc_overlap = bool(overlap)
+        self._sc_overlappers: Dict[int, OverlapAverager] = {}
+        self._sc_correction_lr = correction_lr
+        self._sc_correction = correction
+        self._sc_warmup = int(warmup_steps)
+        self._sc_avg_slots = bool(average_optimizer_state)
+        self.interval_state = IntervalState(interval, overlap=self._sc_overlap)
+        self.telemetry = Telemetry(overlap=self._sc_overlap)
+        self._sc_train_graphs: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._sc_states: Dict[int, SkipCorrectState] = {}
+        self._sc_vars: List[weakref.ref] = []
+        self._sc_internal = False
+
+    # ---- variables -------------------------------------------------------------------------------
+    def _create_variable(self, next_creator, **kwargs):
+        if self._sc_internal and isinstance(self, _cars.CollectiveAllReduceExtended):
+            # our own state (the Δ_i, zeros on every worker): the one-device-per-worker mirrored creator,
+            # without MultiWorkerMirrored's broadcast of the initial value (a round trip per variable)
+            return _ms.MirroredExtended._create_variable(self, next_creator, **kwargs)
+        if not self._sc_internal:
+            _keras_hooks.refuse_keras3()  # a Keras 3 layer/optimizer would train without skipping
+            _keras_hooks.adopt_callers()  # the tf-keras optimizer / model creating it reaches this strategy
+        v = super()._create_variable(next_creator, **kwargs)
+        if type(v) is _values.MirroredVariable and not self._sc_internal:
+            v.__class__ = _SkipCorrectMirroredVariable
+        if not self._sc_internal and isinstance(v, _values.DistributedVariable):
+            self._sc_vars.append(weakref.ref(v))
+        return v
+
+    @_no_autograph
+    def _sc_live_vars(self) -> List[Any]:
+        return [v for v in (r() for r in self._sc_vars) if v is not None]
+
+    @_no_autograph
+    def _sc_extra_vars(self, exclude: Sequence[Any], optimizer: Any = None) -> List[Any]:
+        """Non-trainable float state averaged at each sync: MEAN-aggregated ON_READ variables
+        (BatchNorm moving statistics) and, if asked, the optimizer's slot variables."""
+        seen = {id(v) for v in exclude}
+        out = []
+        for v in self._sc_live_vars():
+            if id(v) in seen or not v.dtype.is_floating or v.trainable:
+                continue
+            if isinstance(v, _values.SyncOnReadVariable) and v.aggregation == tf.VariableAggregation.MEAN:
+                out.append(v)
+                seen.add(id(v))
+        if self._sc_avg_slots and optimizer is not None:
+            for v in optimizer_slots(optimizer):
+                if id(v) not in seen:
+                    out.append(v)
+                    seen.add(id(v))
+        return out
+
+    # ---- state ------------------------------------------------------------------------------------
+    @_no_autograph
+    def _sc_state(self, optimizer: Any, var_list: Sequence[Any]) -> SkipCorrectState:
+        state = self._sc_states.get(id(optimizer))
+        if state is None:
+            return self._sc_new_state(optimizer, var_list)
+        known = {id(v) for v in state.variables}
+        if any(id(v) not in known for v in var_list):
+            raise _pass_through(
+                InputError(
+                    "apply_gradients got a variable that was not in its first call; SkipCorrectStrategy "
+                    "keeps one correction per variable of the first list",
+                    where="SkipCorrectStrategy",
+                )
+            )
+        return state
+
+    def _sc_new_state(self, optimizer: Any, var_list: Sequence[Any]) -> SkipCorrectState:
+        with tf.init_scope():
+            beta = float(optimizer_momentum(optimizer))
+            nesterov = bool(getattr(optimizer, "nesterov", False))
+            rule = _corr.resolve_correction(self._sc_correction, type(optimizer).__name__, beta, nesterov)
+            self._sc_internal = True
+            try:
+                state = SkipCorrectState(container_strategy(self), list(var_list), rule, optimizer)
+            finally:
+                self._sc_internal = False
+            self._sc_states[id(optimizer)] = state
+            track_child(optimizer, state, "skip_correct_state")
+        if state.rule == "vrl" and self._sc_correction_lr == "optimizer" and beta > 0:
+            _warn_once(
+                "momentum",
+                f"SkipCorrectStrategy: vrl with heavy-ball momentum {beta:g} and "
+                "correction_lr='optimizer' (the rule as stated) over-corrects by up to 1/(1-momentum) "
+                "and can diverge; consider correction_lr='effective' (docs/skip_correct.md)",
+            )
+        return state
+
+    def correction_state(self, optimizer: Any) -> Optional[SkipCorrectState]:
+        """The per-replica correction state (Δ_i, local-step counter) of ``optimizer``, or None."""
+        return self._sc_states.get(id(optimizer))
+
+    # ---- the step ---------------------------------------------------------------------------------
+    @_no_autograph
+    def _sc_apply(
+        self, optimizer: Any, original: Any, grads_and_vars: Any, name: Optional[str], legacy: bool
+    ) -> Any:
+        """Replica-context ``apply_gradients``: local step with correction, then maybe a sync."""
+        ctx = tf.distribute.get_replica_context()
+        if not tf.executing_eagerly():
+            self._sc_train_graphs.add(tf.compat.v1.get_default_graph())
+        pairs = [(g, v) for g, v in grads_and_vars]
+        live = [(g, v) for g, v in pairs if g is not None]
+        if not live:
+            return original(optimizer, pairs, name=name, **no_aggregation(legacy))
+        grads = [g for g, _ in live]
+        var_list = [v for _, v in live]
+        new_grads = ctx.merge_call(self._sc_prepare_grads, args=(optimizer, var_list, grads))
+        result = original(optimizer, list(zip(new_grads, var_list)), name=name, **no_aggregation(legacy))
+        ctx.merge_call(self._sc_after_step, args=(optimizer, var_list))
+        return result
+
+    @_no_autograph
+    def _sc_prepare_grads(self, strategy: Any, optimizer: Any, var_list: Sequence[Any], grads: Sequence[Any]):
+        """Cross-replica: R·g_i − Δ_i per replica (local phase) or the SUM all-reduce (warm-up)."""
+        state = self._sc_state(optimizer, var_list)
+        return local_gradients(self, state, optimizer, var_list, grads, self._sc_warmup)
+
+    @_no_autograph
+    def _sc_after_step(self, strategy: Any, optimizer: Any, var_list: Sequence[Any]) -> None:
+        """Cross-replica: count the step; at k == H average (and correct)."""
+        state = self._sc_states[id(optimizer)]
+        t = tf.cast(optimizer.iterations, tf.int64)  # read after the optimizer's increment
+        with tf.control_dependencies([t]):  # the clock starts once this step's local update is done
+            self._sc_step_bookkeeping(optimizer, state, t)
+
+    @_no_autograph
+    def _sc_step_bookkeeping(self, optimizer: Any, state: SkipCorrectState, t: tf.Tensor) -> None:
+        tel, ivs = self.telemetry, self.interval_state
+        step_dt = tel.step_time()
+        steps = tel.steps.assign_add(1)
+        local_phase = t > self._sc_warmup
+        k = state.local_steps.read_value() + tf.cast(local_phase, tf.int64)
+        do_sync = tf.logical_and(local_phase, k >= ivs.effective(steps))
+        var_list = state.variables  # every variable of the state, also those without a gradient this step
+        extras = self._sc_extra_vars(var_list, optimizer)
+
+        def sync() -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            dt, sample = self._sc_scheduled_sync(optimizer, state, list(var_list) + extras, k)
+            return tf.constant(0, tf.int64), dt, sample
+
+        def skip() -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            return k, tf.constant(0.0, tf.float64), tf.constant(0.0, tf.float64)
+
+        new_k, _, comm_sample = tf.cond(do_sync, sync, skip)
+        state.local_steps.assign(new_k)
+        deps = [new_k]
+        if ivs.auto:
+            # a t_comm sample: the sync's all-reduce (with overlap: the background one applied at this sync)
+            sampled = tf.logical_and(do_sync, comm_sample > 0) if self._sc_overlap else do_sync
+            agree = lambda vec: averaging.agree(self, vec)  # noqa: E731
+            with tf.control_dependencies([new_k]):
+                deps.append(ivs.record(steps, step_dt, sampled, comm_sample, tel.comm_s.read_value(), agree))
+        with tf.control_dependencies(deps):
+            tel.last_end.assign(tf.timestamp())
+
+    @_no_autograph
+    def _sc_scheduled_sync(
+        self, optimizer: Any, state: SkipCorrectState, variables: List[Any], k: tf.Tensor
+    ) -> Tuple[tf.Tensor, tf.Tensor]:
+        """The sync at k == H: blocking (``averaging.average``) or overlapped. Returns (seconds the step
+        spent, the t_comm sample: the blocking sync's seconds or the applied background all-reduce's)."""
+        lr = None
+        if state.rule == "vrl":  # only vrl's update needs the lr: read it in the sync branch, not every step
+            lr = optimizer_lr(optimizer)
+            if self._sc_correction_lr == "effective":
+                lr = lr / (1.0 - optimizer_momentum(optimizer))
+        n = len(state.variables)
+        if self._sc_overlap:  # apply the in-flight mean, snapshot and launch the next one (overlap.py)
+            scale = tf.cast(k, tf.float64) * (tf.cast(lr, tf.float64) if lr is not None else 1.0)
+            dt, bg = self._sc_overlapper(state, variables, n).sync(scale)
+            self.telemetry.add_sync(dt, background=bg)
+            return dt, bg
+        dt = averaging.average(self, variables, state=state, n_trainable=n, local_steps=k, lr=lr)
+        return dt, dt
+
+    @_no_autograph
+    def _sc_overlapper(
+        self, state: SkipCorrectState, variables: List[Any], n_trainable: int
+    ) -> OverlapAverager:
+        """The overlapped averaging of ``state`` (built at the first trace of its sync)."""
+        avg = self._sc_overlappers.get(id(state))
+        if avg is None:
+            avg = OverlapAverager(
+                self,
+                container_strategy(self),
+                variables,
+                n_trainable,
+                state.rule,
+                state.delta_components(),
+                state.grad_sum_components(),
+            )
+            self._sc_overlappers[id(state)] = avg
+        elif not avg.same_layout(variables):
+            raise _pass_through(
+                InputError(
+                    "the averaged variables changed between two traces of the training step (e.g. "
+                    "optimizer slots created later); overlap=True needs a fixed set",
+                    where="SkipCorrectStrategy(overlap=True)",
+                )
+            )
+        return avg
+
+    def drain(self) -> int:
+        """Apply every in-flight overlapped averaging now (eager; no new communication: it waits for the
+        background all-reduce, and the wait counts in ``comm_s``). Returns how many were applied."""
+        if not self._sc_overlappers:
+            return 0
+        t0 = time.perf_counter()
+        applied = [bg for bg in (a.drain() for a in list(self._sc_overlappers.values())) if bg is not None]
+        if applied:
+            dt = time.perf_counter() - t0
+            self.telemetry.comm_s.assign_add(dt)
+            self.telemetry.drain_s.assign_add(dt)
+            self.telemetry.background_comm_s.assign_add(sum(applied))
+        return len(applied)
+
+    # ---- metrics: per worker between syncs --------------------------------------------------------
+    @_no_autograph
+    def _sc_in_train_graph(self) -> bool:
+        g = tf.compat.v1.get_default_graph()
+        while g is not None:
+            if g in self._sc_train_graphs:
+                return True
+            g = getattr(g, "outer_graph", None)
+        return False
+
+    @_no_autograph
+    def _reduce(self, reduce_op: Any, value: Any) -> Any:
+        """``strategy.reduce(op, v, axis=None)``; the path of every cross-replica read of a SyncOnRead
+        variable (tf-keras metric totals and counts read by ``Metric.result()``).
+
+        On a multi-worker cluster, inside a traced step that runs skip-and-correct updates, a metric read
+        is reduced over this worker's replicas only: no collective, sync step or not. Everywhere else
+        (``evaluate``, eager reads) it is the usual reduction over all workers — and tf-keras re-reads
+        every metric eagerly at an epoch's end, so the epoch's values (History, the progress bar's final
+        line, callbacks' ``on_epoch_end`` logs) are global, as under MultiWorkerMirroredStrategy; the
+        per-batch values in between are this worker's running means.
+        """
+        if (
+            num_workers(self) > 1
+            and isinstance(value, _values.SyncOnReadVariable)
+            and not tf.executing_eagerly()
+            and self._sc_in_train_graph()
+        ):
+            comps = list(value.values)
+            with tf.device(comps[0].device):
+                total = tf.add_n([c.read_value() for c in comps]) if len(comps) > 1 else comps[0].read_value()
+                if reduce_op == tf.distribute.ReduceOp.MEAN and len(comps) > 1:
+                    total = total / tf.cast(len(comps), total.dtype)
+                return tf.identity(total)
+        return super()._reduce(reduce_op, value)
+
+    # ---- out-of-rhythm sync -----------------------------------------------------------------------
+    def sync_now(self) -> None:
+        """Average every replica's model now (no Δ update, the H rhythm is kept). With overlap, the
+        in-flight averaging is applied first (its Δ update included)."""
+        self.drain()
+        states = list(self._sc_states.values())
+        if states:
+            trainable: List[Any] = []
+            seen = set()
+            for s in states:
+                for v in s.variables:
+                    if id(v) not in seen:
+                        trainable.append(v)
+                        seen.add(id(v))
+        else:
+            trainable = [v for v in self._sc_live_vars() if v.trainable and v.dtype.is_floating]
+        extras = self._sc_extra_vars(trainable)
+        if self._sc_avg_slots:
+            for opt_state in states:
+                opt = opt_state.optimizer
+                if opt is not None:
+                    for v in optimizer_slots(opt):
+                        if all(v is not e for e in extras):
+                            extras.append(v)
+        averaging.average(self, trainable + extras)
+        self.telemetry.reset_clock()
+
+
+class SkipCorrectExtended(_SkipCorrectMixin, _ms.MirroredExtended):
+    """MirroredStrategy machinery (one process, several devices) with skip-and-correct updates."""
+
+    def __init__(self, container_strategy, devices=None, **sc):
+        _ms.MirroredExtended.__init__(self, container_strategy, devices=devices)
+        self._sc_init(**sc)
+
+
+class MultiWorkerSkipCorrectExtended(_SkipCorrectMixin, _cars.CollectiveAllReduceExtended):
+    """MultiWorkerMirroredStrategy machinery (a TF_CONFIG cluster) with skip-and-correct updates."""
+
+    def __init__(self, container_strategy, cluster_resolver=None, **sc):
+        _cars.CollectiveAllReduceExtended.__init__(
+            self,
+            container_strategy,
+            cluster_resolver=cluster_resolver,
+            communication_options=collective_util.Options(),
+        )
+        self._sc_init(**sc)
