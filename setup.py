@@ -26,6 +26,13 @@ setup(
         "matplotlib",
     ],
     extras_require={
-        "test": ["pytest", "pytest-timeout", "hypothesis", "pyyaml"],
+        "test": [
+            "pytest",
+            "pytest-timeout",
+            "hypothesis",
+            "pyyaml",
+            "ruff==0.17.6",  # pinned: ruff format's output changes between releases
+            "pdoc>=16,<17",  # the API reference (docs/build_api.py)
+        ],
     },
 )
