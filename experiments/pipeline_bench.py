@@ -38,7 +38,7 @@ from absl import flags
 from experiments.graphs import load_graph as _load_graph
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.core.partition.api import make_cluster
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.simulate import simulate_pipeline
 from tf_commopt.errors import TfCommoptError
 from tf_commopt.partition import partition

@@ -25,7 +25,7 @@ tf.config.set_logical_device_configuration(
 )
 import tf_keras as keras  # noqa: E402
 
-from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
+from tf_commopt.core.plan import PartitionPlan  # noqa: E402
 from tf_commopt.distribute.hybrid import GroupedHybridTrainer  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from tf_commopt.core.partition.api import make_cluster
 from tf_commopt.core.partition.convexity import random_topological_order
 from tf_commopt.core.partition.objective import Problem
 from tf_commopt.core.partition.pipemodel import PipelineModel
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.partition.synthetic import branchy_graph
 from tf_commopt.core.simulate import simulate_pipeline
 from tf_commopt.errors import InputError

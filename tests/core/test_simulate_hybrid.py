@@ -8,7 +8,7 @@ import pytest
 
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.core.devices import Cluster
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.simulate.hybrid import (
     contiguous_groups,
     device_speeds,

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.distribute.hybrid import GroupedHybridTrainer, form_groups, split_batch
 from tf_commopt.errors import InputError
 

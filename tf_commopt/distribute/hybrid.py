@@ -70,7 +70,7 @@ from tf_commopt.core.hybrid import (  # noqa: E402
     snake_groups,
     split_batch,
 )
-from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
+from tf_commopt.core.plan import PartitionPlan  # noqa: E402
 from tf_commopt.core.schedule import AllReduce, OptimizerStep, Schedule  # noqa: E402
 from tf_commopt.distribute.pipeline import (  # noqa: E402
     Pipeline,

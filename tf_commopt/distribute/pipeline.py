@@ -3,7 +3,7 @@
 Example:
     >>> import os; os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # doctest: +SKIP
     >>> import tf_keras as keras
-    >>> from tf_commopt.core.partition.plan import PartitionPlan
+    >>> from tf_commopt.core.plan import PartitionPlan
     >>> from tf_commopt.distribute.pipeline import Pipeline
     >>> x = keras.Input((8,)); h = keras.layers.Dense(16, name="a")(x)
     >>> y = keras.layers.Dense(2, name="b")(keras.layers.Add(name="c")([h, keras.layers.Dense(16, name="d")(h)]))
@@ -52,7 +52,7 @@ use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
 import tensorflow as tf  # noqa: E402
 
 from tf_commopt._compat import keras_nested_outputs  # noqa: E402
-from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
+from tf_commopt.core.plan import PartitionPlan  # noqa: E402
 from tf_commopt.core.schedule import (  # noqa: E402
     AllReduce,
     Backward,

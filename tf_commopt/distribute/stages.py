@@ -21,7 +21,7 @@ use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
 import tensorflow as tf  # noqa: E402
 
 from tf_commopt._compat import keras_nodes_by_depth  # noqa: E402
-from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
+from tf_commopt.core.plan import PartitionPlan  # noqa: E402
 from tf_commopt.errors import InputError, PlanError  # noqa: E402
 
 __all__ = ["StageLayout", "split_sizes", "place_model", "default_devices"]

@@ -41,7 +41,7 @@ from typing import List, Optional
 from tf_commopt._cli import CliParser, add_tf_log_level, quiet_tensorflow
 from tf_commopt.core.devices import parse_capacities
 from tf_commopt.core.partition.api import METHODS, SCHEDULES, SCORES
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.planner import given_plan, partition
 from tf_commopt.core.stagecost import hop_bytes
 from tf_commopt.errors import InputError, TfCommoptError

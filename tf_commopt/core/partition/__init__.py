@@ -17,6 +17,6 @@ the simulator; choosing among candidates by simulation is :mod:`tf_commopt.core.
 
 from tf_commopt.core.partition.api import METHODS, evaluate, make_cluster, partition
 from tf_commopt.core.partition.objective import Evaluation, Problem
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 
 __all__ = ["PartitionPlan", "Problem", "Evaluation", "partition", "evaluate", "make_cluster", "METHODS"]

@@ -30,7 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from tf_commopt.core.partition.api import SCHEDULES, SCORES, check_score, default_microbatches
 from tf_commopt.core.partition.objective import Problem
 from tf_commopt.core.partition.pipemodel import PipelineModel
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.simulate.pipeline import simulate_pipeline
 
 __all__ = [

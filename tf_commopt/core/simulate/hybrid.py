@@ -55,7 +55,7 @@ from tf_commopt.core.hybrid import (
     overlap_fraction,
     snake_groups,
 )
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.simulate.dataparallel import simulate_data_parallel
 from tf_commopt.core.simulate.engine import Job, RankCost
 from tf_commopt.core.simulate.pipeline import hop_bytes

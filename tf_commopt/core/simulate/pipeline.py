@@ -13,7 +13,7 @@ The binding rules (the same as the partitioner's objective, :mod:`tf_commopt.cor
 
 Example:
     >>> from tf_commopt.core.costgraph import CostGraph, Node
-    >>> from tf_commopt.core.partition.plan import PartitionPlan
+    >>> from tf_commopt.core.plan import PartitionPlan
     >>> from tf_commopt.core.simulate.pipeline import simulate_pipeline
     >>> g = CostGraph([Node("a", 2, 4, activation_bytes=0), Node("b", 2, 4)], [("a", "b")])
     >>> plan = PartitionPlan("x", {"a": 0, "b": 1}, [0, 1], [6, 6], [0, 0], [0, 0], 6, 0)
@@ -35,7 +35,7 @@ from tf_commopt.core.simulate.result import SimResult, simulate_job
 from tf_commopt.errors import InputError, PlanError
 
 if TYPE_CHECKING:  # the plan is a value; simulate does not import the partitioner
-    from tf_commopt.core.partition.plan import PartitionPlan
+    from tf_commopt.core.plan import PartitionPlan
 
 __all__ = ["hop_bytes", "stage_costs", "pipeline_job", "simulate_pipeline"]
 

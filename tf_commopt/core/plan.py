@@ -1,7 +1,7 @@
 """PartitionPlan: the plain value a partitioner returns and strategies/simulators consume.
 
 Example:
-    >>> from tf_commopt.core.partition.plan import PartitionPlan
+    >>> from tf_commopt.core.plan import PartitionPlan
     >>> p = PartitionPlan(method="balanced", stage_of_node={"a": 0, "b": 1}, device_of_stage=[0, 1],
     ...                   stage_compute_ms=[3.0, 2.0], stage_comm_ms=[0.5, 0.5],
     ...                   stage_memory_bytes=[0.0, 0.0], objective=3.5, comm_bytes=1e6)
