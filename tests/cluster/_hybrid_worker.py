@@ -57,7 +57,7 @@ def main(out_dir):
     with strategy.scope():
         model = build(seed=100 + task)
         strategy.compile(model, optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=loss)
-    from tf_commopt.core.hybrid import split_batch
+    from tf_commopt.core.schedule.hybrid import split_batch
 
     sizes = strategy.group_batch_sizes(10)  # 1 / t_g of each host's pipeline, exchanged between the hosts
     assert sizes == split_batch(10, strategy.group_weights) and sizes[0] < sizes[1], (

@@ -8,7 +8,7 @@ Example:
     >>> model.fit(x, y, epochs=1)                                      # doctest: +SKIP
 
 Names (loaded on first use): ``SkipCorrectStrategy`` (docs/skip_correct.md), ``GroupedHybridTrainer``
-(formerly ``GroupedHybridStrategy``; a trainer with a strategy's surface) and ``Pipeline`` (docs/hybrid.md), ``ParameterServerSkipCorrect`` and ``serve_unless_chief``
+(a trainer with a strategy's surface) and ``Pipeline`` (docs/hybrid.md), ``ParameterServerSkipCorrect`` and ``serve_unless_chief``
 (docs/parameter_server.md).
 """
 
@@ -20,7 +20,6 @@ from typing import Any
 _LAZY = {
     "SkipCorrectStrategy": "tf_commopt.distribute.skip_correct",
     "GroupedHybridTrainer": "tf_commopt.distribute.hybrid",
-    "GroupedHybridStrategy": "tf_commopt.distribute.hybrid",  # the former name, kept for one release
     "Pipeline": "tf_commopt.distribute.pipeline",
     "ParameterServerSkipCorrect": "tf_commopt.distribute.parameter_server",
     "serve_unless_chief": "tf_commopt.distribute.ps_serve",

@@ -23,31 +23,30 @@ A :class:`Score` says what is minimised and how a plan is locally improved: :fun
   (``ind.devs``); fitness ``(time, bytes crossing stage boundaries)``, minimised lexicographically;
 * **population**: the distinct seeds, best first, at most ``pop_size``, topped up with mutated and
   improved copies of them;
-* **selection**: ``tools.selTournament`` with 3 aspirants;
+* **selection**: tournaments of 3 distinct individuals, drawn from the run's ``random.Random(seed)``
+  (so a run is deterministic and leaves the ``random`` module alone);
 * **crossover** (probability ``cxpb``): :func:`operators.boundary_crossover` at a random boundary;
 * **mutation** (probability ``mutpb``, always for a child equal to a plan already seen):
   :func:`operators.mutate` (a jump, frontier moves, a branch move or a device swap), or with
   probability ``resplit`` the exact contiguous optimum of the plan's own stage order
   (:func:`baselines.contiguous_optimal`), which moves every boundary at once;
 * **memetic step**: every child is improved by the score's local search (``ls_steps`` moves);
-* **survivors**: the best ``pop_size`` distinct plans of parents and children (elitist). Every
-  ``resplit_best`` generations the re-split of the best plan joins the children;
-* **hall of fame**: the best ``pop_size`` distinct plans ever seen (``tools.HallOfFame``), the
-  candidates the planner ranks; **statistics and logbook**: best and mean time per generation
-  (``tools.Statistics``, ``tools.Logbook``), which feed the ``progress`` callback;
-* stops after ``generations``, or ``stall`` generations without a better plan. Deterministic for a
-  seed: the operators draw from ``random.Random(seed)``; DEAP's tournament draws from the ``random``
-  module, seeded from it for the run and restored afterwards.
+* **survivors**: the best ``pop_size`` distinct plans of parents and children (elitist: the best never
+  gets worse); every ``resplit_best`` generations the re-split of the best plan joins the children;
+* **hall of fame** (``tools.HallOfFame``) keeps the best plan; **statistics and logbook**
+  (``tools.Statistics``, ``tools.Logbook``): best and mean time per generation, which feed the
+  ``progress`` callback;
+* stops after ``generations``, or ``stall`` generations without a better plan. The final population
+  (best first) is returned with the best plan: the planner ranks it with its other candidates.
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from deap import base, creator, tools
 
@@ -134,7 +133,7 @@ def objective_score(p: Problem) -> Score:
 
 @dataclass
 class Evolution:
-    """The GA's result: the best plan and its key, the hall of fame (best first), the logbook,
+    """The GA's result: the best plan and its key, the final population (best first), the logbook,
     generations run, generations that improved the best, and seconds."""
 
     stage: List[int]
@@ -164,15 +163,9 @@ def _clone(ind):
     return c
 
 
-@contextlib.contextmanager
-def _global_random(value: float) -> Iterator[None]:
-    """DEAP's selection draws from the ``random`` module: seed it for the run, restore it after."""
-    saved = random.getstate()
-    random.seed(value)
-    try:
-        yield
-    finally:
-        random.setstate(saved)
+def _tournament(pop: Sequence, k: int, rng: random.Random, size: int = 3) -> list:
+    """``k`` tournament winners: each the fittest of ``size`` distinct individuals drawn from ``rng``."""
+    return [min(rng.sample(pop, min(size, len(pop))), key=lambda x: x.fitness.values) for _ in range(k)]
 
 
 class _Run:
@@ -181,12 +174,13 @@ class _Run:
     def __init__(self, p: Problem, score: Score, cfg: Settings, rng: random.Random):
         self.p, self.score, self.cfg, self.rng = p, score, cfg, rng
         self.seen: set = set()
+        self.nevals = 0
         tb = self.tb = base.Toolbox()
         tb.register("evaluate", lambda ind: score.key(score.state(ind, ind.devs)))
         tb.register("mate", self._mate)
         tb.register("mutate", mutate, rng=rng, hetero=is_hetero(p))
         tb.register("improve", score.improve, steps=cfg.ls_steps, rng=rng)
-        tb.register("select", tools.selTournament, tournsize=3)
+        tb.register("select", _tournament, rng=rng)
         tb.register("clone", _clone)
 
     def _mate(self, a, b):
@@ -204,27 +198,28 @@ class _Run:
         order = sorted(range(self.p.n), key=lambda v: (ind[v], v))
         return self.score.state(contiguous_optimal(self.p, ind.devs, order), ind.devs)
 
-    def develop(self, ind, mutated: bool, steps: Optional[int] = None) -> None:
-        """Mutate (if ``mutated``), improve and evaluate ``ind`` in place, through one state."""
+    def develop(self, ind, mutated: bool) -> None:
+        """Mutate (if ``mutated``), improve and evaluate ``ind`` in place. Each step starts from a state
+        built afresh, so the result does not depend on rounding in the incremental updates."""
         if mutated and self.cfg.resplit and self.rng.random() < self.cfg.resplit:
             st = self.resplit(ind)
         else:
             st = self.score.state(ind, ind.devs)
             if mutated:
                 self.tb.mutate(st)
-        if steps is None:
-            self.tb.improve(st)
-        else:
-            self.score.improve(st, steps, self.rng)
+                st = self.score.state(st.stage, st.devs)
+        self.tb.improve(st)
         ind[:], ind.devs = st.stage, list(st.devs)
-        ind.fitness.values = self.score.key(st)
+        ind.fitness.values = self.tb.evaluate(ind)
+        self.nevals += 1
 
     def initial(self, seeds: Sequence[Plan]) -> list:
+        """The distinct seeds, best first, at most ``pop_size``, topped up with developed copies."""
         pop = [_make(s, d) for s, d in distinct(seeds)]
         for ind in pop:
             ind.fitness.values = self.tb.evaluate(ind)
-        pop = tools.selBest(pop, self.cfg.pop_size)
         self.seen.update(_ident(x) for x in pop)
+        pop = tools.selBest(pop, min(self.cfg.pop_size, len(pop)))
         tries = 0
         while len(pop) < self.cfg.pop_size and tries < 3 * self.cfg.pop_size:
             tries += 1
@@ -237,12 +232,15 @@ class _Run:
 
     def generation(self, pop: list, best) -> list:
         """Selection, crossover, mutation and memetic step; the survivors of parents and children."""
-        offspring = [self.tb.clone(x) for x in self.tb.select(pop, len(pop) + len(pop) % 2)]
-        for a, b in zip(offspring[::2], offspring[1::2]):
+        self.nevals = 0
+        offspring: list = []
+        while len(offspring) < len(pop):
+            a, b = (self.tb.clone(x) for x in self.tb.select(pop, 2))
             if self.p.K > 1 and self.rng.random() < self.cfg.cxpb:
                 self.tb.mate(a, b)
-        for ind in offspring:
-            self.develop(ind, mutated=self.rng.random() < self.cfg.mutpb or _ident(ind) in self.seen)
+            for ind in (a, b):
+                self.develop(ind, mutated=self.rng.random() < self.cfg.mutpb or _ident(ind) in self.seen)
+                offspring.append(ind)
         if best is not None:
             offspring.append(self._resplit_best(best))
         merged, keys = [], set()
@@ -251,14 +249,14 @@ class _Run:
                 keys.add(_ident(ind))
                 merged.append(ind)
         self.seen.update(keys)
-        self.nevals = len(offspring)
         return merged[: self.cfg.pop_size]
 
     def _resplit_best(self, best):
         st = self.resplit(best)
         self.score.improve(st, 4 * self.cfg.ls_steps, self.rng)
         ind = _make(st.stage, st.devs)
-        ind.fitness.values = self.score.key(st)
+        ind.fitness.values = self.tb.evaluate(ind)
+        self.nevals += 1
         return ind
 
 
@@ -283,36 +281,34 @@ def evolve(
     if not seeds:
         raise ValueError("the genetic algorithm needs at least one seed plan")
     cfg = replace(score.settings, **settings)
-    rng = random.Random(seed)
-    run = _Run(p, score, cfg, rng)
+    run = _Run(p, score, cfg, random.Random(seed))
     stats = tools.Statistics(key=lambda ind: ind.fitness.values[0])
     stats.register("min", min)
     stats.register("avg", statistics.fmean)
     logbook = tools.Logbook()
     logbook.header = ("gen", "nevals", "min", "avg")
-    hof = tools.HallOfFame(cfg.pop_size, similar=lambda a, b: _ident(a) == _ident(b))
+    hof = tools.HallOfFame(1, similar=lambda a, b: _ident(a) == _ident(b))
     t0 = time.perf_counter()
-    with _global_random(rng.random()):
-        pop = run.initial(seeds)
+    pop = run.initial(seeds)
+    hof.update(pop)
+    logbook.record(gen=0, nevals=len(pop), **stats.compile(pop))
+    best_key, since, improved, gen, last = hof[0].fitness.values, 0, 0, 0, None
+    for gen in range(1, cfg.generations + 1):
+        resplit = bool(cfg.resplit_best) and gen % cfg.resplit_best == 0 and _ident(hof[0]) != last
+        last = _ident(hof[0]) if resplit else last
+        pop = run.generation(pop, hof[0] if resplit else None)
         hof.update(pop)
-        logbook.record(gen=0, nevals=len(pop), **stats.compile(pop))
-        best_key, since, improved, gen, last = hof[0].fitness.values, 0, 0, 0, None
-        for gen in range(1, cfg.generations + 1):
-            resplit = cfg.resplit_best and gen % cfg.resplit_best == 0 and _ident(hof[0]) != last
-            last = _ident(hof[0]) if resplit else last
-            pop = run.generation(pop, hof[0] if resplit else None)
-            hof.update(pop)
-            logbook.record(gen=gen, nevals=run.nevals, **stats.compile(pop))
-            if progress:
-                progress(gen, cfg.generations, logbook[-1]["min"])
-            if hof[0].fitness.values < best_key:
-                best_key, since, improved = hof[0].fitness.values, 0, improved + 1
-            else:
-                since += 1
-            if since >= cfg.stall:
-                break
+        logbook.record(gen=gen, nevals=run.nevals, **stats.compile(pop))
+        if progress:
+            progress(gen, cfg.generations, logbook[-1]["min"])
+        if hof[0].fitness.values < best_key:
+            best_key, since, improved = hof[0].fitness.values, 0, improved + 1
+        else:
+            since += 1
+        if since >= cfg.stall:
+            break
     b = hof[0]
-    population = [(list(x), list(x.devs)) for x in hof]
+    population = [(list(x), list(x.devs)) for x in pop]
     return Evolution(
         list(b),
         list(b.devs),

@@ -11,10 +11,11 @@ Example:
     >>> from tf_commopt.core.partition.synthetic import branchy_graph
     >>> from tf_commopt.core.partition.operators import boundary_crossover, mutate
     >>> p = Problem(branchy_graph(30, seed=1), Cluster.homogeneous(3), 3)
-    >>> a, b = ([0] * 10 + [1] * 10 + [2] * 10, [0, 1, 2]), ([0] * 5 + [1] * 20 + [2] * 5, [0, 2, 1])
+    >>> a = ([3 * v // p.n for v in range(p.n)], [0, 1, 2])     # nodes are in topological order
+    >>> b = ([0] * 5 + [1] * (p.n - 10) + [2] * 5, [0, 2, 1])
     >>> child, devs = boundary_crossover(p, a, b, 0)
-    >>> child[:10] == [0] * 10 and min(child[10:]) >= 1, devs
-    (True, [0, 2, 1])
+    >>> [s for s, s_a in zip(child, a[0]) if s_a == 0] == [0] * a[0].count(0), min(child[a[0].count(0):]), devs
+    (True, 1, [0, 2, 1])
     >>> st = State(p, *a)
     >>> mutate(st, random.Random(0), hetero=False)
     >>> p.check(st.stage, st.devs)      # still a convex 3-stage plan
@@ -102,9 +103,9 @@ def mutate(st: State, rng: random.Random, hetero: bool) -> None:
     With ``r`` uniform in [0, 1): a jump (``r < 0.25``, more than two stages), a device swap
     (``r < 0.4``, ``hetero`` clusters), 1-3 frontier moves (``r < 0.7``), else a branch move.
     """
+    r = rng.random()
     if st.p.K < 2:
         return
-    r = rng.random()
     if r < 0.25 and st.p.K > 2:
         _jump(st, rng)
     elif hetero and r < 0.4:

@@ -9,7 +9,7 @@ Example:
     >>> p = Problem(branchy_graph(60, seed=1), Cluster.homogeneous(3), 3)
     >>> found = pipeline_search(p, "local", 0, None, PipelineModel(p, "gpipe", 12))
     >>> found.best == min(found.candidates, key=found.key), len(found.baselines)
-    (True, 3)
+    (True, 4)
 
 * **Baselines** keep their own rule for the split (:mod:`baselines`); among their device orders (and,
   for ``pipedream``, among the splits tied at PipeDream's optimum) the score chooses.
