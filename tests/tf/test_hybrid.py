@@ -288,6 +288,17 @@ def test_strategy_surface():
     np.testing.assert_allclose(strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=1).numpy(), [3.0, 8.0])
 
 
+def _last_layer_grad(strategy, got):
+    def grads(x, y):
+        _, reduced = strategy.compute_gradients(x, y)
+        run = strategy.last_runs[0]
+        vs = strategy.pipelines[0].trainable_variables
+        got["first"] = run.acc[vs[0].ref()]  # layer "a"'s kernel gradient in group 0
+        return reduced[0][len(vs) - 2]  # layer "out"'s kernel, reduced
+
+    return grads
+
+
 def test_executor_bucket_allreduce_does_not_wait_for_earlier_layers():
     """Overlap in the executor, structurally: with one bucket per layer, the reduced gradient of the last
     layer does not depend on the first layer's gradient (TensorFlow can run its all-reduce while the
@@ -312,14 +323,7 @@ def test_executor_bucket_allreduce_does_not_wait_for_earlier_layers():
         with strategy.scope():
             strategy.compile(model, optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
         got = {}
-
-        def grads(x, y, strategy=strategy, got=got):
-            _, reduced = strategy.compute_gradients(x, y)
-            run = strategy.last_runs[0]
-            vs = strategy.pipelines[0].trainable_variables
-            got["first"] = run.acc[vs[0].ref()]  # layer "a"'s kernel gradient in group 0
-            return reduced[0][len(vs) - 2]  # layer "out"'s kernel, reduced
-
+        grads = _last_layer_grad(strategy, got)
         fn = tf.function(grads).get_concrete_function(tf.constant(x), tf.constant(y))
         out = fn.graph.outputs[0]
         first_op = [o for o in fn.graph.get_operations() if o.name == got["first"].op.name][0]

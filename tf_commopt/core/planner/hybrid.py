@@ -42,7 +42,7 @@ __all__ = ["group_plans", "plan_hybrid", "replicated_plan"]
 Methods = Union[str, Sequence[str]]
 
 
-def _methods(method: Methods) -> List[str]:
+def method_list(method: Methods) -> List[str]:
     methods = [method] if isinstance(method, str) else list(method)
     if not methods:
         raise InputError("no partition method given", where="method")
@@ -74,7 +74,7 @@ def group_plans(
 
     ``cache`` (a dict) reuses plans between groups of the same devices (capacity, kind, links).
     """
-    methods = _methods(method)
+    methods = method_list(method)
     out = []
     for group in groups:
         if len(group) == 1:

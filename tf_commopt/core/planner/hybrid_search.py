@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Sequence, Union
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.plan import HybridPlan
 from tf_commopt.core.planner.groups import GROUPINGS, REPLICA_SHAPES, replica_sets
-from tf_commopt.core.planner.hybrid import Methods, _methods, plan_hybrid, replicated_plan
+from tf_commopt.core.planner.hybrid import Methods, method_list, plan_hybrid, replicated_plan
 from tf_commopt.core.schedule.buckets import DEFAULT_BUCKET_BYTES
 from tf_commopt.core.simulate.hybrid import ClusterLike, as_cluster, device_speeds, simulate_grouped_hybrid
 from tf_commopt.core.simulate.result import SimResult
@@ -102,7 +102,7 @@ def search_grouped_hybrid(
     for P in range(2, n):
         for shape in replicated:
             sets = replica_sets(speeds, P, shape)
-            for meth in _methods(method):
+            for meth in method_list(method):
                 if ("rep", tuple(map(tuple, sets)), meth) in seen:
                     continue
                 seen.add(("rep", tuple(map(tuple, sets)), meth))

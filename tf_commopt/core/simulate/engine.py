@@ -252,7 +252,7 @@ class _Engine:
         return True
 
     def run(self) -> RunTrace:
-        streams, heap, pc, clock = self.sched.streams, self.heap, self.pc, self.clock
+        streams, heap, pc, clock, handlers = self.sched.streams, self.heap, self.pc, self.clock, self.handlers
         while heap:
             _, r = heapq.heappop(heap)
             stream = streams[r]
@@ -262,7 +262,7 @@ class _Engine:
                     heapq.heappush(heap, (t, r))
                     break
                 ins = stream[pc[r]]
-                handler = self.handlers.get(type(ins))
+                handler = handlers.get(type(ins))
                 if handler is None:
                     raise PlanError(
                         f"unknown instruction {ins!r}", where=f"schedule {self.sched.name!r} rank {r}"
