@@ -347,7 +347,12 @@ def test_trainer_and_simulator_run_the_planners_identical_plan():
     graph = from_keras_model(model, batch_size=32)
     cluster = Cluster.from_capacities(caps, 10.0)
     planned = plan_hybrid(graph, cluster, num_groups=2, microbatches=2)
-    assert strategy.hybrid_plan == planned
+
+    def what_runs(hp):
+        return (hp.groups, hp.microbatches, hp.group_ms, hp.batch_fractions, hp.grouping,
+                [(p.method, p.stage_of_node, p.device_of_stage) for p in hp.plans])  # fmt: skip
+
+    assert what_runs(strategy.hybrid_plan) == what_runs(planned)
     assert [p.method for p in planned.plans] == ["ga", "ga"]
     assert strategy.group_batch_sizes(10) == split_batch(10, planned.batch_fractions)
     job, prog = grouped_hybrid_job(graph, cluster, planned)

@@ -97,6 +97,7 @@ class GroupedHybridTrainer:
         if not self.devices:
             raise InputError("no devices", where="GroupedHybridTrainer(devices=...)")
         self.capacities = resolve_capacities(capacities, self.devices)
+        self._formed = groups is None and self._hosts is None  # by the planner's rule, not given
         self.groups = self._form_groups(groups, num_groups)
         if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
             raise InputError(
@@ -196,11 +197,13 @@ class GroupedHybridTrainer:
             self.hybrid_plan = plan_hybrid(
                 self.graph,
                 cluster,
-                self.groups,
+                None if self._formed else self.groups,
+                num_groups=len(self.groups),
                 microbatches=self.microbatches,
                 method=self.method,
                 seed=self.seed,
             )
+            self.groups = self.hybrid_plan.groups
             self.plans = list(self.hybrid_plan.plans)
         self.model, self.loss = model, loss
         if self._hosts is not None:
