@@ -400,3 +400,21 @@ def test_bench_bad_cluster_is_one_line_exit_2():
     out = _bench("--profiles=pipedream/alexnet", "--clusters=1,fast:x")
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "--clusters" in out.stderr and "item 1" in out.stderr
+
+
+def test_layers_the_simulator_never_plans_and_the_executor_never_simulates():
+    """core/simulate imports no planner or partitioner module; distribute/hybrid imports no simulator
+    module (its plan and batch split come from the planner) and never the search itself."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_import_cycles import import_graph
+
+    g = import_graph()
+    for a, b in g.edges:
+        if a.startswith("tf_commopt.core.simulate"):
+            assert not b.startswith(("tf_commopt.core.partition", "tf_commopt.core.planner")), (a, b)
+        if a.startswith("tf_commopt.distribute.hybrid"):
+            assert not b.startswith(("tf_commopt.core.simulate", "tf_commopt.core.partition")), (a, b)
+    assert g.has_edge("tf_commopt.distribute.hybrid.trainer", "tf_commopt.core.planner")
