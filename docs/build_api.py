@@ -34,7 +34,7 @@ def resolve_lazy_names() -> List[str]:
         for name in getattr(module, "__all__", []):
             try:
                 setattr(module, name, getattr(module, name))
-            except Exception as e:  # noqa: BLE001  (any import error is a broken reference)
+            except Exception as e:
                 problems.append(f"{modname}.{name}: {type(e).__name__}: {e}".splitlines()[0])
     return problems
 

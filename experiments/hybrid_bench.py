@@ -3,7 +3,7 @@ heterogeneous clusters, simulated; and a small model run for real on emulated de
 
 For every profile, cluster (capacities, optionally device kinds with their own per-layer costs from the
 H200 profiles) and link bandwidth: the best hybrid of the joint search
-(:func:`tf_commopt.core.simulate.hybrid.search_grouped_hybrid`: every group count G with the ``snake``
+(:func:`tf_commopt.core.planner.search_grouped_hybrid`: every group count G with the ``snake``
 and ``contiguous`` groupings, the ``--microbatches`` counts, the ``--methods`` plans per group, and
 one-group pipelines of replicated stages for the ``--replicated`` shapes; bucketed all-reduce with
 ``--overlap``), synchronous data parallel with an equal batch split (the thesis's SSGD), with a
@@ -31,13 +31,8 @@ from absl import flags
 from experiments.graphs import load_graph as _load_graph
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster, parse_capacities
-from tf_commopt.core.simulate.hybrid import (
-    REPLICA_SHAPES,
-    ideal_iteration_ms,
-    search_grouped_hybrid,
-    simulate_dp,
-    simulate_grouped_hybrid,
-)
+from tf_commopt.core.planner import REPLICA_SHAPES, plan_hybrid, search_grouped_hybrid
+from tf_commopt.core.simulate.hybrid import ideal_iteration_ms, simulate_dp, simulate_grouped_hybrid
 from tf_commopt.errors import InputError, TfCommoptError
 
 PROFILES = [
@@ -192,7 +187,7 @@ def run_config(
     dpp = simulate_dp(graph, cl, "proportional")
     dppo = simulate_dp(graph, cl, "proportional", overlap=FLAGS.overlap, bucket_bytes=bucket)
     ideal = ideal_iteration_ms(graph, cl)
-    best = search_grouped_hybrid(
+    choice = search_grouped_hybrid(
         graph,
         cl,
         counts or None,
@@ -204,7 +199,7 @@ def run_config(
         bucket_bytes=bucket,
         replicated=FLAGS.replicated,
     )
-    cands = best.extra["candidates"]
+    best, cands = choice.result, choice.candidates
     n = len(cl)
     groups_only = [c for c in cands if c["num_groups"] < n and not c["grouping"].startswith("replicated")]
     repl = [c for c in cands if c["grouping"].startswith("replicated")]
@@ -219,7 +214,7 @@ def run_config(
             "bucket_mb": FLAGS.bucket_mb,
             "microbatches_tried": ms,
             "replica_shapes": list(FLAGS.replicated),
-            "grouping": best.extra["grouping"],
+            "grouping": choice.plan.grouping,
             "groups": best.extra["groups"],
             "stage_devices": best.extra.get("stage_devices"),
             "num_groups": len(best.extra["groups"]),
@@ -279,7 +274,7 @@ def summary(rows: List[dict]) -> str:
         sel = [r for r in rows if bw is None or r["bandwidth_gbps"] == bw]
         if not sel:
             continue
-        m = lambda f: statistics.mean(f(r) for r in sel)  # noqa: E731
+        m = lambda f, sel=sel: statistics.mean(f(r) for r in sel)  # noqa: E731
         base = "data_parallel_proportional_overlap_iteration_ms"
         gains = [pct(r["hybrid_iteration_ms"], r[base]) for r in sel]
         go = [pct(r["groups_only_iteration_ms"], r[base]) for r in sel if r["groups_only_iteration_ms"]]
@@ -405,17 +400,15 @@ def real_vs_sim(
     cl = Cluster.from_capacities(list(capacities), bandwidth_gbps=1e9)
     sim = {}
     for name, s in strategies.items():
-        fr = [b / batch for b in s.group_batch_sizes(batch)]
-        r = simulate_grouped_hybrid(
+        hp = plan_hybrid(
             graph,
             cl,
             s.groups,
-            s.microbatches,
+            microbatches=s.microbatches,
             plans=s.graph_plans,
-            batch_fractions=fr,
-            overlap=s.overlap,
-            bucket_bytes=s.bucket_bytes,
+            weights=s.group_batch_sizes(batch),
         )
+        r = simulate_grouped_hybrid(graph, cl, hp, overlap=s.overlap, bucket_bytes=s.bucket_bytes)
         sim[name] = r.iteration_ms * base_slowdown
     out = {
         "profile": f"mlp{depth}x{width}",

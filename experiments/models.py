@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Tuple
 
-from tf_commopt.errors import InputError  # noqa: E402
+from tf_commopt.errors import InputError
 
 __all__ = ["build_model", "MODELS", "param_bytes"]
 

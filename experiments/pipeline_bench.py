@@ -1,6 +1,6 @@
 """Thesis 000, partitioning side: the default partition (``ga``, chosen in the simulator for the schedule
-that runs) against ``layerwise``, ``balanced`` and ``pipedream`` plans and against the old default (``ga``
-scored by the additive objective), measured in the discrete-event simulator on real per-layer profiles.
+that runs) against ``layerwise``, ``balanced`` and ``pipedream`` plans and against ``ga``
+scored by the additive objective, measured in the discrete-event simulator on real per-layer profiles.
 
 For every profile x stage count K x bandwidth x device mix (``hom``: K equal devices; ``mixed``: half at
 speed 1, half at 0.5), each method partitions with the planner (:func:`tf_commopt.partition.partition`)
@@ -15,7 +15,7 @@ speed 1, half at 0.5), each method partitions with the planner (:func:`tf_commop
 
 Baselines at full strength: each baseline's device order (and PipeDream's tied optima) is chosen by
 the pipeline time of the schedule (``score="simulated"`` for every method). ``ga_objective`` is the
-old default (``score="objective"``, one plan for both schedules). The ``ga`` rows also carry the
+GA on the additive objective (``score="objective"``, one plan for both schedules). The ``ga`` rows also carry the
 ablation: the best pipeline-model time of the seeds alone, after the memetic local search and after
 the GA (exact simulated times for GPipe; for 1F1B the closed-form model's).
 
@@ -38,7 +38,7 @@ from absl import flags
 from experiments.graphs import load_graph as _load_graph
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.core.partition.api import make_cluster
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.simulate import simulate_pipeline
 from tf_commopt.errors import TfCommoptError
 from tf_commopt.partition import partition
@@ -185,7 +185,7 @@ def configs(rows: List[dict]) -> Dict[tuple, Dict[str, dict]]:
 
 
 def compare(rows: List[dict]) -> List[dict]:
-    """The default (``ga``) against each baseline, the best baseline (per metric) and the old default."""
+    """The default (``ga``) against each baseline, the best baseline (per metric) and ``ga_objective``."""
     out = []
     for (prof, k, bw, dev), ms in configs(rows).items():
         ga = ms["ga"]

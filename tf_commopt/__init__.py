@@ -29,7 +29,7 @@ __all__ = [
     "use_tf_keras",
 ]
 
-from tf_commopt.errors import TfCommoptError  # noqa: E402  (pure Python)
+from tf_commopt.errors import TfCommoptError
 
 _LAZY = {"core", "partition", "distribute", "cluster", "tf", "keras", "sim", "datasets"}
 

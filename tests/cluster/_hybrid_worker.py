@@ -25,7 +25,7 @@ tf.config.set_logical_device_configuration(
 )
 import tf_keras as keras  # noqa: E402
 
-from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
+from tf_commopt.core.plan import PartitionPlan  # noqa: E402
 from tf_commopt.distribute.hybrid import GroupedHybridTrainer  # noqa: E402
 
 
@@ -57,7 +57,7 @@ def main(out_dir):
     with strategy.scope():
         model = build(seed=100 + task)
         strategy.compile(model, optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=loss)
-    from tf_commopt.core.hybrid import split_batch
+    from tf_commopt.core.schedule.hybrid import split_batch
 
     sizes = strategy.group_batch_sizes(10)  # 1 / t_g of each host's pipeline, exchanged between the hosts
     assert sizes == split_batch(10, strategy.group_weights) and sizes[0] < sizes[1], (

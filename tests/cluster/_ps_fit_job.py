@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 SHARDS, BATCH, N = 2, 4, 24  # per-shard batch 4 (global 8); 12 rows per shard = 3 batches
 # (name, optimizer kwargs, interval, steps_per_epoch, epochs, correction)
@@ -168,9 +168,7 @@ def main(argv):
             )
             model2 = build(t2, k, name, kwargs)
             r2 = Recorder(model2, t2)
-            ps.fit(
-                model2, dataset_fn, epochs=epochs, steps_per_epoch=spe, verbose=0, callbacks=[r2.callback]
-            )
+            ps.fit(model2, dataset_fn, epochs=epochs, steps_per_epoch=spe, verbose=0, callbacks=[r2.callback])
             rec["dataset_fn"] = r2.rounds
             if k == 0:  # dataset_fn(input_context, step): starts at the shard's step, nothing skipped
                 t4 = ps.ParameterServerSkipCorrect(

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 SHARDS, BATCH, N, LR = 2, 4, 24, 0.1
 SETTINGS = [(1, "none", 0.0), (1, "vrl", 0.5), (3, "none", 0.0), (3, "vrl", 0.0), (3, "vrl", 0.5)]

@@ -24,15 +24,6 @@ MAX_FUNCTION_LINES = 80
 TOO_LONG = {
     "experiments/hybrid_bench.py": {"<module>", "real_vs_sim", "main"},
     "experiments/pipeline_bench.py": {"<module>"},
-    "tf_commopt/core/hybrid.py": {"<module>", "hybrid_program"},
-    "tf_commopt/core/partition/genetic.py": {"genetic"},
-    "tf_commopt/core/partition/pipesearch.py": {"pipe_genetic"},
-    "tf_commopt/core/simulate/engine.py": {"run"},
-    "tf_commopt/core/simulate/hybrid.py": {"<module>"},
-    "tf_commopt/distribute/hybrid.py": {"<module>", "__init__"},
-    "tf_commopt/distribute/pipeline.py": {"<module>"},
-    "tf_commopt/distribute/stages.py": {"__init__"},
-    "tf_commopt/partition/__main__.py": {"main"},
 }
 
 

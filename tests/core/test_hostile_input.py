@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tf_commopt.cluster import main as cluster_main
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.core.devices import Link, parse_capacities
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.profiles import load_profile, read_json, read_pipedream, write_json, write_pipedream
 from tf_commopt.core.simulate import simulate_pipeline
 from tf_commopt.core.tfconfig import TASK_TYPES, parse_tf_config

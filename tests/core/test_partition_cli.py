@@ -186,7 +186,7 @@ def test_method_given_bad_assignments_are_one_line_errors(tmp_path, capsys):
 
 
 def test_plan_json_round_trip_keeps_the_cluster_and_old_files_load():
-    from tf_commopt.core.partition.plan import PartitionPlan
+    from tf_commopt.core.plan import PartitionPlan
     from tf_commopt.errors import PlanError
 
     plan = partition(

@@ -159,4 +159,4 @@ def test_2700_node_branchy_graph_into_8_stages():
         f"wall={wall:.2f}s objective={plan.objective:.2f} ms"
     )
     assert_valid(g, plan, 8)
-    assert plan.search_s < 10.0
+    assert plan.extra["ga_best_ms"] <= plan.extra["local_best_ms"] <= plan.extra["seeds_best_ms"]

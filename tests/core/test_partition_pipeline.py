@@ -19,8 +19,8 @@ from tf_commopt.core.partition.api import make_cluster
 from tf_commopt.core.partition.convexity import random_topological_order
 from tf_commopt.core.partition.objective import Problem
 from tf_commopt.core.partition.pipemodel import PipelineModel
-from tf_commopt.core.partition.plan import PartitionPlan
 from tf_commopt.core.partition.synthetic import branchy_graph
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.simulate import simulate_pipeline
 from tf_commopt.errors import InputError
 
@@ -212,19 +212,16 @@ def test_the_partitioner_and_the_simulator_do_not_import_each_other():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
     code = (
-        "import sys, tf_commopt.core.simulate.engine, tf_commopt.core.simulate.pipeline, "
-        "tf_commopt.core.simulate.result, tf_commopt.core.simulate.dataparallel\n"
-        "print([m for m in sys.modules if m.startswith('tf_commopt.core.partition')])\n"
+        "import sys, pkgutil, importlib, tf_commopt.core.simulate as S\n"
+        "for m in pkgutil.walk_packages(S.__path__, 'tf_commopt.core.simulate.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print([m for m in sys.modules if m.startswith(('tf_commopt.core.partition', 'tf_commopt.core.planner'))])\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
-def test_old_simrank_path_still_works_and_simulated_needs_the_planner():
-    from tf_commopt.core.partition import simrank
-    from tf_commopt.core.planner import simrank as moved
-
-    assert simrank.best_simulated is moved.best_simulated and simrank.SCORES == moved.SCORES
+def test_the_simulated_score_needs_the_planner():
     with pytest.raises(InputError, match="planner"):
         partition(branchy_graph(20, seed=0), 2, score="simulated")
 

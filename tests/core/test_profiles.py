@@ -17,6 +17,10 @@ from tf_commopt.core.profiles import (
 from tf_commopt.errors import GraphError, InputError
 
 
+def _num(t):
+    return sum(float(x) for x in t.strip("[]").split(";")) if t.startswith("[") else float(t)
+
+
 def _raw_nodes(path):
     """Independent parse: node name -> (fwd, bwd, act, param) with a regex, list sizes summed."""
     out = {}
@@ -24,9 +28,8 @@ def _raw_nodes(path):
         if line.startswith("node"):
             name = line.split(" -- ")[0]
             vals = dict(re.findall(r"(\w+)=(\[[^\]]*\]|[-0-9.e]+)", line.rsplit(" -- ", 1)[1]))
-            num = lambda t: sum(float(x) for x in t.strip("[]").split(";")) if t.startswith("[") else float(t)
             out[name] = tuple(
-                num(vals[k])
+                _num(vals[k])
                 for k in (
                     "forward_compute_time",
                     "backward_compute_time",
@@ -45,13 +48,13 @@ def test_read_pipedream_matches_an_independent_parse(name):
     assert set(g.nodes) == set(raw)
     for n, (f, b, a, p) in raw.items():
         assert (g[n].forward_ms, g[n].backward_ms, g[n].activation_bytes, g[n].param_bytes) == (f, b, a, p)
-    edges = {tuple(l.strip().split(" -- ")) for l in open(path) if l.startswith("\t")}
+    edges = {tuple(line.strip().split(" -- ")) for line in open(path) if line.startswith("\t")}
     assert set(g.edges) == edges
 
 
 def test_list_activation_sizes_are_summed():
     g = load_profile("pipedream/gnmt")
-    lists = [l for l in open(bundled_profile_path("pipedream/gnmt")) if "activation_size=[" in l]
+    lists = [line for line in open(bundled_profile_path("pipedream/gnmt")) if "activation_size=[" in line]
     assert lists
     name = lists[0].split(" -- ")[0]
     sizes = re.search(r"activation_size=\[([^\]]*)\]", lists[0]).group(1).split(";")
@@ -168,11 +171,11 @@ def test_json_errors_name_file_and_line(tmp_path):
     lines = text.splitlines()
     bad = text.replace('"forward_ms": 1.0', '"forward_ms": -1.0', 1)
     open(p, "w").write(bad)
-    line_a = next(i for i, l in enumerate(lines, 1) if '"name": "a"' in l)
+    line_a = next(i for i, line in enumerate(lines, 1) if '"name": "a"' in line)
     with pytest.raises(GraphError, match=rf"g.json:{line_a}: forward_ms is negative"):
         read_json(p)
     open(p, "w").write(text.replace('["a", "b"]', '["a", "zz"]'))
-    line_e = next(i for i, l in enumerate(lines, 1) if '["a", "b"]' in l)
+    line_e = next(i for i, line in enumerate(lines, 1) if '["a", "b"]' in line)
     with pytest.raises(GraphError, match=rf"g.json:{line_e}: unknown node 'zz'"):
         read_json(p)
     open(p, "w").write(text.replace('"edges": [', '"edges": [[', 1))

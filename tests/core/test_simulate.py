@@ -7,7 +7,7 @@ import pytest
 
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.core.devices import Cluster, Device, Link
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.scaling import ring_allreduce_s
 from tf_commopt.core.schedule import (
     Forward,

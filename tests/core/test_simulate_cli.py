@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.profiles import bundled_profile_path, load_profile
 from tf_commopt.core.simulate import simulate_pipeline
 from tf_commopt.sim import main

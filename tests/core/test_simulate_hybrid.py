@@ -8,16 +8,15 @@ import pytest
 
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.core.devices import Cluster
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import HybridPlan, PartitionPlan
+from tf_commopt.core.planner import contiguous_groups, plan_hybrid, search_grouped_hybrid, snake_groups
+from tf_commopt.core.schedule.hybrid import hybrid_program
 from tf_commopt.core.simulate.hybrid import (
-    contiguous_groups,
     device_speeds,
     grouped_hybrid_job,
     ideal_iteration_ms,
-    search_grouped_hybrid,
     simulate_dp,
     simulate_grouped_hybrid,
-    snake_groups,
 )
 from tf_commopt.errors import InputError, PlanError
 
@@ -89,7 +88,7 @@ def test_one_group_of_one_device_is_single_device(m):
     )
     for cap, kind in [(1.0, None), (0.25, None), (2.0, "bf16")]:
         cl = Cluster.from_capacities([cap], BW, kinds=[kind])
-        r = simulate_grouped_hybrid(g, cl, [[0]], microbatches=m, method="balanced")
+        r = simulate_grouped_hybrid(g, cl, plan_hybrid(g, cl, [[0]], microbatches=m, method="balanced"))
         assert r.iteration_ms == pytest.approx(g.total_ms(kind) / cap)
         assert r.bytes_injected == 0.0 and r.extra["allreduce_chunks"] == 0
 
@@ -104,7 +103,8 @@ def test_singleton_groups_equal_proportional_data_parallel():
             params=[rng.uniform(0, 5e6) for _ in range(4)],
         )
         cl = Cluster.from_capacities([rng.choice([1, 0.5, 0.25, 2]) for _ in range(n)], BW)
-        h = simulate_grouped_hybrid(g, cl, [[i] for i in range(n)], microbatches=1, method="balanced")
+        hp = plan_hybrid(g, cl, [[i] for i in range(n)], microbatches=1, method="balanced")
+        h = simulate_grouped_hybrid(g, cl, hp)
         assert h.iteration_ms == pytest.approx(simulate_dp(g, cl, "proportional").iteration_ms)
         assert h.extra["allreduce_chunks"] == 1
 
@@ -132,7 +132,7 @@ def test_two_identical_groups_per_stage_allreduce(m):
     g = chain([2.0, 1.0], [4.0, 2.0], params=[8e6, 2e6])
     cl = Cluster.from_capacities([1.0, 0.5, 1.0, 0.5], BW)
     plans = [plan_of([0, 1], [0, 1])] * 2
-    r = simulate_grouped_hybrid(g, cl, [[0, 1], [2, 3]], microbatches=m, plans=plans)
+    r = simulate_grouped_hybrid(g, cl, plan_hybrid(g, cl, [[0, 1], [2, 3]], microbatches=m, plans=plans))
     assert r.extra["batch_fractions"] == pytest.approx([0.5, 0.5])
     f = [2.0 * 0.5 / m, 1.0 * 0.5 / m / 0.5]
     b = [4.0 * 0.5 / m, 2.0 * 0.5 / m / 0.5]
@@ -147,7 +147,7 @@ def test_throughput_split_equalises_groups():
     g = chain([1.0, 1.0], [2.0, 2.0])
     cl = Cluster.from_capacities([1.0, 1.0, 1.0], BW)
     plans = [plan_of([0, 0], [0]), plan_of([0, 1], [0, 1])]
-    r = simulate_grouped_hybrid(g, cl, [[0], [1, 2]], microbatches=4, plans=plans)
+    r = simulate_grouped_hybrid(g, cl, plan_hybrid(g, cl, [[0], [1, 2]], microbatches=4, plans=plans))
     t0, t1 = 6.0, (4 + 1) * 3.0 / 4  # alone, whole mini-batch
     fr = [1 / t0 / (1 / t0 + 1 / t1), 1 / t1 / (1 / t0 + 1 / t1)]
     assert r.extra["batch_fractions"] == pytest.approx(fr)
@@ -159,21 +159,22 @@ def test_different_plans_make_chunks():
     g = chain([1, 1, 1, 1], [1, 1, 1, 1], params=[1e6, 2e6, 3e6, 4e6])
     cl = Cluster.from_capacities([1, 1, 1, 1], BW)
     plans = [plan_of([0, 1, 1, 1], [0, 1]), plan_of([0, 0, 0, 1], [1, 0])]
-    job, fr, prog = grouped_hybrid_job(g, cl, [[0, 1], [2, 3]], plans, microbatches=2, bucket_bytes=None)
+    hp = HybridPlan([[0, 1], [2, 3]], plans, 2, [1.0, 1.0])
+    job, prog = grouped_hybrid_job(g, cl, hp, bucket_bytes=None)
     assert [(b.stages, b.nodes, b.nbytes) for b in prog.buckets] == [
         ((1, 1), ("n3",), 4e6),
         ((1, 0), ("n2", "n1"), 5e6),
         ((0, 0), ("n0",), 1e6),
     ]
     assert job.ranks[2].device == 3 and job.ranks[3].device == 2  # the plan's device order is kept
-    r = simulate_grouped_hybrid(g, cl, [[0, 1], [2, 3]], microbatches=2, plans=plans, bucket_bytes=None)
+    r = simulate_grouped_hybrid(g, cl, hp, bucket_bytes=None)
     assert r.bytes_injected == pytest.approx(2 * 10e6)
     assert r.extra["allreduce_chunks"] == 3
 
 
 def test_bounds_and_search_on_random_clusters():
     rng = random.Random(7)
-    for trial in range(4):
+    for _ in range(4):
         n = rng.randint(2, 5)
         g = chain(
             [rng.uniform(0.5, 3) for _ in range(6)],
@@ -183,9 +184,10 @@ def test_bounds_and_search_on_random_clusters():
         )
         cl = Cluster.from_capacities([rng.choice([1, 0.5, 0.25]) for _ in range(n)], BW)
         ideal = ideal_iteration_ms(g, cl)
-        best = search_grouped_hybrid(g, cl, microbatches=4, method=("balanced", "pipedream"))
-        cands = best.extra["candidates"]
+        choice = search_grouped_hybrid(g, cl, microbatches=4, method=("balanced", "pipedream"))
+        best, cands = choice.result, choice.candidates
         assert best.iteration_ms == pytest.approx(min(c["iteration_ms"] for c in cands))
+        assert simulate_grouped_hybrid(g, cl, choice.plan).iteration_ms == best.iteration_ms
         assert {c["num_groups"] for c in cands} == set(range(1, n + 1))
         assert best.iteration_ms >= ideal * (1 - 1e-9)
         assert simulate_dp(g, cl).iteration_ms >= ideal * (1 - 1e-9)
@@ -200,8 +202,6 @@ def test_bounds_and_search_on_random_clusters():
 
 def test_literal_overlap_streams():
     """2 groups, plans (n0 | n1 n2) and (n0 n1 | n2), a bucket per node: stage ranks 0..3, piece ranks 4, 5."""
-    from tf_commopt.core.hybrid import hybrid_program
-
     prog = hybrid_program(
         ["n0", "n1", "n2"],
         {"n0": 1, "n1": 1, "n2": 1},
@@ -270,7 +270,10 @@ def test_replicated_stage_closed_form(overlap):
     """Stage 0 replicated on devices 0 and 1 (equal speed: half a micro-batch each), stage 1 on device 2;
     M = 1: the replicas' halves of the activations travel on separate links; stage 0's parameters are
     all-reduced between the replicas after their backward, stage 1's are not (one holder)."""
-    from tf_commopt.core.simulate.hybrid import simulate_replicated
+
+    def simulate_replicated(graph, cluster, plan, stage_devices, microbatches, overlap):
+        hp = HybridPlan([[0, 1, 2]], [plan], microbatches, [1.0], stage_devices=[stage_devices])
+        return simulate_grouped_hybrid(graph, cluster, hp, overlap=overlap)
 
     A = 5e6
     g = chain([2.0, 1.0], [4.0, 3.0], params=[6e6, 9e6], act=[A, 0.0])
@@ -297,12 +300,12 @@ def test_search_with_replicated_stages_never_slower():
     rep = search_grouped_hybrid(
         g, cl, microbatches=[2, 4], method="balanced", replicated=("snake", "wide_first_fast")
     )
-    assert rep.iteration_ms <= plain.iteration_ms
-    kinds = {c["grouping"] for c in rep.extra["candidates"]}
+    assert rep.result.iteration_ms <= plain.result.iteration_ms
+    kinds = {c["grouping"] for c in rep.candidates}
     assert {"replicated:snake", "replicated:wide_first_fast"} <= kinds
     # a big last layer: one device holds it, the rest replicate the early layers (no 40 MB all-reduce)
-    assert rep.extra["grouping"].startswith("replicated")
-    assert rep.iteration_ms < 0.8 * simulate_dp(g, cl, "proportional", overlap=True).iteration_ms
+    assert rep.plan.grouping.startswith("replicated")
+    assert rep.result.iteration_ms < 0.8 * simulate_dp(g, cl, "proportional", overlap=True).iteration_ms
 
 
 def test_groupings():
@@ -320,27 +323,27 @@ def test_groupings():
 def test_bad_input():
     g = chain([1, 1], [1, 1])
     cl = Cluster.from_capacities([1, 1, 1])
+    two = plan_of([0, 1], [0, 1])
     with pytest.raises(InputError, match="groups must be non-empty, disjoint"):
-        simulate_grouped_hybrid(g, cl, [[0, 1], [1, 2]])
+        plan_hybrid(g, cl, [[0, 1], [1, 2]])
     with pytest.raises(InputError, match="0..2"):
-        simulate_grouped_hybrid(g, cl, [[0, 3]])
+        simulate_grouped_hybrid(g, cl, HybridPlan([[0, 3]], [two], 2, [1.0]))
     with pytest.raises(InputError, match="num_groups must be an integer in 1..3"):
         snake_groups([1, 1, 1], 4)
     with pytest.raises(InputError, match="split must be"):
         simulate_dp(g, cl, split="weird")
-    with pytest.raises(InputError, match="batch_fractions must be 1 positive"):
-        simulate_grouped_hybrid(g, cl, [[0, 1]], plans=[plan_of([0, 1], [0, 1])], batch_fractions=[0.0])
+    with pytest.raises(InputError, match="need 1 positive group weights"):
+        plan_hybrid(g, cl, [[0, 1]], plans=[two], weights=[0.0])
+    with pytest.raises(InputError, match="1 plans, 1 group times for 2 groups"):
+        HybridPlan([[0], [1]], [two], 2, [1.0])
     with pytest.raises(PlanError, match="a group of 3 devices needs a plan"):
-        simulate_grouped_hybrid(g, cl, [[0, 1, 2]], plans=[plan_of([0, 1], [0, 1])])
+        simulate_grouped_hybrid(g, cl, HybridPlan([[0, 1, 2]], [two], 2, [1.0]))
     with pytest.raises(InputError, match="bucket_bytes must be positive"):
-        simulate_grouped_hybrid(g, cl, [[0], [1, 2]], bucket_bytes=0)
-    from tf_commopt.core.hybrid import hybrid_program
-    from tf_commopt.core.simulate.hybrid import simulate_replicated
-
+        simulate_grouped_hybrid(g, cl, plan_hybrid(g, cl, [[0], [1, 2]], method="balanced"), bucket_bytes=0)
     with pytest.raises(InputError, match="replica shares must be positive and sum to 1"):
         hybrid_program(["n0", "n1"], {}, [{"n0": 0, "n1": 1}], 2, replica_shares=[[(0.5, 0.6), (1.0,)]])
     with pytest.raises(InputError, match="stage_devices must give each stage"):
-        simulate_replicated(g, cl, plan_of([0, 1], [0, 1]), [(0, 1), (1,)])
+        simulate_grouped_hybrid(g, cl, HybridPlan([[0, 1]], [two], 2, [1.0], stage_devices=[[(0, 1), (1,)]]))
     with pytest.raises(InputError, match="unknown replica shape"):
         search_grouped_hybrid(g, cl, replicated=("diagonal",))
     with pytest.raises(InputError, match="unknown grouping"):
@@ -383,8 +386,8 @@ def test_bench_json_rows_are_the_simulator():
     g = load_profile("pipedream/alexnet")
     cl = Cluster.from_capacities([1, 0.5, 0.25], 10.0)
     best = search_grouped_hybrid(g, cl, microbatches=[4], method=["balanced"], replicated=["wide_first_fast"])
-    assert r["hybrid_iteration_ms"] == pytest.approx(best.iteration_ms)
-    assert r["candidates"] == len(best.extra["candidates"])
+    assert r["hybrid_iteration_ms"] == pytest.approx(best.result.iteration_ms)
+    assert r["candidates"] == len(best.candidates)
     assert r["data_parallel_iteration_ms"] == pytest.approx(simulate_dp(g, cl).iteration_ms)
     assert r["data_parallel_proportional_overlap_iteration_ms"] == pytest.approx(
         simulate_dp(g, cl, "proportional", overlap=True).iteration_ms
@@ -397,3 +400,21 @@ def test_bench_bad_cluster_is_one_line_exit_2():
     out = _bench("--profiles=pipedream/alexnet", "--clusters=1,fast:x")
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "--clusters" in out.stderr and "item 1" in out.stderr
+
+
+def test_layers_the_simulator_never_plans_and_the_executor_never_simulates():
+    """core/simulate imports no planner or partitioner module; distribute/hybrid imports no simulator
+    module (its plan and batch split come from the planner) and never the search itself."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_import_cycles import import_graph
+
+    g = import_graph()
+    for a, b in g.edges:
+        if a.startswith("tf_commopt.core.simulate"):
+            assert not b.startswith(("tf_commopt.core.partition", "tf_commopt.core.planner")), (a, b)
+        if a.startswith("tf_commopt.distribute.hybrid"):
+            assert not b.startswith(("tf_commopt.core.simulate", "tf_commopt.core.partition")), (a, b)
+    assert g.has_edge("tf_commopt.distribute.hybrid.trainer", "tf_commopt.core.planner")

@@ -3,7 +3,7 @@
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 NUM_LOGICAL_CPUS = 4
 _cpus = tf.config.list_physical_devices("CPU")

@@ -70,9 +70,10 @@ def test_gradient_equals_vrl_for_plain_sgd_and_auto_picks_vrl_there():
     assert strategy.extended.correction_state(opt).rule == "vrl"
     vrl = run_rule(w0, b0, batches, H, "vrl", LR)
     grad = run_gradient_rule(w0, b0, batches, H, lambda: _NumpyOpt("sgd", LR))
-    for (vw, vb, vdw, _), (gw, gb, gdw) in zip(vrl, grad):  # the two rules, in numpy, agree
+    for (vw, vb, _, _), (gw, gb, _) in zip(vrl, grad):  # the two rules, in numpy, agree
         for i in range(R):
             np.testing.assert_allclose(vw[i], gw[i], rtol=1e-9, atol=1e-9)
+            np.testing.assert_allclose(vb[i], gb[i], rtol=1e-9, atol=1e-9)
     _check(seen, grad)
     # no extra bytes for vrl
     assert strategy.stats()["bytes_communicated"] == (STEPS // H) * (F * C + C) * 4

@@ -215,7 +215,7 @@ def test_fuzz_graphdef_structure(edits):
 
 def test_read_graphdef_never_unpickles(tmp_path):
     """A pickle is just bytes that are not a GraphDef."""
-    import pickle  # noqa: S403 - only to write the hostile file
+    import pickle
 
     path = _file(tmp_path, "m.pb", pickle.dumps({"node": [1, 2, 3]}))
     assert _accepts_or_one_line(from_graphdef_file, path) is None

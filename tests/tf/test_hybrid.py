@@ -5,8 +5,9 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from tf_commopt.core.partition.plan import PartitionPlan
-from tf_commopt.distribute.hybrid import GroupedHybridTrainer, form_groups, split_batch
+from tf_commopt.core.plan import PartitionPlan
+from tf_commopt.core.planner import snake_groups
+from tf_commopt.distribute.hybrid import GroupedHybridTrainer, split_batch
 from tf_commopt.errors import InputError
 
 CPUS = ["/CPU:0", "/CPU:1", "/CPU:2", "/CPU:3"]
@@ -46,8 +47,8 @@ def single_device(model, batches, lr=0.1, momentum=0.9):
 
 
 def test_pure_rules():
-    assert form_groups([1, 1, 1, 0.5], 2) == [[0, 3], [1, 2]]
-    assert form_groups([1, 0.5, 0.25, 1, 1, 0.5], 3) == [[0, 2], [3, 5], [1, 4]]
+    assert snake_groups([1, 1, 1, 0.5], 2) == [[0, 3], [1, 2]]
+    assert snake_groups([1, 0.5, 0.25, 1, 1, 0.5], 3) == [[0, 2], [3, 5], [1, 4]]
     assert split_batch(10, [1.5, 2.0]) == [4, 6]
     assert split_batch(3, [100, 1, 1]) == [1, 1, 1]
     for b, w in [(17, [1, 2, 3]), (64, [0.3, 0.3, 0.4]), (5, [1, 1])]:
@@ -89,10 +90,9 @@ def test_hybrid_step_equals_single_device_with_uneven_group_batches():
     ref_grads, ref_w = single_device(model, batches)
 
     loss, reduced = tf.function(strategy.compute_gradients)(*batches[0])
-    with tf.GradientTape() as tape:
-        ref_loss = LOSS(batches[0][1], model(batches[0][0], training=True))
+    ref_loss = LOSS(batches[0][1], model(batches[0][0], training=True))
     assert abs(float(loss) - float(ref_loss)) < 1e-5
-    for g, pipe in enumerate(strategy.pipelines):  # each group holds the all-reduced global gradient
+    for g in range(len(strategy.pipelines)):  # each group holds the all-reduced global gradient
         for j, k in enumerate(strategy._index[g]):
             np.testing.assert_allclose(reduced[g][j].numpy(), ref_grads[k], atol=1e-5, rtol=0)
     for x, y in batches:
@@ -134,6 +134,7 @@ def test_executor_runs_the_simulators_streams(overlap):
     """The executor's program is the simulator's (same streams, roles, buckets, batch split); one step
     executes every instruction once and equals single-device training."""
     from tf_commopt.core.devices import Cluster
+    from tf_commopt.core.planner import plan_hybrid
     from tf_commopt.core.simulate.hybrid import grouped_hybrid_job
 
     model = small_model()
@@ -149,15 +150,10 @@ def test_executor_runs_the_simulators_streams(overlap):
     )
     with strategy.scope():
         strategy.compile(model, optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
-    job, fr, prog = grouped_hybrid_job(
-        strategy.graph,
-        Cluster.from_capacities(caps, 10.0),
-        strategy.groups,
-        strategy.graph_plans,
-        3,
-        overlap=overlap,
-        bucket_bytes=300,
-    )
+    cluster = Cluster.from_capacities(caps, 10.0)
+    hp = plan_hybrid(strategy.graph, cluster, strategy.groups, microbatches=3, plans=strategy.graph_plans)
+    job, prog = grouped_hybrid_job(strategy.graph, cluster, hp, overlap=overlap, bucket_bytes=300)
+    fr = hp.batch_fractions
     assert job.schedule == strategy.schedule and prog == strategy.program
     assert len(prog.buckets) >= 3  # several buckets (300-byte cap), so several all-reduces
     assert overlap == (len(prog.roles) > 4)  # piece ranks only with overlap
@@ -292,6 +288,17 @@ def test_strategy_surface():
     np.testing.assert_allclose(strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=1).numpy(), [3.0, 8.0])
 
 
+def _last_layer_grad(strategy, got):
+    def grads(x, y):
+        _, reduced = strategy.compute_gradients(x, y)
+        run = strategy.last_runs[0]
+        vs = strategy.pipelines[0].trainable_variables
+        got["first"] = run.acc[vs[0].ref()]  # layer "a"'s kernel gradient in group 0
+        return reduced[0][len(vs) - 2]  # layer "out"'s kernel, reduced
+
+    return grads
+
+
 def test_executor_bucket_allreduce_does_not_wait_for_earlier_layers():
     """Overlap in the executor, structurally: with one bucket per layer, the reduced gradient of the last
     layer does not depend on the first layer's gradient (TensorFlow can run its all-reduce while the
@@ -316,16 +323,37 @@ def test_executor_bucket_allreduce_does_not_wait_for_earlier_layers():
         with strategy.scope():
             strategy.compile(model, optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
         got = {}
-
-        def grads(x, y):
-            loss, reduced = strategy.compute_gradients(x, y)
-            run = strategy._last_runs[0]
-            vs = strategy.pipelines[0].trainable_variables
-            got["first"] = run.acc[vs[0].ref()]  # layer "a"'s kernel gradient in group 0
-            return reduced[0][len(vs) - 2]  # layer "out"'s kernel, reduced
-
+        grads = _last_layer_grad(strategy, got)
         fn = tf.function(grads).get_concrete_function(tf.constant(x), tf.constant(y))
         out = fn.graph.outputs[0]
         first_op = [o for o in fn.graph.get_operations() if o.name == got["first"].op.name][0]
         assert (first_op not in ancestors(out)) == independent, bucket_bytes
         assert len(strategy.program.buckets) == (4 if bucket_bytes else 1)
+
+
+def test_trainer_and_simulator_run_the_planners_identical_plan():
+    """The trainer takes its plan from the planner (same function, same defaults as the simulator's
+    callers): for the same cluster and profile the plans, batch split and program are identical."""
+    from tf_commopt.core.devices import Cluster
+    from tf_commopt.core.planner import plan_hybrid
+    from tf_commopt.core.simulate.hybrid import grouped_hybrid_job
+    from tf_commopt.tf.graph_import import from_keras_model
+
+    model = small_model()
+    caps = [1, 0.5, 1, 0.25]
+    strategy = GroupedHybridTrainer(devices=CPUS, capacities=caps, num_groups=2, microbatches=2)
+    with strategy.scope():
+        strategy.compile(model, optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    graph = from_keras_model(model, batch_size=32)
+    cluster = Cluster.from_capacities(caps, 10.0)
+    planned = plan_hybrid(graph, cluster, num_groups=2, microbatches=2)
+
+    def what_runs(hp):
+        return (hp.groups, hp.microbatches, hp.group_ms, hp.batch_fractions, hp.grouping,
+                [(p.method, p.stage_of_node, p.device_of_stage) for p in hp.plans])  # fmt: skip
+
+    assert what_runs(strategy.hybrid_plan) == what_runs(planned)
+    assert [p.method for p in planned.plans] == ["ga", "ga"]
+    assert strategy.group_batch_sizes(10) == split_batch(10, planned.batch_fractions)
+    job, prog = grouped_hybrid_job(graph, cluster, planned)
+    assert prog == strategy.program and job.schedule == strategy.schedule

@@ -20,17 +20,8 @@ import sys
 
 import pytest
 
-from tf_commopt.core.simulate.hybrid import snake_groups
-from tf_commopt.distribute.hybrid import form_groups
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOLERANCE = 0.40
-
-
-def test_snake_groups_match_the_strategy():
-    for caps in ([1, 1, 1, 0.5], [1, 0.5, 0.25, 1, 1, 0.5], [1, 1, 1, 1, 0.5, 0.5, 0.25, 0.25], [0.3, 2, 1]):
-        for g in range(1, len(caps) + 1):
-            assert snake_groups(caps, g) == form_groups(caps, g)
 
 
 CONFIGS = [("1,0.25", 1, 2), ("1,0.5,0.5", 1, 3), ("1,1,0.5,0.5", 2, 2)]  # capacities, groups, micro-batches
@@ -58,7 +49,7 @@ def test_simulated_ratio_matches_emulated_devices(caps, groups, microbatches):
     assert out.returncode == 0, out.stderr[-2000:]
     row = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
     n = len(caps.split(","))
-    from tf_commopt.core.hybrid import split_batch
+    from tf_commopt.core.schedule.hybrid import split_batch
 
     assert row["group_batch_sizes"]["data_parallel"] == split_batch(256, [1.0] * n)
     assert len(row["group_batch_sizes"]["hybrid"]) == groups

@@ -239,14 +239,11 @@ def test_tensorboard_callback_writes_scalars_or_fails_at_once_saying_what_to_ins
             tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         )
     x, y = _global_batches(make_batches(4, R, B, F, C, seed=3))
-    fit = lambda: model.fit(
-        x,
-        y,
-        batch_size=R * B,
-        epochs=2,
-        verbose=0,  # noqa: E731
-        callbacks=[tf.keras.callbacks.TensorBoard(str(tmp_path / "tb"))],
-    )
+
+    def fit():
+        tensorboard = tf.keras.callbacks.TensorBoard(str(tmp_path / "tb"))
+        return model.fit(x, y, batch_size=R * B, epochs=2, verbose=0, callbacks=[tensorboard])
+
     if _tensorboard_installed():
         fit()
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

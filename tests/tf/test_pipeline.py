@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from tf_commopt.core.partition.plan import PartitionPlan
-from tf_commopt.core.schedule import Backward, Forward, gpipe, short
-from tf_commopt.distribute.pipeline import Pipeline, execution_order, split_sizes
+from tf_commopt.core.plan import PartitionPlan
+from tf_commopt.core.schedule import Backward, Forward, execution_order, gpipe, short
+from tf_commopt.distribute.pipeline import Pipeline, split_sizes
 from tf_commopt.errors import PlanError
 
 CPUS = ["/CPU:0", "/CPU:1", "/CPU:2", "/CPU:3"]

@@ -40,7 +40,7 @@ from tf_commopt._compat._gate import (  # noqa: F401
     trackable_base,
     values,
 )
-from tf_commopt._compat.distribute import (  # noqa: F401
+from tf_commopt._compat.distribute import (
     container_strategy,
     device_iterators_without_autotune,
     fresh_mirrored_strategy,
@@ -54,12 +54,12 @@ from tf_commopt._compat.distribute import (  # noqa: F401
     unblock_coordinator_exit,
     worker_index,
 )
-from tf_commopt._compat.graph import (  # noqa: F401
+from tf_commopt._compat.graph import (
     graph_function,
     op_control_outputs,
     op_statistic,
 )
-from tf_commopt._compat.keras import (  # noqa: F401
+from tf_commopt._compat.keras import (
     backup_supported_strategies,
     backup_training_state,
     keras_all_layers,

@@ -44,16 +44,16 @@ _check_version()
 # ---- private TensorFlow modules (tensorflow.python.*) -------------------------------------------------
 from tensorflow.python.data.ops import multi_device_iterator_ops  # noqa: E402
 from tensorflow.python.distribute import (  # noqa: E402
-    collective_all_reduce_strategy,  # noqa: E402
-    collective_util,  # noqa: E402
-    distribute_lib,  # noqa: E402
-    mirrored_strategy,  # noqa: E402
-    parameter_server_strategy_v2,  # noqa: E402
-    values,  # noqa: E402
+    collective_all_reduce_strategy,
+    collective_util,
+    distribute_lib,
+    mirrored_strategy,
+    parameter_server_strategy_v2,
+    values,
 )
 from tensorflow.python.distribute.cluster_resolver import (  # noqa: E402
-    slurm_cluster_resolver,  # noqa: E402
-    tfconfig_cluster_resolver,  # noqa: E402
+    slurm_cluster_resolver,
+    tfconfig_cluster_resolver,
 )
 from tensorflow.python.distribute.coordinator import cluster_coordinator  # noqa: E402
 from tensorflow.python.framework import ops as framework_ops  # noqa: E402

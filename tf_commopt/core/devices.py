@@ -112,6 +112,16 @@ class Cluster:
         """The link from device ``a`` to device ``b``."""
         return self.links.get((a, b)) or self.links.get((b, a)) or self.default_link
 
+    def subset(self, devices: Sequence[int]) -> "Cluster":
+        """The devices ``devices`` (renumbered 0..len-1) with their links.
+
+        >>> Cluster.from_capacities([1, 0.5, 0.25]).subset([2, 0]).capacities
+        [0.25, 1.0]
+        """
+        pos = {d: k for k, d in enumerate(devices)}
+        links = {(pos[a], pos[b]): lk for (a, b), lk in self.links.items() if a in pos and b in pos}
+        return Cluster([self.devices[i] for i in devices], self.default_link, links)
+
     @classmethod
     def homogeneous(
         cls,

@@ -8,8 +8,8 @@ Example:
     >>> model.fit(x, y, epochs=1)                                      # doctest: +SKIP
 
 Names (loaded on first use): ``SkipCorrectStrategy`` and its interval policy ``AutoInterval``
-(docs/skip_correct.md), ``GroupedHybridTrainer``
-(formerly ``GroupedHybridStrategy``; a trainer with a strategy's surface) and ``Pipeline`` (docs/hybrid.md), ``ParameterServerSkipCorrect`` and ``serve_unless_chief``
+(docs/skip_correct.md), ``GroupedHybridTrainer`` (a trainer with a strategy's surface) and ``Pipeline``
+(docs/hybrid.md), ``ParameterServerSkipCorrect`` and ``serve_unless_chief``
 (docs/parameter_server.md).
 """
 
@@ -22,7 +22,6 @@ _LAZY = {
     "SkipCorrectStrategy": "tf_commopt.distribute.skip_correct",
     "AutoInterval": "tf_commopt.distribute.interval_policy",
     "GroupedHybridTrainer": "tf_commopt.distribute.hybrid",
-    "GroupedHybridStrategy": "tf_commopt.distribute.hybrid",  # the former name, kept for one release
     "Pipeline": "tf_commopt.distribute.pipeline",
     "ParameterServerSkipCorrect": "tf_commopt.distribute.ps",
     "serve_unless_chief": "tf_commopt.distribute.ps",

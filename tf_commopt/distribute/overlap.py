@@ -66,12 +66,12 @@ def _background_loop(
             return
         try:
             fn_ref[0]()
-        except BaseException as e:  # noqa: BLE001 — reported by the next sync instead of a hang
+        except BaseException as e:
             errors.append(e)
             _log.error("SkipCorrectStrategy overlap: the background averaging failed: %s", e)
             try:
                 result_queue.close(cancel_pending_enqueues=True)  # the waiting sync fails instead of hanging
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             return
 

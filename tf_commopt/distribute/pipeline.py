@@ -3,7 +3,7 @@
 Example:
     >>> import os; os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # doctest: +SKIP
     >>> import tf_keras as keras
-    >>> from tf_commopt.core.partition.plan import PartitionPlan
+    >>> from tf_commopt.core.plan import PartitionPlan
     >>> from tf_commopt.distribute.pipeline import Pipeline
     >>> x = keras.Input((8,)); h = keras.layers.Dense(16, name="a")(x)
     >>> y = keras.layers.Dense(2, name="b")(keras.layers.Add(name="c")([h, keras.layers.Dense(16, name="d")(h)]))
@@ -33,7 +33,8 @@ Parallelism", NeurIPS 2019):
   for any loss that averages over samples (every Keras loss with the default reduction).
   One ``optimizer.apply_gradients`` per mini-batch.
 * The order of work is the shared GPipe schedule (:func:`tf_commopt.core.schedule.gpipe`, one stream
-  per stage), interleaved by :func:`execution_order` so that every receive follows its send. Inside the
+  per stage), interleaved by :func:`tf_commopt.core.schedule.order.execution_order` so that every
+  receive follows its send. Inside the
   ``tf.function`` the order fixes only the data dependencies:
   TensorFlow runs independent stages concurrently, which is what fills the pipeline.
 
@@ -46,26 +47,16 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from tf_commopt import use_tf_keras  # noqa: E402
+from tf_commopt import use_tf_keras
 
 use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
 import tensorflow as tf  # noqa: E402
 
 from tf_commopt._compat import keras_nested_outputs  # noqa: E402
-from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
-from tf_commopt.core.schedule import (  # noqa: E402
-    AllReduce,
-    Backward,
-    Forward,
-    OptimizerStep,
-    RecvAct,
-    RecvGrad,
-    Schedule,
-    SendAct,
-    SendGrad,
-    gpipe,
-)
-from tf_commopt.distribute.stages import (  # noqa: E402,F401  (re-exported)
+from tf_commopt.core.plan import PartitionPlan  # noqa: E402
+from tf_commopt.core.schedule import Backward, Forward, OptimizerStep, gpipe  # noqa: E402
+from tf_commopt.core.schedule.order import KNOWN, execution_order  # noqa: E402
+from tf_commopt.distribute.stages import (  # noqa: E402  (re-exported)
     StageLayout,
     _is_float,
     default_devices,
@@ -75,68 +66,7 @@ from tf_commopt.distribute.stages import (  # noqa: E402,F401  (re-exported)
 from tf_commopt.errors import InputError, PlanError  # noqa: E402
 from tf_commopt.tf.slowdown import canonical_device, get_slowdown, slowed  # noqa: E402
 
-__all__ = [
-    "Pipeline",
-    "MiniBatchRun",
-    "StageLayout",
-    "execution_order",
-    "split_sizes",
-    "place_model",
-    "default_devices",
-]
-
-
-# ----------------------------------------------------------------------------- instructions
-_KNOWN = (Forward, Backward, SendAct, RecvAct, SendGrad, RecvGrad, AllReduce, OptimizerStep)
-
-
-def execution_order(schedule: Schedule) -> List[Tuple[int, Any]]:
-    """One global order of a schedule's per-rank streams that honours every Recv (it waits for its Send)
-    and every AllReduce (no listed rank passes it before all have reached it).
-
-    Ranks are pipeline stages. Ranks are visited round-robin; each runs its stream until it reaches a
-    receive whose send has not happened yet. An instruction type the executor does not know is a
-    PlanError (never skipped).
-
-    >>> from tf_commopt.core.schedule import gpipe
-    >>> [f"{r}:{short(i)}" for r, i in execution_order(gpipe(2, 1)) if isinstance(i, (Forward, Backward))]
-    ['0:F0', '1:F0', '1:B0', '0:B0']
-    """
-    streams = [list(st) for st in schedule.streams]
-    pos = [0] * len(streams)
-    sent = set()
-    arrived: Dict[tuple, set] = {}
-    seen_coll: List[Dict[tuple, int]] = [dict() for _ in streams]
-    out: List[Tuple[int, Any]] = []
-    while any(p < len(st) for p, st in zip(pos, streams)):
-        progressed = False
-        for r, st in enumerate(streams):
-            while pos[r] < len(st):
-                ins = st[pos[r]]
-                if not isinstance(ins, _KNOWN):
-                    raise PlanError(
-                        f"unknown instruction {ins!r}", where=f"schedule {schedule.name!r} rank {r}"
-                    )
-                if isinstance(ins, (RecvAct, RecvGrad)):
-                    kind = SendAct if isinstance(ins, RecvAct) else SendGrad
-                    if (kind, ins.peer, r, ins.mb) not in sent:
-                        break
-                if isinstance(ins, AllReduce):  # collective: every listed rank must have reached it
-                    k = (ins.key, ins.ranks, seen_coll[r].get((ins.key, ins.ranks), 0))
-                    arrived.setdefault(k, set()).add(r)
-                    if not set(ins.ranks) <= arrived[k]:
-                        break
-                    seen_coll[r][(ins.key, ins.ranks)] = k[2] + 1
-                if isinstance(ins, (SendAct, SendGrad)):
-                    sent.add((type(ins), r, ins.peer, ins.mb))
-                out.append((r, ins))
-                pos[r] += 1
-                progressed = True
-        if not progressed:
-            raise PlanError(
-                "the streams deadlock (a receive whose send never comes)", where=f"schedule {schedule.name!r}"
-            )
-    return out
+__all__ = ["Pipeline", "MiniBatchRun", "StageLayout", "split_sizes", "place_model", "default_devices"]
 
 
 # ----------------------------------------------------------------------------- slow-down
@@ -425,7 +355,7 @@ class MiniBatchRun:
             self.forward(s, ins.mb)
         elif isinstance(ins, Backward):
             self.backward(s, ins.mb)
-        elif not isinstance(ins, _KNOWN):
+        elif not isinstance(ins, KNOWN):
             raise PlanError(f"unknown instruction {ins!r}", where=f"pipeline stage {s}")
 
     def forward(self, s: int, m: int) -> None:

@@ -77,7 +77,7 @@ def _check_keras() -> None:
     if "tf_keras" in sys.modules or os.environ.get("TF_USE_LEGACY_KERAS", "") in ("1", "true", "True"):
         return
     try:
-        import keras  # noqa: F401
+        import keras
 
         major = int(str(getattr(keras, "__version__", "0")).split(".")[0])
     except Exception:  # no Keras at all: custom loops with tf-keras optimizers only

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Sequence
 
-from tf_commopt import use_tf_keras  # noqa: E402
+from tf_commopt import use_tf_keras
 
 use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
 import tensorflow as tf  # noqa: E402
 
 from tf_commopt._compat import keras_nodes_by_depth  # noqa: E402
-from tf_commopt.core.partition.plan import PartitionPlan  # noqa: E402
+from tf_commopt.core.plan import PartitionPlan  # noqa: E402
 from tf_commopt.errors import InputError, PlanError  # noqa: E402
 
 __all__ = ["StageLayout", "split_sizes", "place_model", "default_devices"]
@@ -89,17 +89,37 @@ class StageLayout:
             )
         self.model = model
         self.plan = plan
-        P = plan.num_stages
-        where = f"plan {plan.method!r}" + (f" of {plan.graph_name!r}" if plan.graph_name else "")
+        self._where = f"plan {plan.method!r}" + (f" of {plan.graph_name!r}" if plan.graph_name else "")
         for s, d in enumerate(plan.device_of_stage):
             if not 0 <= d < len(devices):
                 raise PlanError(
                     f"stage {s} is placed on device {d} but only {len(devices)} devices are given",
-                    where=where,
+                    where=self._where,
                 )
         self.devices = [devices[d] for d in plan.device_of_stage]
+        nodes, input_layer_names = self._nodes(model)
+        stage_of_call = self._stage_of_calls(nodes, input_layer_names)
+        # where each layer's variables live: the stage of its first call
+        self.stage_of_layer: Dict[str, int] = {}
+        for n in nodes:
+            self.stage_of_layer.setdefault(n.layer.name, stage_of_call[id(n)])
+        self._wire(model, nodes, stage_of_call, plan.num_stages)
+        # the variables each stage differentiates: a layer called in several stages (shared weights) has
+        # its variables in each of them, and their gradients are summed across stages
+        self.variables_of_stage: List[List[tf.Variable]] = []
+        for s in range(plan.num_stages):
+            vs: List[tf.Variable] = []
+            seen = set()
+            for n in self.nodes_of_stage[s]:
+                for v in n.layer.trainable_weights:
+                    if v.ref() not in seen:
+                        seen.add(v.ref())
+                        vs.append(v)
+            self.variables_of_stage.append(vs)
 
-        nodes: List[Any] = []  # non-input nodes in a topological order (deepest first)
+    def _nodes(self, model: Any):
+        """Non-input keras Nodes in a topological order (deepest first), their call names, input layers."""
+        nodes: List[Any] = []
         input_layer_names = set()
         by_depth = keras_nodes_by_depth(model)
         for depth in sorted(by_depth.keys(), reverse=True):
@@ -115,9 +135,11 @@ class StageLayout:
             k = times.get(id(n.layer), 0)
             times[id(n.layer)] = k + 1
             self.call_name[id(n)] = n.layer.name + (f"@{k}" if k else "")
-        known = set(self.call_name.values()) | {n.layer.name for n in nodes} | input_layer_names
-        stage_of = dict(plan.stage_of_node)
-        # a nested model is one unit here; the Keras importer names its layers "outer/inner"
+        return nodes, input_layer_names
+
+    def _plan_names(self, nodes: Sequence[Any]) -> Dict[str, int]:
+        """The plan's layer -> stage, a nested model (``outer/inner`` names) folded into one unit."""
+        stage_of = dict(self.plan.stage_of_node)
         for n in nodes:
             name = n.layer.name
             if name in stage_of or not hasattr(n.layer, "layers"):
@@ -127,31 +149,40 @@ class StageLayout:
                 raise PlanError(
                     f"nested model {name!r} is split across stages {sorted(set(inner.values()))}; "
                     "a nested model must stay in one stage",
-                    where=where,
+                    where=self._where,
                 )
             if inner:
                 for k in inner:
                     del stage_of[k]
                 stage_of[name] = next(iter(inner.values()))
+        return stage_of
+
+    def _stage_of_calls(self, nodes: Sequence[Any], input_layer_names: set) -> Dict[int, int]:
+        """id(node) -> stage; PlanError for an unknown layer, a stage out of range or a missing layer."""
+        P, where = self.plan.num_stages, self._where
+        known = set(self.call_name.values()) | {n.layer.name for n in nodes} | input_layer_names
+        stage_of = self._plan_names(nodes)
         for name, s in stage_of.items():
             if name not in known:
-                raise PlanError(f"layer {name!r} is not a layer of model {model.name!r}", where=where)
+                raise PlanError(f"layer {name!r} is not a layer of model {self.model.name!r}", where=where)
             if not 0 <= s < P:
                 raise PlanError(f"layer {name!r}: stage {s} is outside 0..{P - 1}", where=where)
-        stage_of_call: Dict[int, int] = {}
+        out: Dict[int, int] = {}
         for n in nodes:
             cn = self.call_name[id(n)]
             if cn in stage_of:
-                stage_of_call[id(n)] = stage_of[cn]
+                out[id(n)] = stage_of[cn]
             elif n.layer.name in stage_of:  # a plan that names layers, not calls
-                stage_of_call[id(n)] = stage_of[n.layer.name]
+                out[id(n)] = stage_of[n.layer.name]
             else:
-                raise PlanError(f"layer {cn!r} of model {model.name!r} has no stage in the plan", where=where)
-        # where each layer's variables live: the stage of its first call
-        self.stage_of_layer: Dict[str, int] = {}
-        for n in nodes:
-            self.stage_of_layer.setdefault(n.layer.name, stage_of_call[id(n)])
+                raise PlanError(
+                    f"layer {cn!r} of model {self.model.name!r} has no stage in the plan", where=where
+                )
+        return out
 
+    def _wire(self, model: Any, nodes: Sequence[Any], stage_of_call: Dict[int, int], P: int) -> None:
+        """Each stage's nodes, and the tensors crossing stage boundaries (inputs and outputs per stage)."""
+        where = self._where
         self.input_ids = [str(id(t)) for t in model.inputs]
         self.output_ids = [str(id(t)) for t in model.outputs]
         producer: Dict[str, int] = {tid: -1 for tid in self.input_ids}
@@ -194,19 +225,6 @@ class StageLayout:
         for tid in self.output_ids:  # a model output that is also a model input (identity model)
             if producer[tid] == -1:
                 raise PlanError("a model output is a model input; nothing to pipeline", where=where)
-
-        # the variables each stage differentiates: a layer called in several stages (shared weights) has
-        # its variables in each of them, and their gradients are summed across stages
-        self.variables_of_stage: List[List[tf.Variable]] = []
-        for s in range(P):
-            vs: List[tf.Variable] = []
-            seen = set()
-            for n in self.nodes_of_stage[s]:
-                for v in n.layer.trainable_weights:
-                    if v.ref() not in seen:
-                        seen.add(v.ref())
-                        vs.append(v)
-            self.variables_of_stage.append(vs)
 
     @property
     def num_stages(self) -> int:

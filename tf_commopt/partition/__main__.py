@@ -5,7 +5,7 @@ Example::
     python -m tf_commopt.partition --profile pipedream/inception_v3 --stages 4 --method ga \\
         --capacities 1,1,0.5,0.5 --bandwidth-gbps 10 --seed 0 --out plan.json --dot plan.dot
     python -m tf_commopt.partition --profile pipedream/vgg16 --stages 4 --schedule 1f1b --microbatches 32
-    python -m tf_commopt.partition --profile pipedream/vgg16 --stages 4 --score objective   # the old default
+    python -m tf_commopt.partition --profile pipedream/vgg16 --stages 4 --score objective
     python -m tf_commopt.partition --profile pipedream/vgg16 --method given --assignment vgg16.pd.graph.txt
 
 The default (``--score simulated``) returns the plan fastest in the simulator for ``--schedule`` (gpipe)
@@ -41,8 +41,8 @@ from typing import List, Optional
 from tf_commopt._cli import CliParser, add_tf_log_level, quiet_tensorflow
 from tf_commopt.core.devices import parse_capacities
 from tf_commopt.core.partition.api import METHODS, SCHEDULES, SCORES
-from tf_commopt.core.partition.plan import PartitionPlan
-from tf_commopt.core.planner import given_plan, partition
+from tf_commopt.core.plan import PartitionPlan
+from tf_commopt.core.planner import given_plan, partition, read_stage_ids
 from tf_commopt.core.stagecost import hop_bytes
 from tf_commopt.errors import InputError, TfCommoptError
 from tf_commopt.partition.profile_arg import load_profile_or_model
@@ -248,135 +248,145 @@ class _Progress:
             print(self._text(gen, total, best) + tail, file=sys.stderr, flush=True)
 
 
+def _kinds(text: Optional[str], n_dev: int, graph) -> Optional[List[Optional[str]]]:
+    if text is None:
+        return None
+    kinds = [k.strip() or None for k in text.split(",")]
+    if len(kinds) == 1:
+        kinds = kinds * n_dev
+    if len(kinds) != n_dev:
+        raise InputError(f"{len(kinds)} kinds for {n_dev} devices", where="--kinds")
+    bad = [k for k in kinds if k is not None and k not in graph.kinds]
+    if bad:
+        raise InputError(
+            f"kind {bad[0]!r} not in the profile (kinds: {graph.kinds or 'none'})", where="--kinds"
+        )
+    return kinds
+
+
+def _check_flags(args) -> None:
+    given = args.method == "given"
+    if args.method not in METHODS and not given:
+        raise InputError(
+            f"unknown method {args.method!r}; choose from {', '.join(METHODS + ('given',))}", where="--method"
+        )
+    if args.assignment is not None and not given:
+        raise InputError("only with --method given", where="--assignment")
+    if args.stages is None and not given:
+        raise InputError("required (the number of pipeline stages)", where="--stages")
+    if args.score not in SCORES:
+        raise InputError(f"unknown score {args.score!r}; choose from {', '.join(SCORES)}", where="--score")
+    if args.schedule not in SCHEDULES:
+        raise InputError(
+            f"unknown schedule {args.schedule!r}; choose from {', '.join(SCHEDULES)}", where="--schedule"
+        )
+
+
+def _inputs(args) -> dict:
+    """Every flag checked and converted (one-line InputError naming the flag), and the profile loaded."""
+    _check_flags(args)
+    out = {
+        "microbatches": _number(args.microbatches, "--microbatches", int)
+        if args.microbatches is not None
+        else None,
+        "bandwidth_gbps": _number(args.bandwidth_gbps, "--bandwidth-gbps"),
+        "latency_ms": _number(args.latency_ms, "--latency-ms", positive=False),
+        "capacities": parse_capacities(args.capacities, "--capacities")
+        if args.capacities is not None
+        else None,
+        "memory": _number(args.memory_gb, "--memory-gb") * 1e9 if args.memory_gb is not None else None,
+        "schedule": args.schedule,
+    }
+    seed = _number(args.seed, "--seed", int, positive=False)
+    batch = None if args.batch_size is None else _number(args.batch_size, "--batch-size", int)
+    graph, source = load_profile_or_model(args.profile, device=args.device, batch_size=batch)
+    if "summary" in source and not args.quiet:
+        print(source["summary"], file=sys.stderr)
+    son = None
+    if args.method == "given":
+        son = read_stage_ids(args.assignment or args.profile)
+        stages = len(set(son.values()))
+        if args.stages is not None and _number(args.stages, "--stages", int) != stages:
+            raise InputError(f"{args.stages} but the assignment has {stages} stages", where="--stages")
+    else:
+        stages = _number(args.stages, "--stages", int)
+    caps = out["capacities"]
+    n_dev = len(caps) if caps is not None else stages
+    out["kinds"] = _kinds(args.kinds, n_dev, graph)
+    if stages > n_dev:
+        raise InputError(
+            f"{stages} stages need at least as many devices; --capacities gives {n_dev}", where="--stages"
+        )
+    if stages > len(graph):
+        raise InputError(f"{stages} stages for a graph of {len(graph)} nodes", where="--stages")
+    return {"graph": graph, "source": source, "stages": stages, "seed": seed, "son": son, "kw": out}
+
+
+def _make_plan(args, inp: dict) -> PartitionPlan:
+    """The plan of ``--method`` (the planner's ``partition``, or ``given_plan`` for ``--method given``)."""
+    graph, kw = inp["graph"], inp["kw"]
+    if inp["son"] is not None:
+        return given_plan(graph, inp["son"], **kw)
+    progress = _Progress() if not args.quiet and args.method == "ga" else None
+    plan = partition(graph, inp["stages"], method=args.method, seed=inp["seed"], progress=progress,
+                     score=args.score, **kw)  # fmt: skip
+    if progress is not None:
+        progress.end()
+    return plan
+
+
+def _annotate(plan: PartitionPlan, inp: dict) -> None:
+    """Idle stages (and from which bandwidth pipelining pays), the cost model, memory warnings."""
+    from tf_commopt.tf.stage_use import idle_stage_report
+
+    kw, caps = inp["kw"], inp["kw"]["capacities"]
+    idle = idle_stage_report(
+        inp["graph"], plan, kw["bandwidth_gbps"], kw["latency_ms"], capacity=max(caps) if caps else 1.0
+    )
+    plan.extra.update({"cost_model": inp["source"]} if "summary" in inp["source"] else {})
+    if idle is not None:
+        plan.extra.update(idle)
+        print(f"note: {idle['message']}", file=sys.stderr)
+    if not plan.extra.get("feasible", True):
+        over = [i for i, q in enumerate(plan.extra.get("stage_penalty_ms", [])) if q > 0]
+        print(
+            f"warning: the plan exceeds the memory cap on stage(s) {over} (see stage_memory_bytes)",
+            file=sys.stderr,
+        )
+
+
+def _write_files(args, plan: PartitionPlan, graph) -> None:
+    if args.out:
+        try:
+            plan.save(args.out)
+        except OSError as e:
+            raise InputError(f"cannot write: {e.strerror}", where="--out") from None
+    if args.dot:
+        try:
+            png = write_dot(plan, graph, args.dot)
+        except OSError as e:
+            raise InputError(f"cannot write: {e.strerror}", where="--dot") from None
+        if png and not args.quiet:
+            print(f"wrote {args.dot} and {png}", file=sys.stderr)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     quiet_tensorflow(args.tf_log_level)
     try:
-        given = args.method == "given"
-        if args.method not in METHODS and not given:
-            raise InputError(
-                f"unknown method {args.method!r}; choose from {', '.join(METHODS + ('given',))}",
-                where="--method",
-            )
-        if args.assignment is not None and not given:
-            raise InputError("only with --method given", where="--assignment")
-        if args.stages is None and not given:
-            raise InputError("required (the number of pipeline stages)", where="--stages")
-        if args.score not in SCORES:
-            raise InputError(
-                f"unknown score {args.score!r}; choose from {', '.join(SCORES)}", where="--score"
-            )
-        if args.schedule not in SCHEDULES:
-            raise InputError(
-                f"unknown schedule {args.schedule!r}; choose from {', '.join(SCHEDULES)}", where="--schedule"
-            )
-        micro = _number(args.microbatches, "--microbatches", int) if args.microbatches is not None else None
-        bw = _number(args.bandwidth_gbps, "--bandwidth-gbps")
-        lat = _number(args.latency_ms, "--latency-ms", positive=False)
-        seed = _number(args.seed, "--seed", int, positive=False)
-        caps = parse_capacities(args.capacities, "--capacities") if args.capacities is not None else None
-        graph, source = load_profile_or_model(
-            args.profile,
-            device=args.device,
-            batch_size=None if args.batch_size is None else _number(args.batch_size, "--batch-size", int),
-        )
-        if "summary" in source and not args.quiet:
-            print(source["summary"], file=sys.stderr)
-        if given:
-            from tf_commopt.core.planner import read_stage_ids
-
-            son = read_stage_ids(args.assignment or args.profile)
-            stages = len(set(son.values()))
-            if args.stages is not None and _number(args.stages, "--stages", int) != stages:
-                raise InputError(f"{args.stages} but the assignment has {stages} stages", where="--stages")
-        else:
-            stages = _number(args.stages, "--stages", int)
-        n_dev = len(caps) if caps is not None else stages
-        kinds = None
-        if args.kinds is not None:
-            kinds = [k.strip() or None for k in args.kinds.split(",")]
-            if len(kinds) == 1:
-                kinds = kinds * n_dev
-            if len(kinds) != n_dev:
-                raise InputError(f"{len(kinds)} kinds for {n_dev} devices", where="--kinds")
-        memory = _number(args.memory_gb, "--memory-gb") * 1e9 if args.memory_gb is not None else None
-        if stages > n_dev:
-            raise InputError(
-                f"{stages} stages need at least as many devices; --capacities gives {n_dev}", where="--stages"
-            )
-        if stages > len(graph):
-            raise InputError(f"{stages} stages for a graph of {len(graph)} nodes", where="--stages")
-        if kinds is not None:
-            bad = [k for k in kinds if k is not None and k not in graph.kinds]
-            if bad:
-                raise InputError(
-                    f"kind {bad[0]!r} not in the profile (kinds: {graph.kinds or 'none'})", where="--kinds"
-                )
-        progress = _Progress() if not args.quiet and args.method == "ga" else None
-        if given:
-            plan = given_plan(
-                graph,
-                son,
-                capacities=caps,
-                bandwidth_gbps=bw,
-                latency_ms=lat,
-                memory=memory,
-                kinds=kinds,
-                schedule=args.schedule,
-                microbatches=micro,
-            )
-        else:
-            plan = partition(
-                graph,
-                stages,
-                method=args.method,
-                capacities=caps,
-                bandwidth_gbps=bw,
-                latency_ms=lat,
-                memory=memory,
-                seed=seed,
-                kinds=kinds,
-                progress=progress,
-                score=args.score,
-                schedule=args.schedule,
-                microbatches=micro,
-            )
-        if progress is not None:
-            progress.end()
-        from tf_commopt.tf.stage_use import idle_stage_report
-
-        idle = idle_stage_report(graph, plan, bw, lat, capacity=max(caps) if caps else 1.0)
-        plan.extra.update({"cost_model": source} if "summary" in source else {})
-        if idle is not None:
-            plan.extra.update(idle)
-            print(f"note: {idle['message']}", file=sys.stderr)
-        if not plan.extra.get("feasible", True):
-            over = [i for i, q in enumerate(plan.extra.get("stage_penalty_ms", [])) if q > 0]
-            print(
-                f"warning: the plan exceeds the memory cap on stage(s) {over} (see stage_memory_bytes)",
-                file=sys.stderr,
-            )
-        if args.out:
-            try:
-                plan.save(args.out)
-            except OSError as e:
-                raise InputError(f"cannot write: {e.strerror}", where="--out") from None
-        if args.dot:
-            try:
-                png = write_dot(plan, graph, args.dot)
-            except OSError as e:
-                raise InputError(f"cannot write: {e.strerror}", where="--dot") from None
-            if png and not args.quiet:
-                print(f"wrote {args.dot} and {png}", file=sys.stderr)
+        inp = _inputs(args)
+        plan = _make_plan(args, inp)
+        _annotate(plan, inp)
+        _write_files(args, plan, inp["graph"])
     except TfCommoptError as e:
         print(str(e).splitlines()[0] if str(e) else type(e).__name__, file=sys.stderr)
         return 2
     try:
         if args.format == "text":
-            print(summary(plan, graph), flush=True)
+            print(summary(plan, inp["graph"]), flush=True)
         else:
             if not args.quiet:
-                print(summary(plan, graph), file=sys.stderr, flush=True)
+                print(summary(plan, inp["graph"]), file=sys.stderr, flush=True)
             print(plan.to_json(), flush=True)
     except BrokenPipeError:  # e.g. piped into `head`
         sys.stderr.close()

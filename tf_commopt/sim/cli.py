@@ -174,7 +174,7 @@ def _cluster(a, plan, caps, kinds):
 
 def _run(argv: Optional[List[str]]) -> dict:
     from tf_commopt.core.devices import Cluster
-    from tf_commopt.core.partition.plan import PartitionPlan
+    from tf_commopt.core.plan import PartitionPlan
     from tf_commopt.core.simulate import simulate_pipeline
     from tf_commopt.core.simulate.pipeline import stage_costs
     from tf_commopt.partition.profile_arg import load_profile_arg, load_profile_or_model

@@ -182,7 +182,7 @@ def _time_layer(c: LayerCall, rng: tf.random.Generator, factor: float, repeats: 
         return time_interleaved([(fwd, xs), (fwdbwd, xs + dys)], repeats, warmup + 1)
     except InputError:
         raise
-    except Exception as e:  # noqa: BLE001 - say which layer failed, one line
+    except Exception as e:
         raise InputError(
             f"cannot run the layer alone: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}",
             where=f"layer {c.name!r}",

@@ -2,23 +2,18 @@
 
 ``slowed(fn, factor)`` runs ``fn``, measures its wall time ``t`` just before and just after, then
 sleeps ``(factor - 1) * t_min`` before releasing the outputs, ``t_min`` the shortest time this
-wrapper has measured so far (wrap each call site separately) (its calibration: on a shared machine a measured time includes waiting
-for a core, and multiplying that wait by ``factor - 1`` would turn load noise into emulated work).
-The exact rule: the outputs become available ``t + (factor - 1) * t_min`` after the inputs were
-(plus sleep jitter, ~0.1 ms); unloaded, ``factor * t``. Sleeping instead of repeating the work keeps the CPU free, so emulated devices that
-share the cores do not slow each other down further: a stage on a device with factor 2 takes
-twice its own time whatever the others do.
+wrapper has measured so far (wrap each call site separately). The exact rule: the outputs become
+available ``t + (factor - 1) * t_min`` after the inputs were (plus sleep jitter, ~0.1 ms); unloaded,
+``factor * t``. Sleeping instead of repeating the work keeps the CPU free, so emulated devices that
+share the cores do not slow each other down further.
 
-It works eagerly and inside a ``tf.function``. The clock reads and the sleep are *stateless*
-``tf.numpy_function`` ops tied to the work by data and control dependencies only: ``tf.timestamp``
-and ``tf.py_function`` are stateful, and inside a ``tf.function`` TensorFlow runs stateful ops in
-program order (automatic control dependencies), which serialised every emulated device behind the
-others (measured before this rule: two slowed devices, 16 slowed calls, 0 overlaps). The sleep
-releases the GIL and occupies one inter-op thread: give TensorFlow at least as many inter-op threads
-as devices sleeping at once. Every sleep is recorded in :func:`sleep_log` (start, end, seconds;
-``time.perf_counter``), which the overlap test reads. The floating outputs are multiplied by the
-sleep's result (1.0, exact) so that Grappler cannot drop it. A pipeline or hybrid executor wraps each
-stage's forward function and the function computing its backward::
+It works eagerly and inside a ``tf.function``: the clock reads and the sleep are *stateless*
+``tf.numpy_function`` ops tied to the work by data and control dependencies only, so emulated devices
+overlap. The sleep releases the GIL and occupies one inter-op thread: give TensorFlow at least as many
+inter-op threads as devices sleeping at once. Every sleep is recorded in :func:`sleep_log` (start,
+end, seconds; ``time.perf_counter``). The floating outputs are multiplied by the sleep's result (1.0,
+exact) so that Grappler cannot drop it. A pipeline or hybrid executor wraps each stage's forward
+function and the function computing its backward::
 
     fwd = slowed(stage_forward, get_slowdown(device))        # inside the schedule's tf.function
     bwd = slowed(stage_backward, get_slowdown(device))

@@ -9,14 +9,16 @@ Example:
 
 Modules: :mod:`objective` (the additive objective), :mod:`pipemodel` (the pipeline time of GPipe /
 1F1B in closed form), :mod:`baselines` (layerwise, balanced, PipeDream DP and its tie-breaks),
-:mod:`local_search` and :mod:`genetic` (search on the objective), :mod:`pipesearch` (memetic local
-search and graph-aware GA on the pipeline time), :mod:`convexity` (repair), :mod:`api` (``partition``),
-:mod:`plan` (the result value), :mod:`synthetic` (branchy test graphs). This package does not import
-the simulator; choosing among candidates by simulation is :mod:`tf_commopt.core.planner`.
+:mod:`local_search` (descent on the objective), :mod:`pipesearch` (memetic descent on the pipeline
+time), :mod:`evolve` and :mod:`operators` (the genetic algorithm on DEAP, for both scores),
+:mod:`search` (what each method runs), :mod:`convexity` (repair), :mod:`api` (``partition``),
+:mod:`synthetic` (branchy test graphs). The result is a :class:`tf_commopt.core.plan.PartitionPlan`.
+This package does not import the simulator; choosing among candidates by simulation is
+:mod:`tf_commopt.core.planner`.
 """
 
 from tf_commopt.core.partition.api import METHODS, evaluate, make_cluster, partition
 from tf_commopt.core.partition.objective import Evaluation, Problem
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 
 __all__ = ["PartitionPlan", "Problem", "Evaluation", "partition", "evaluate", "make_cluster", "METHODS"]

@@ -16,13 +16,14 @@ Methods (see the modules for the exact rules):
   fastest of its tied optima, :func:`baselines.pipedream_ties`).
 * ``local``: seeds + memetic local search on the pipeline time (:mod:`pipesearch`); under
   ``score="objective"`` the objective's local search from the balanced and PipeDream plans.
-* ``ga``: the same + the graph-aware GA on the pipeline time (:mod:`pipesearch`); under
-  ``score="objective"`` the DEAP GA on the objective (:mod:`genetic`).
+* ``ga``: the same + the genetic algorithm (:mod:`evolve`, on DEAP) from all of them.
+
+The search per method and score: :mod:`search`.
 
 ``score``: ``"pipeline"`` (default here) searches and chooses by :class:`pipemodel.PipelineModel` for
 ``schedule`` / ``microbatches`` (exact for GPipe); ``"simulated"`` makes the final choice with a ``rank``
 callable (the planner, :mod:`tf_commopt.core.planner`, passes the simulator's; this package never
-imports the simulator); ``"objective"`` is the additive objective alone (the earlier default).
+imports the simulator); ``"objective"`` is the additive objective alone.
 
 Device placement: the plan uses the ``num_stages`` fastest devices. Every method tries the given
 device order, fastest-first and slowest-first (heterogeneous clusters only) and keeps the best under
@@ -33,19 +34,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster
-from tf_commopt.core.partition import baselines
-from tf_commopt.core.partition.convexity import dfs_topological_order
-from tf_commopt.core.partition.genetic import genetic
-from tf_commopt.core.partition.local_search import local_search
 from tf_commopt.core.partition.objective import Problem
+from tf_commopt.core.partition.operators import Plan
 from tf_commopt.core.partition.pipemodel import PipelineModel
-from tf_commopt.core.partition.pipesearch import pipe_genetic, pipe_local_search
-from tf_commopt.core.partition.plan import PartitionPlan
-from tf_commopt.errors import InputError
+from tf_commopt.core.partition.search import objective_search, pipeline_search
+from tf_commopt.core.plan import PartitionPlan
+from tf_commopt.errors import InputError, PlanError
 
 __all__ = [
     "partition",
@@ -60,7 +58,6 @@ __all__ = [
 ]
 
 METHODS = ("layerwise", "balanced", "pipedream", "local", "ga")
-Plan = Tuple[List[int], List[int]]
 
 
 def make_cluster(
@@ -80,28 +77,6 @@ def make_cluster(
     if isinstance(kinds, str):
         kinds = [kinds] * len(caps)
     return Cluster.from_capacities(caps, bandwidth_gbps=bandwidth_gbps, latency_ms=latency_ms, kinds=kinds)
-
-
-def _device_orders(p: Problem) -> List[List[int]]:
-    devs = p.default_devices()
-    orders = [devs]
-    if len(set((p.cap[d], p.kind_of_dev[d]) for d in devs)) > 1:
-        speed = {d: p.cap[d] * p.comp[0].sum() / max(p.comp[p.kind_of_dev[d]].sum(), 1e-12) for d in devs}
-        orders.append(sorted(devs, key=lambda d: (-speed[d], d)))
-        orders.append(sorted(devs, key=lambda d: (speed[d], d)))
-    out: List[List[int]] = []
-    for o in orders:
-        if o not in out:
-            out.append(o)
-    return out
-
-
-def _best(p: Problem, plans: Sequence[Plan]) -> Plan:
-    return min(plans, key=lambda sd: p.objective(*sd))
-
-
-def _dp_method(p: Problem, fn) -> Plan:
-    return _best(p, [(fn(p, o), o) for o in _device_orders(p)])
 
 
 def _to_plan(
@@ -214,7 +189,7 @@ def partition(
         score: ``"pipeline"`` (default): search and choose by the time of ``schedule`` with
             ``microbatches`` (:mod:`pipemodel`; exact for GPipe); ``"simulated"``: the same search, the
             final choice by ``rank`` (the planner passes the simulator, :mod:`tf_commopt.core.planner`);
-            ``"objective"``: the additive objective of :mod:`objective` only (the earlier default).
+            ``"objective"``: the additive objective of :mod:`objective` only.
         schedule: ``"gpipe"`` (iteration time) or ``"1f1b"`` (time per mini-batch in steady state; the
             memory model then counts stashed weight versions).
         microbatches: GPipe micro-batches per mini-batch (default ``4 * num_stages``); for 1F1B the
@@ -256,95 +231,19 @@ def partition(
         "score": score,
     }
     if score == "objective":
-        stage, devs = _objective_search(p, method, seed, progress, extra)
+        found = objective_search(p, method, seed, progress)
     else:
-        stage, devs = _pipeline_search(p, method, seed, progress, extra, PipelineModel(p, schedule, m), rank)
+        found = pipeline_search(p, method, seed, progress, PipelineModel(p, schedule, m))
+    extra.update(found.extra)
+    stage, devs = found.best
+    if rank is not None and method in ("local", "ga"):
+        n = len(found.baselines)
+        (stage, devs), info = rank(
+            p, found.candidates, lambda s_, d_: _to_plan(p, "candidate", s_, d_, 0.0, {}), n
+        )
+        extra.update(info)
     plan = _to_plan(p, method, stage, devs, time.perf_counter() - t0, extra)
     return dataclasses.replace(plan, cluster=cluster_record(cl, memory), schedule=schedule, microbatches=m)
-
-
-def _objective_search(p: Problem, method: str, seed: int, progress, extra: Dict) -> Plan:
-    """The additive-objective search (``score="objective"``)."""
-    if method == "layerwise":
-        devs = p.default_devices()
-        return baselines.layerwise(p, devs), devs
-    if method == "balanced":
-        return _dp_method(p, baselines.balanced)
-    if method == "pipedream":
-        return _dp_method(p, baselines.pipedream)
-    starts = [_dp_method(p, baselines.balanced), _dp_method(p, baselines.pipedream)]
-    locals_ = [local_search(p, s, d, seed=seed) for s, d in starts]
-    stage, devs = _best(p, locals_)
-    if method == "ga":
-        seeds: List[Plan] = [(baselines.layerwise(p, p.default_devices()), p.default_devices())]
-        seeds += starts + locals_
-        dfs = dfs_topological_order(p.pred, p.succ)
-        for o in _device_orders(p):
-            for perm in (None, dfs):
-                s = baselines.contiguous_optimal(p, o, perm)
-                seeds.append((s, o))
-                seeds.append(local_search(p, s, o, seed=seed))
-        seeds.sort(key=lambda sd: p.objective(*sd))
-        stage, devs, info = genetic(p, seeds, seed=seed, progress=progress)
-        extra.update({k: v for k, v in info.items() if k not in ("history", "population")})
-    return stage, devs
-
-
-def _pipeline_search(
-    p: Problem, method: str, seed: int, progress, extra: Dict, model: PipelineModel, rank: Optional[Ranker]
-) -> Plan:
-    """Search and choose by the pipeline time (``score="pipeline"`` / ``"simulated"``).
-
-    Baselines keep their own rule for the split; among their device orders (and, for ``pipedream``,
-    among the splits tied at PipeDream's optimum) the pipeline time chooses. ``local``: every seed
-    (layerwise; balanced, PipeDream's ties and the exact contiguous optimum of the additive objective
-    over Kahn's and depth-first orders, each under every device order; local-search results on the
-    objective) then the memetic descent on the pipeline time from the best four. ``ga``: the same,
-    then :func:`pipesearch.pipe_genetic` from all of them.
-    """
-
-    def key(sd: Plan):
-        return (float(f"{model.time(*sd):.12g}"), float(f"{p.evaluate(*sd).comm_bytes:.12g}"))
-
-    orders = _device_orders(p)
-    lw = (baselines.layerwise(p, p.default_devices()), p.default_devices())
-    bal = [(baselines.balanced(p, o), o) for o in orders]
-    pd = [(s, o) for o in orders for s in baselines.pipedream_ties(p, o)]
-    if method == "layerwise":
-        return lw
-    if method == "balanced":
-        return min(bal, key=key)
-    if method == "pipedream":
-        return min(pd, key=key)
-    dfs = dfs_topological_order(p.pred, p.succ)
-    seeds: List[Plan] = [lw] + bal + pd
-    seeds += [(baselines.contiguous_optimal(p, o, perm), o) for o in orders for perm in (None, dfs)]
-    starts = [_dp_method(p, baselines.balanced), _dp_method(p, baselines.pipedream)]
-    seeds += [local_search(p, s, d, seed=seed) for s, d in starts]
-    uniq: Dict[Tuple, Plan] = {}
-    for sd in seeds:
-        uniq.setdefault(tuple(sd[0]) + (-1,) + tuple(sd[1]), (list(sd[0]), list(sd[1])))
-    seeds = sorted(uniq.values(), key=key)
-    extra["seeds_best_ms"] = key(seeds[0])[0]
-    t_ls = time.perf_counter()
-    improved = [pipe_local_search(p, model, s, d, seed=seed) for s, d in seeds[:4]]
-    extra["local_s"] = time.perf_counter() - t_ls
-    candidates = seeds + improved
-    extra["local_best_ms"] = min(key(c) for c in candidates)[0]
-    if method == "ga":
-        stage, devs, info = pipe_genetic(p, model, candidates, seed=seed, progress=progress)
-        candidates = candidates + info["population"]
-        extra.update({k: v for k, v in info.items() if k not in ("history", "population")})
-        extra["ga_best_ms"] = key((stage, devs))[0]
-    best = min(candidates, key=key)
-    extra["model_ms"] = key(best)[0]
-    if rank is not None:
-        base = [lw] + bal + pd
-        best, sinfo = rank(
-            p, base + candidates, lambda s_, d_: _to_plan(p, "candidate", s_, d_, 0.0, {}), len(base)
-        )
-        extra.update(sinfo)
-    return best
 
 
 def evaluate(
@@ -362,8 +261,6 @@ def evaluate(
     """Score a given assignment (node name -> stage) with the objective; PlanError if not convex."""
     missing = [n for n in graph.nodes if n not in stage_of_node]
     if missing:
-        from tf_commopt.errors import PlanError
-
         raise PlanError(f"node {missing[0]!r} has no stage")
     K = max(stage_of_node.values()) + 1
     cl = make_cluster(K, capacities, bandwidth_gbps, latency_ms, kinds, cluster)

@@ -1,6 +1,6 @@
-"""Search on the pipeline time: a memetic local search and a graph-aware genetic algorithm.
+"""Local search on the pipeline time: the memetic descent the partitioner and its GA use.
 
-Both minimise :class:`pipemodel.PipelineModel` (the GPipe iteration, exact for the simulator, or the
+It minimises :class:`pipemodel.PipelineModel` (the GPipe iteration, exact for the simulator, or the
 1F1B period), tie-broken by the bytes crossing stage boundaries. Plans are ``(stage, devs)`` pairs:
 stage of every node (nodes in topological order) and device of every stage.
 
@@ -18,42 +18,26 @@ Example:
     >>> model.time(stage, devs) <= model.time(*start)
     True
 
-**Local search** (:func:`pipe_improve`): best-improvement descent. A move sends a boundary node (all
-its successors in later stages, or all its predecessors in earlier ones) to the adjacent stage, over
+**The descent** (:func:`pipe_improve`): best improvement. A move sends a boundary node (all its
+successors in later stages, or all its predecessors in earlier ones) to the adjacent stage, over
 *every* boundary (the pipeline time has sums, not only a maximum, so any hop matters); when no single
 move helps, on heterogeneous clusters every swap of two stages' devices, then the closure of a sampled
 node (a whole branch: it and its in-stage descendants going up, ancestors going down) out of the
-slowest stage or across the slowest hop. A move is evaluated in O(edges touching it + K) from incrementally kept per-stage
-forward/backward compute and hop bytes (:class:`local_search.State`).
-
-**Genetic algorithm** (:func:`pipe_genetic`), thesis 000's method with operators that know the graph:
-
-* *boundary crossover*: pick a stage boundary ``h``; the child takes parent A's stages ``0..h``
-  (a predecessor-closed set, since A is convex) and parent B's labels for the rest, lifted to at
-  least ``h + 1``; convex by construction (no repair needed), empty stages refilled
-  (:func:`convexity.fill_empty`); devices from A for stages ``<= h`` and B after, if distinct;
-* *mutations*: a jump (a random node to any stage between its predecessors' and its successors'),
-  1-3 frontier moves across random boundaries, a branch move (the closure of a random node, up to
-  half its stage), or a device swap (heterogeneous clusters);
-* *memetic step*: every child is improved by :func:`pipe_improve` (a few steps, moves focused on the
-  stages next to the slowest stage and the slowest hop);
-* *selection*: tournaments of 3; the next population is the best ``pop_size`` distinct plans of
-  parents and children (elitist: never worse than its best seed). Stops after ``generations`` or
-  ``stall`` generations without improvement. Deterministic for a seed (``random.Random(seed)``).
+slowest stage or across the slowest hop. A move is evaluated in O(edges touching it + K) from
+incrementally kept per-stage forward/backward compute and hop bytes (:class:`local_search.State`).
+The GA (:mod:`evolve`) runs short descents focused on the stages next to the slowest stage and hop.
 """
 
 from __future__ import annotations
 
 import random
-import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from tf_commopt.core.partition.convexity import fill_empty
 from tf_commopt.core.partition.local_search import State
 from tf_commopt.core.partition.objective import Problem
 from tf_commopt.core.partition.pipemodel import PipelineModel
 
-__all__ = ["pipe_improve", "pipe_local_search", "pipe_genetic", "PipeState"]
+__all__ = ["pipe_improve", "pipe_local_search", "PipeState"]
 
 Plan = Tuple[List[int], List[int]]
 
@@ -208,154 +192,3 @@ def pipe_local_search(
     st = PipeState(p, model, stage, devs)
     pipe_improve(st, max_steps=max_steps, rng=random.Random(seed))
     return list(st.stage), list(st.devs)
-
-
-def _crossover(p: Problem, a: Plan, b: Plan, h: int) -> Plan:
-    sa, da = a
-    sb, db = b
-    child = [x if x <= h else max(y, h + 1) for x, y in zip(sa, sb)]
-    child = fill_empty(child, p.pred, p.succ, p.K)
-    devs = list(da[: h + 1]) + list(db[h + 1 :])
-    if len(set(devs)) != len(devs):
-        devs = list(da)
-    return child, devs
-
-
-def pipe_genetic(
-    p: Problem,
-    model: PipelineModel,
-    seeds: Sequence[Plan],
-    seed: int = 0,
-    pop_size: Optional[int] = None,
-    generations: Optional[int] = None,
-    ls_steps: Optional[int] = None,
-    stall: int = 8,
-    cxpb: float = 0.6,
-    progress: Optional[Callable[[int, int, float], None]] = None,
-) -> Tuple[List[int], List[int], Dict]:
-    """The GA of the module docstring from convex ``seeds``; returns ``(stage, devs, info)``.
-
-    ``info``: ``generations`` run, ``improved`` (generations that lowered the best), ``history`` of the
-    best time, ``population`` (final distinct plans, best first), ``ga_s``.
-    """
-    if not seeds:
-        raise ValueError("the genetic algorithm needs at least one seed plan")
-    rng = random.Random(seed)
-    n, K = p.n, p.K
-    big = n > 1000
-    pop_size = pop_size or (10 if big else 16)
-    generations = generations or (10 if big else 25)
-    ls_steps = ls_steps if ls_steps is not None else (8 if big else 20)
-    hetero = len(set((p.cap[d], p.kind_of_dev[d]) for d in range(p.D))) > 1
-
-    cache: Dict[Tuple, Tuple[float, float]] = {}
-
-    def ident(x: Plan) -> Tuple:
-        return tuple(x[0]) + (-1,) + tuple(x[1])
-
-    def fitness(x: Plan) -> Tuple[float, float]:
-        k = ident(x)
-        f = cache.get(k)
-        if f is None:
-            st = PipeState(p, model, x[0], x[1])
-            f = cache[k] = st.key()
-        return f
-
-    def memetic(x: Plan) -> Plan:
-        st = PipeState(p, model, x[0], x[1])
-        pipe_improve(st, max_steps=ls_steps, rng=rng, closure_samples=8, focus=True)
-        return list(st.stage), list(st.devs)
-
-    def mutate(x: Plan) -> Plan:
-        st = PipeState(p, model, x[0], x[1])
-        r = rng.random()
-        if r < 0.25 and K > 2:  # jump: a node to any stage its edges allow
-            v = rng.randrange(n)
-            lo = max((st.stage[u] for u in p.pred[v]), default=0)
-            hi = min((st.stage[w] for w in p.succ[v]), default=K - 1)
-            t = rng.randint(lo, hi)
-            while st.stage[v] != t and len(st.members[st.stage[v]]) > 1:
-                s = st.stage[v]
-                st.apply_move([v], s, s + (1 if t > s else -1))
-            return list(st.stage), list(st.devs)
-        if hetero and r < 0.4 and K > 1:
-            a, b = rng.sample(range(K), 2)
-            st.swap_devices(a, b)
-        elif r < 0.7 and K > 1:  # frontier moves (one stage: nothing to move)
-            for _ in range(rng.randint(1, 3)):
-                h = rng.randrange(K - 1)
-                s, t = (h, h + 1) if rng.random() < 0.5 else (h + 1, h)
-                front = st.up_front[s] if t == s + 1 else st.down_front[s]
-                if len(st.members[s]) > 1 and front:
-                    st.apply_move([rng.choice(sorted(front))], s, t)
-        elif K > 1:
-            h = rng.randrange(K - 1)
-            s, t = (h, h + 1) if rng.random() < 0.5 else (h + 1, h)
-            if len(st.members[s]) > 1:
-                v = rng.choice(sorted(st.members[s]))
-                M = st.closure(v, t, limit=rng.randint(1, max(1, len(st.members[s]) // 2)))
-                if M:
-                    st.apply_move(M, s, t)
-        return list(st.stage), list(st.devs)
-
-    pop: List[Plan] = []
-    seen = set()
-    for x in sorted(seeds, key=fitness):
-        if ident(x) not in seen:
-            seen.add(ident(x))
-            pop.append((list(x[0]), list(x[1])))
-    pop = pop[:pop_size]
-    tries = 0
-    while len(pop) < pop_size and tries < 3 * pop_size:
-        tries += 1
-        y = memetic(mutate(pop[tries % len(pop)]))
-        if ident(y) not in seen:
-            seen.add(ident(y))
-            pop.append(y)
-    pop.sort(key=fitness)
-    best = fitness(pop[0])
-    history, improved, since, gen = [best[0]], 0, 0, 0
-    t0 = time.perf_counter()
-    for gen in range(1, generations + 1):
-
-        def pick() -> Plan:
-            return min(rng.sample(pop, min(3, len(pop))), key=fitness)
-
-        children: List[Plan] = []
-        while len(children) < len(pop):
-            a, b = pick(), pick()
-            if K > 1 and rng.random() < cxpb:
-                h = rng.randrange(K - 1)
-                c1, c2 = _crossover(p, a, b, h), _crossover(p, b, a, h)
-            else:
-                c1, c2 = (list(a[0]), list(a[1])), (list(b[0]), list(b[1]))
-            for c in (c1, c2):
-                if rng.random() < 0.5 or ident(c) in seen:
-                    c = mutate(c)
-                children.append(memetic(c))
-        merged, keys = [], set()
-        for x in sorted(pop + children, key=fitness):
-            if ident(x) not in keys:
-                keys.add(ident(x))
-                merged.append(x)
-        pop = merged[:pop_size]
-        seen.update(keys)
-        cur = fitness(pop[0])
-        history.append(cur[0])
-        if cur < best:
-            best, since, improved = cur, 0, improved + 1
-        else:
-            since += 1
-        if progress:
-            progress(gen, generations, cur[0])
-        if since >= stall:
-            break
-    info = {
-        "generations": gen,
-        "improved": improved,
-        "pop_size": pop_size,
-        "history": history,
-        "ga_s": time.perf_counter() - t0,
-        "population": pop,
-    }
-    return list(pop[0][0]), list(pop[0][1]), info

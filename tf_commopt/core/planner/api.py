@@ -37,7 +37,7 @@ from tf_commopt.core.partition.api import (
     partition as _search,
 )
 from tf_commopt.core.partition.objective import Problem
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.planner.simrank import simulated_ms, simulator_ranker
 from tf_commopt.errors import InputError, PlanError
 

@@ -1,8 +1,5 @@
 """Rank candidate plans in the discrete-event simulator (the final choice of ``score="simulated"``).
 
-Moved here from ``tf_commopt.core.partition.simrank`` (that path re-exports these names for one
-release): ranking needs the simulator, and the partitioner no longer imports it.
-
 Example:
     >>> from tf_commopt.core.partition.synthetic import branchy_graph
     >>> from tf_commopt.core.planner import partition
@@ -27,23 +24,13 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from tf_commopt.core.partition.api import SCHEDULES, SCORES, check_score, default_microbatches
 from tf_commopt.core.partition.objective import Problem
 from tf_commopt.core.partition.pipemodel import PipelineModel
-from tf_commopt.core.partition.plan import PartitionPlan
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.simulate.pipeline import simulate_pipeline
 
-__all__ = [
-    "SCORES",
-    "SIM_SCHEDULES",
-    "check_score",
-    "default_microbatches",
-    "simulated_ms",
-    "best_simulated",
-    "simulator_ranker",
-]
+__all__ = ["simulated_ms", "best_simulated", "simulator_ranker"]
 
-SIM_SCHEDULES = SCHEDULES
 Plan = Tuple[List[int], List[int]]
 
 

@@ -1,6 +1,11 @@
-"""Schedules as data: per-rank instruction streams for GPipe, PipeDream 1F1B and data parallelism.
+"""Schedules as data: per-rank instruction streams for GPipe, PipeDream 1F1B, data parallelism and the
+grouped hybrid.
 
-The simulator (:mod:`tf_commopt.core.simulate`) and the TensorFlow executor read the same streams.
+The simulator (:mod:`tf_commopt.core.simulate`) and the TensorFlow executors read the same streams.
+Modules: :mod:`instructions`, :mod:`base` (the validated :class:`Schedule`), :mod:`gpipe`,
+:mod:`onef1b`, :mod:`dataparallel`, :mod:`hybrid` (the grouped hybrid's program, with
+:mod:`buckets`, :mod:`hybrid_layout` and :mod:`hybrid_overlap`), :mod:`order` (one global order of the
+streams for an executor).
 
 Example:
     >>> from tf_commopt.core.schedule import gpipe, onef1b
@@ -9,8 +14,17 @@ Example:
 """
 
 from tf_commopt.core.schedule.base import Schedule, combine
+from tf_commopt.core.schedule.buckets import DEFAULT_BUCKET_BYTES, Bucket, make_buckets
 from tf_commopt.core.schedule.dataparallel import data_parallel, local_sgd
 from tf_commopt.core.schedule.gpipe import gpipe
+from tf_commopt.core.schedule.hybrid import (
+    HybridProgram,
+    RankRole,
+    batch_fractions,
+    check_groups,
+    hybrid_program,
+    split_batch,
+)
 from tf_commopt.core.schedule.instructions import (
     AllReduce,
     Average,
@@ -26,6 +40,7 @@ from tf_commopt.core.schedule.instructions import (
     short,
 )
 from tf_commopt.core.schedule.onef1b import onef1b, weight_versions
+from tf_commopt.core.schedule.order import execution_order
 
 SCHEDULES = {"gpipe": gpipe, "1f1b": onef1b, "1f1b_flush": lambda p, m: onef1b(p, m, flush=True)}
 
@@ -50,4 +65,14 @@ __all__ = [
     "LocalStep",
     "Instruction",
     "short",
+    "hybrid_program",
+    "HybridProgram",
+    "RankRole",
+    "Bucket",
+    "make_buckets",
+    "DEFAULT_BUCKET_BYTES",
+    "split_batch",
+    "batch_fractions",
+    "check_groups",
+    "execution_order",
 ]

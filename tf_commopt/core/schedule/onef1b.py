@@ -44,6 +44,15 @@ from tf_commopt.core.schedule.instructions import (
 __all__ = ["onef1b", "weight_versions"]
 
 
+def _forward(st: List[Instruction], i: int, s: int, p: int) -> None:
+    """Append stage ``s``'s forward of micro-batch ``i`` with its receive and send."""
+    if s > 0:
+        st.append(RecvAct(i, s - 1))
+    st.append(Forward(i))
+    if s < p - 1:
+        st.append(SendAct(i, s + 1))
+
+
 def onef1b(num_stages: int, num_microbatches: int, flush: bool = False) -> Schedule:
     """PipeDream's asynchronous 1F1B schedule with weight stashing (see module docstring).
 
@@ -60,17 +69,9 @@ def onef1b(num_stages: int, num_microbatches: int, flush: bool = False) -> Sched
     streams = []
     for s in range(p):
         st: List[Instruction] = []
-
-        def fwd(i: int) -> None:
-            if s > 0:
-                st.append(RecvAct(i, s - 1))
-            st.append(Forward(i))
-            if s < p - 1:
-                st.append(SendAct(i, s + 1))
-
         w = min(p - s, n)
         for i in range(w):
-            fwd(i)
+            _forward(st, i, s, p)
         for j in range(n):
             if s < p - 1:
                 st.append(RecvGrad(j, s + 1))
@@ -80,7 +81,7 @@ def onef1b(num_stages: int, num_microbatches: int, flush: bool = False) -> Sched
             if not flush:
                 st.append(OptimizerStep())
             if j + w < n:
-                fwd(j + w)
+                _forward(st, j + w, s, p)
         if flush:
             st.append(OptimizerStep())
         streams.append(tuple(st))

@@ -2,7 +2,7 @@
 
 Example:
     >>> from tf_commopt.core.costgraph import CostGraph, Node
-    >>> from tf_commopt.core.partition.plan import PartitionPlan
+    >>> from tf_commopt.core.plan import PartitionPlan
     >>> from tf_commopt.core.simulate import simulate_pipeline
     >>> g = CostGraph([Node("a", 1, 2), Node("b", 1, 2)], [("a", "b")])
     >>> plan = PartitionPlan("x", {"a": 0, "b": 1}, [0, 1], [3, 3], [0, 0], [0, 0], 3, 0)

@@ -128,138 +128,161 @@ def ring_allreduce_ms(nbytes: float, n: int, bytes_per_ms: float, latency_ms: fl
 _TAG = {SendAct: "act", SendGrad: "grad", RecvAct: "act", RecvGrad: "grad"}
 
 
-def run(job: Job) -> RunTrace:
-    """Simulate ``job`` (see module docstring for the rules)."""
-    sched, ranks, cluster = job.schedule, list(job.ranks), job.cluster
-    streams = sched.streams
-    n = len(streams)
-    if len(ranks) != n:
-        raise PlanError(
-            f"{len(ranks)} rank costs for a schedule of {n} ranks", where=f"schedule {sched.name!r}"
-        )
-    ndev = len(cluster)
-    for r, rc in enumerate(ranks):
-        if not 0 <= rc.device < ndev:
-            raise PlanError(
-                f"rank {r} placed on device {rc.device}, cluster has {ndev}", where=f"schedule {sched.name!r}"
-            )
-    dev = [rc.device for rc in ranks]
-    fwd = [rc.forward_ms for rc in ranks]
-    bwd = [rc.backward_ms for rc in ranks]
-    opt = [rc.optimizer_ms for rc in ranks]
-    fwd_mb = [rc.forward_mb for rc in ranks]
-    bwd_mb = [rc.backward_mb for rc in ranks]
-    msg_bytes = job.message_bytes
-    links: Dict[Tuple[int, int], Tuple[float, float]] = {}
+class _Engine:
+    """The state of one run: rank clocks and program counters, link queues, messages in flight."""
 
-    def link(a: int, b: int) -> Tuple[float, float]:
-        v = links.get((a, b))
+    def __init__(self, job: Job):
+        sched, ranks, cluster = job.schedule, list(job.ranks), job.cluster
+        n = len(sched.streams)
+        if len(ranks) != n:
+            raise PlanError(
+                f"{len(ranks)} rank costs for a schedule of {n} ranks", where=f"schedule {sched.name!r}"
+            )
+        for r, rc in enumerate(ranks):
+            if not 0 <= rc.device < len(cluster):
+                raise PlanError(
+                    f"rank {r} placed on device {rc.device}, cluster has {len(cluster)}",
+                    where=f"schedule {sched.name!r}",
+                )
+        self.job, self.sched, self.cluster, self.ranks = job, sched, cluster, ranks
+        self.dev = [rc.device for rc in ranks]
+        self.links: Dict[Tuple[int, int], Tuple[float, float]] = {}
+        self.link_free: Dict[Tuple[int, int], float] = {}
+        self.pc = [0] * n
+        self.clock = [0.0] * n
+        self.heap = [(0.0, r) for r in range(n)]
+        self.msgs: Dict[tuple, float] = {}
+        self.waiting: Dict[tuple, int] = {}
+        self.colls: Dict[tuple, List[int]] = {}
+        self.events: List[Event] = []
+        self.busy: Dict[int, float] = {d: 0.0 for d in self.dev}
+        self.done = [0.0] * sched.num_microbatches
+        self.total_bytes = 0.0
+        self.handlers = {Forward: self._compute, Backward: self._compute, SendAct: self._send,
+                         SendGrad: self._send, RecvAct: self._recv, RecvGrad: self._recv,
+                         OptimizerStep: self._step, LocalStep: self._step, AllReduce: self._collective,
+                         Average: self._collective}  # fmt: skip
+
+    def link(self, a: int, b: int) -> Tuple[float, float]:
+        v = self.links.get((a, b))
         if v is None:
-            lk = cluster.link(a, b)
-            v = links[(a, b)] = (lk.bytes_per_ms, lk.latency_ms)
+            lk = self.cluster.link(a, b)
+            v = self.links[(a, b)] = (lk.bytes_per_ms, lk.latency_ms)
         return v
 
-    link_free: Dict[Tuple[int, int], float] = {}
-    pc = [0] * n
-    clock = [0.0] * n
-    heap = [(0.0, r) for r in range(n)]
-    msgs: Dict[tuple, float] = {}
-    waiting: Dict[tuple, int] = {}
-    colls: Dict[tuple, List[int]] = {}
-    events: List[Event] = []
-    add = events.append
-    busy: Dict[int, float] = {d: 0.0 for d in dev}
-    done = [0.0] * sched.num_microbatches
-    total_bytes = 0.0
-    push, pop = heapq.heappush, heapq.heappop
+    def _compute(self, r: int, ins, t: float) -> bool:
+        rc = self.ranks[r]
+        if type(ins) is Forward:
+            dur, kind = (
+                (rc.forward_mb.get(ins.mb, rc.forward_ms) if rc.forward_mb else rc.forward_ms),
+                "forward",
+            )
+        else:
+            dur, kind = (
+                (rc.backward_mb.get(ins.mb, rc.backward_ms) if rc.backward_mb else rc.backward_ms),
+                "backward",
+            )
+            if t + dur > self.done[ins.mb]:
+                self.done[ins.mb] = t + dur
+        d = self.dev[r]
+        self.events.append(Event(kind, r, d, ins.mb, t, t + dur))
+        self.busy[d] += dur
+        self.clock[r] = t + dur
+        return True
 
-    while heap:
-        _, r = pop(heap)
-        stream = streams[r]
-        ln = len(stream)
-        d = dev[r]
-        while pc[r] < ln:
-            t = clock[r]
-            if heap and t > heap[0][0]:
-                push(heap, (t, r))
-                break
-            ins = stream[pc[r]]
-            ty = type(ins)
-            if ty is Forward or ty is Backward:
-                if ty is Forward:
-                    dur = fwd_mb[r].get(ins.mb, fwd[r]) if fwd_mb[r] else fwd[r]
-                    kind = "forward"
-                else:
-                    dur = bwd_mb[r].get(ins.mb, bwd[r]) if bwd_mb[r] else bwd[r]
-                    kind = "backward"
-                    end = t + dur
-                    if end > done[ins.mb]:
-                        done[ins.mb] = end
-                add(Event(kind, r, d, ins.mb, t, t + dur))
-                busy[d] += dur
-                clock[r] = t + dur
-            elif ty is SendAct or ty is SendGrad:
-                tag = _TAG[ty]
-                p = ins.peer
-                nbytes = msg_bytes.get((tag, r, p), 0.0)
-                pd = dev[p]
-                if pd == d or nbytes <= 0:
-                    arrival = t
-                else:
-                    bpm, lat = link(d, pd)
-                    start = max(t, link_free.get((d, pd), 0.0))
-                    end = start + nbytes / bpm
-                    link_free[(d, pd)] = end
-                    arrival = end + lat
-                    total_bytes += nbytes
-                    add(Event("send_" + tag, r, d, ins.mb, start, end, pd, nbytes))
-                key = (tag, r, p, ins.mb)
-                w = waiting.pop(key, None)
-                if w is None:
-                    msgs[key] = arrival
-                else:
-                    pc[w] += 1
-                    if arrival > clock[w]:
-                        clock[w] = arrival
-                    push(heap, (clock[w], w))
-            elif ty is RecvAct or ty is RecvGrad:
-                key = (_TAG[ty], ins.peer, r, ins.mb)
-                arrival = msgs.pop(key, None)
-                if arrival is None:
-                    waiting[key] = r
-                    break
-                if arrival > t:
-                    clock[r] = arrival
-            elif ty is OptimizerStep or ty is LocalStep:
-                dur = opt[r]
-                if dur > 0:
-                    add(Event("optimizer", r, d, -1, t, t + dur))
-                    busy[d] += dur
-                    clock[r] = t + dur
-            elif ty is AllReduce or ty is Average:
-                ckey = (ty, ins.key, ins.ranks)
-                arrived = colls.setdefault(ckey, [])
-                arrived.append(r)
-                if len(arrived) < len(ins.ranks):
-                    break
-                del colls[ckey]
-                total_bytes += _collective(job, ins, ty, dev, clock, link, link_free, add)
-                for q in ins.ranks:
-                    if q != r:
-                        pc[q] += 1
-                        push(heap, (clock[q], q))
-            else:
-                raise PlanError(f"unknown instruction {ins!r}", where=f"schedule {sched.name!r} rank {r}")
-            pc[r] += 1
-    stuck = [r for r in range(n) if pc[r] < len(streams[r])]
-    if stuck:
-        r = stuck[0]
-        raise PlanError(
-            f"deadlock: rank {r} waits forever at instruction {pc[r]} ({streams[r][pc[r]]!r})",
-            where=f"schedule {sched.name!r}",
+    def _send(self, r: int, ins, t: float) -> bool:
+        tag, p, d = _TAG[type(ins)], ins.peer, self.dev[r]
+        nbytes = self.job.message_bytes.get((tag, r, p), 0.0)
+        pd = self.dev[p]
+        if pd == d or nbytes <= 0:
+            arrival = t
+        else:
+            bpm, lat = self.link(d, pd)
+            start = max(t, self.link_free.get((d, pd), 0.0))
+            end = start + nbytes / bpm
+            self.link_free[(d, pd)] = end
+            arrival = end + lat
+            self.total_bytes += nbytes
+            self.events.append(Event("send_" + tag, r, d, ins.mb, start, end, pd, nbytes))
+        key = (tag, r, p, ins.mb)
+        w = self.waiting.pop(key, None)
+        if w is None:
+            self.msgs[key] = arrival
+        else:  # the receiver was blocked on this message: it passes its receive
+            self.pc[w] += 1
+            if arrival > self.clock[w]:
+                self.clock[w] = arrival
+            heapq.heappush(self.heap, (self.clock[w], w))
+        return True
+
+    def _recv(self, r: int, ins, t: float) -> bool:
+        key = (_TAG[type(ins)], ins.peer, r, ins.mb)
+        arrival = self.msgs.pop(key, None)
+        if arrival is None:
+            self.waiting[key] = r
+            return False
+        if arrival > t:
+            self.clock[r] = arrival
+        return True
+
+    def _step(self, r: int, ins, t: float) -> bool:
+        dur = self.ranks[r].optimizer_ms
+        if dur > 0:
+            d = self.dev[r]
+            self.events.append(Event("optimizer", r, d, -1, t, t + dur))
+            self.busy[d] += dur
+            self.clock[r] = t + dur
+        return True
+
+    def _collective(self, r: int, ins, t: float) -> bool:
+        ty = type(ins)
+        ckey = (ty, ins.key, ins.ranks)
+        arrived = self.colls.setdefault(ckey, [])
+        arrived.append(r)
+        if len(arrived) < len(ins.ranks):
+            return False
+        del self.colls[ckey]
+        self.total_bytes += _collective(
+            self.job, ins, ty, self.dev, self.clock, self.link, self.link_free, self.events.append
         )
-    makespan = max(clock) if clock else 0.0
-    return RunTrace(makespan, events, busy, total_bytes, done)
+        for q in ins.ranks:
+            if q != r:
+                self.pc[q] += 1
+                heapq.heappush(self.heap, (self.clock[q], q))
+        return True
+
+    def run(self) -> RunTrace:
+        streams, heap, pc, clock, handlers = self.sched.streams, self.heap, self.pc, self.clock, self.handlers
+        while heap:
+            _, r = heapq.heappop(heap)
+            stream = streams[r]
+            while pc[r] < len(stream):
+                t = clock[r]
+                if heap and t > heap[0][0]:  # another rank is earlier: process events in time order
+                    heapq.heappush(heap, (t, r))
+                    break
+                ins = stream[pc[r]]
+                handler = handlers.get(type(ins))
+                if handler is None:
+                    raise PlanError(
+                        f"unknown instruction {ins!r}", where=f"schedule {self.sched.name!r} rank {r}"
+                    )
+                if not handler(r, ins, t):
+                    break  # blocked: a receive or a collective resumes it
+                pc[r] += 1
+        stuck = [r for r in range(len(streams)) if pc[r] < len(streams[r])]
+        if stuck:
+            r = stuck[0]
+            raise PlanError(
+                f"deadlock: rank {r} waits forever at instruction {pc[r]} ({streams[r][pc[r]]!r})",
+                where=f"schedule {self.sched.name!r}",
+            )
+        return RunTrace(max(clock) if clock else 0.0, self.events, self.busy, self.total_bytes, self.done)
+
+
+def run(job: Job) -> RunTrace:
+    """Simulate ``job`` (see the module docstring for the rules)."""
+    return _Engine(job).run()
 
 
 def _collective(job: Job, ins, ty, dev, clock, link, link_free, add) -> float:

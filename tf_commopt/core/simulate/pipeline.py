@@ -1,6 +1,6 @@
 """Simulate a pipeline schedule for a CostGraph + PartitionPlan + Cluster.
 
-The binding rules (the same as the partitioner's objective, :mod:`tf_commopt.core.partition.objective`):
+The binding rules (the shared rule of :mod:`tf_commopt.core.stagecost`, as the partitioner's objective):
 
 * stage ``s`` runs on device ``d = plan.device_of_stage[s]``; its forward time per mini-batch is
   ``sum_{v in s} CostGraph.forward_ms(v, kind(d)) / capacity(d)`` (backward alike);
@@ -13,7 +13,7 @@ The binding rules (the same as the partitioner's objective, :mod:`tf_commopt.cor
 
 Example:
     >>> from tf_commopt.core.costgraph import CostGraph, Node
-    >>> from tf_commopt.core.partition.plan import PartitionPlan
+    >>> from tf_commopt.core.plan import PartitionPlan
     >>> from tf_commopt.core.simulate.pipeline import simulate_pipeline
     >>> g = CostGraph([Node("a", 2, 4, activation_bytes=0), Node("b", 2, 4)], [("a", "b")])
     >>> plan = PartitionPlan("x", {"a": 0, "b": 1}, [0, 1], [6, 6], [0, 0], [0, 0], 6, 0)
@@ -24,23 +24,21 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from tf_commopt.core import stagecost
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster
+from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.schedule import SCHEDULES, Schedule
 from tf_commopt.core.simulate.engine import Job, RankCost
 from tf_commopt.core.simulate.result import SimResult, simulate_job
 from tf_commopt.errors import InputError, PlanError
 
-if TYPE_CHECKING:  # the plan is a value; simulate does not import the partitioner
-    from tf_commopt.core.partition.plan import PartitionPlan
-
 __all__ = ["hop_bytes", "stage_costs", "pipeline_job", "simulate_pipeline"]
 
 
-def _stages(graph: CostGraph, plan: "PartitionPlan") -> Dict[str, int]:
+def _stages(graph: CostGraph, plan: PartitionPlan) -> Dict[str, int]:
     where = f"plan {plan.method!r}"
     son = plan.stage_of_node
     missing = [n for n in graph.topological_order() if n not in son]
@@ -74,7 +72,7 @@ def hop_bytes(graph: CostGraph, stage_of_node: Mapping[str, int], num_stages: in
     ]
 
 
-def stage_costs(graph: CostGraph, plan: "PartitionPlan", cluster: Cluster) -> List[Tuple[float, float]]:
+def stage_costs(graph: CostGraph, plan: PartitionPlan, cluster: Cluster) -> List[Tuple[float, float]]:
     """``(forward_ms, backward_ms)`` of each stage per mini-batch on its device (capacity and kind applied)."""
     son = _stages(graph, plan)
     k = plan.num_stages
@@ -98,7 +96,7 @@ def stage_costs(graph: CostGraph, plan: "PartitionPlan", cluster: Cluster) -> Li
 
 def pipeline_job(
     graph: CostGraph,
-    plan: "PartitionPlan",
+    plan: PartitionPlan,
     schedule: Union[str, Schedule] = "gpipe",
     microbatches: int = 4,
     cluster: Optional[Cluster] = None,
@@ -145,7 +143,7 @@ def pipeline_job(
 
 def simulate_pipeline(
     graph: CostGraph,
-    plan: "PartitionPlan",
+    plan: PartitionPlan,
     schedule: Union[str, Schedule] = "gpipe",
     microbatches: int = 4,
     cluster: Optional[Cluster] = None,

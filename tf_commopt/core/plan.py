@@ -1,7 +1,9 @@
-"""PartitionPlan: the plain value a partitioner returns and strategies/simulators consume.
+"""The plans, as plain values: :class:`PartitionPlan` (one pipeline) and :class:`HybridPlan` (a grouped
+hybrid). The planner (:mod:`tf_commopt.core.planner`) makes them; the simulator and the executors
+consume them.
 
 Example:
-    >>> from tf_commopt.core.partition.plan import PartitionPlan
+    >>> from tf_commopt.core.plan import PartitionPlan
     >>> p = PartitionPlan(method="balanced", stage_of_node={"a": 0, "b": 1}, device_of_stage=[0, 1],
     ...                   stage_compute_ms=[3.0, 2.0], stage_comm_ms=[0.5, 0.5],
     ...                   stage_memory_bytes=[0.0, 0.0], objective=3.5, comm_bytes=1e6)
@@ -9,18 +11,21 @@ Example:
     (2, 3.5)
     >>> PartitionPlan.from_json(p.to_json()) == p
     True
+    >>> h = HybridPlan(groups=[[0, 1], [2]], plans=[p, p], microbatches=4, group_ms=[6.0, 3.0])
+    >>> [round(f, 3) for f in h.batch_fractions], h.devices_of_stage(0)
+    ([0.333, 0.667], [(0,), (1,)])
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from tf_commopt.errors import PlanError
+from tf_commopt.errors import InputError, PlanError
 
-__all__ = ["PartitionPlan"]
+__all__ = ["PartitionPlan", "HybridPlan", "single_stage_plan"]
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,7 @@ class PartitionPlan:
         graph_name: name of the graph partitioned.
         extra: method-specific details (JSON-serialisable).
         cluster: the cluster the plan was made for: ``capacities``, ``kinds`` and ``memory_bytes`` of
-            every device, ``bandwidth_gbps`` and ``latency_ms`` of the links (None in plans written
-            before the field existed).
+            every device, ``bandwidth_gbps`` and ``latency_ms`` of the links (None if not recorded).
         schedule: the schedule it was scored for (``"gpipe"`` / ``"1f1b"``), or None.
         microbatches: the micro-batches it was scored for, or None.
     """
@@ -212,7 +216,7 @@ def _num(x: Any, what: str, where: str) -> float:
 
 
 def _cluster(c: Any, k: int, where: str) -> Optional[Dict[str, Any]]:
-    """Validate a plan's ``cluster`` record (None stays None: plans from before the field)."""
+    """Validate a plan's ``cluster`` record (None stays None)."""
     if c is None:
         return None
     if not isinstance(c, Mapping):
@@ -246,3 +250,79 @@ def _cluster(c: Any, k: int, where: str) -> Optional[Dict[str, Any]]:
         "latency_ms": lat,
         "memory_bytes": mem,
     }
+
+
+def single_stage_plan(graph: Any) -> PartitionPlan:
+    """The whole graph (a :class:`~tf_commopt.core.costgraph.CostGraph`) as one stage on device 0."""
+    t = graph.total_ms()
+    son = {v: 0 for v in graph.topological_order()}
+    return PartitionPlan("single", son, [0], [t], [0.0], [0.0], t, 0.0, graph_name=graph.name)
+
+
+@dataclass(frozen=True)
+class HybridPlan:
+    """A grouped hybrid: pipelines inside device groups, data parallel between them.
+
+    Attributes:
+        groups: the cluster's device indices of each group.
+        plans: one PartitionPlan per group (``device_of_stage`` indexes the group's devices).
+        microbatches: GPipe micro-batches per group per mini-batch.
+        group_ms: each group's pipeline alone on the whole mini-batch (ms, simulated by the planner).
+        weights: each group's throughput for the batch split (default ``1 / group_ms``).
+        stage_devices: ``[group][stage]``: the cluster devices of the stage's replicas (default: one
+            replica, ``groups[g][plans[g].device_of_stage[s]]``).
+        grouping: how the groups were formed (``"snake"``, ``"contiguous"``, ``"given"``,
+            ``"replicated:<shape>"``).
+    """
+
+    groups: List[List[int]]
+    plans: List[PartitionPlan]
+    microbatches: int
+    group_ms: List[float]
+    weights: Optional[List[float]] = None
+    stage_devices: Optional[List[List[Tuple[int, ...]]]] = None
+    grouping: str = "given"
+
+    def __post_init__(self):
+        G = len(self.groups)
+        if (
+            len(self.plans) != G
+            or len(self.group_ms) != G
+            or (self.weights is not None and len(self.weights) != G)
+        ):
+            raise InputError(
+                f"{len(self.plans)} plans, {len(self.group_ms)} group times for {G} groups",
+                where="HybridPlan",
+            )
+        if (
+            isinstance(self.microbatches, bool)
+            or not isinstance(self.microbatches, int)
+            or self.microbatches < 1
+        ):
+            raise InputError(
+                f"microbatches must be a positive integer, got {self.microbatches!r}", where="microbatches"
+            )
+
+    @property
+    def batch_fractions(self) -> List[float]:
+        """Each group's share of the global batch: its weight over the sum (weights default ``1 / t_g``)."""
+        w = self.weights if self.weights is not None else [1.0 / t for t in self.group_ms]
+        if any(not x > 0 for x in w):
+            raise InputError(f"group weights must be positive, got {list(w)}", where="HybridPlan")
+        return [x / sum(w) for x in w]
+
+    def devices_of_stage(self, g: int) -> List[Tuple[int, ...]]:
+        """The cluster devices of each stage of group ``g`` (one tuple of replicas per stage)."""
+        if self.stage_devices is not None:
+            return [tuple(d) for d in self.stage_devices[g]]
+        plan, group = self.plans[g], self.groups[g]
+        return [(group[plan.device_of_stage[s]],) for s in range(plan.num_stages)]
+
+    def with_weights(self, weights: Sequence[float]) -> "HybridPlan":
+        """The same plan with the batch split by ``weights`` (one positive number per group)."""
+        w = [float(x) for x in weights]
+        if len(w) != len(self.groups) or any(not x > 0 for x in w):
+            raise InputError(
+                f"need {len(self.groups)} positive group weights, got {list(weights)}", where="group_weights"
+            )
+        return replace(self, weights=w)
