@@ -57,9 +57,25 @@ def test_no_import_cycles():
     assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles)
 
 
+def _package_of(module: str, modules) -> str:
+    path = modules[module]
+    return module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
+
+
+def test_no_package_cycles():
+    """Packages (modules collapsed into the package that holds them) import each other without cycles."""
+    modules = _modules()
+    packages = nx.DiGraph()
+    for a, b in import_graph().edges:
+        pa, pb = _package_of(a, modules), _package_of(b, modules)
+        if pa != pb:
+            packages.add_edge(pa, pb)
+    cycles = list(nx.simple_cycles(packages))
+    assert cycles == [], "package cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles)
+
+
 def test_the_graph_sees_lazy_imports():
     g = import_graph()
-    # experiments.train is outside; inside: skip_correct imports _keras_hooks inside a function
     assert g.has_edge("tf_commopt.distribute.skip_correct", "tf_commopt.distribute._keras_hooks")
     assert g.has_edge("tf_commopt.distribute.skip_correct", "tf_commopt._compat")
     # experiments/: the runner dispatches to its trainers lazily
