@@ -36,3 +36,16 @@ def test_the_index_lists_every_page():
 def test_relative_links_resolve(page):
     broken = [link for link in _links(page) if not (page.parent / link).exists()]
     assert not broken, f"{page.relative_to(ROOT)} links to missing files: {broken}"
+
+
+def _architecture_tree():
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Packages", 1)[1]
+    block = section.split("```", 2)[1]
+    return {line.split()[0].rstrip("/") for line in block.splitlines() if line.strip()}
+
+
+def test_the_architecture_tree_names_every_package_and_only_packages():
+    named = {n for n in _architecture_tree() if n.startswith("tf_commopt")}
+    packages = {p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "tf_commopt").rglob("__init__.py")}
+    assert named == packages, f"missing: {sorted(packages - named)}; not packages: {sorted(named - packages)}"
