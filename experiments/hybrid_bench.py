@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -236,6 +237,10 @@ def run_config(
     ]
 
 
+def _mean_of(rows: List[dict], f) -> float:
+    return statistics.mean(f(r) for r in rows)
+
+
 def pct(a: float, b: float) -> float:
     return 100.0 * (a - b) / b
 
@@ -274,7 +279,7 @@ def summary(rows: List[dict]) -> str:
         sel = [r for r in rows if bw is None or r["bandwidth_gbps"] == bw]
         if not sel:
             continue
-        m = lambda f, sel=sel: statistics.mean(f(r) for r in sel)  # noqa: E731
+        m = functools.partial(_mean_of, sel)
         base = "data_parallel_proportional_overlap_iteration_ms"
         gains = [pct(r["hybrid_iteration_ms"], r[base]) for r in sel]
         go = [pct(r["groups_only_iteration_ms"], r[base]) for r in sel if r["groups_only_iteration_ms"]]

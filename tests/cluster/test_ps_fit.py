@@ -36,7 +36,10 @@ def reference(rec, round_steps):
     xs = [x[i::k][:n].astype(np.float64) for i in range(k)]
     ys = [y[i::k][:n].astype(np.float64) for i in range(k)]
     params = [np.array(w, np.float64) for w in rec["init"]]
-    zeros = lambda: [np.zeros_like(p) for p in params]  # noqa: E731
+
+    def zeros():
+        return [np.zeros_like(p) for p in params]
+
     corr = [zeros() for _ in range(k)]
     slots = [[zeros(), zeros()] for _ in range(k)]  # SGD: [momentum, -]; Adam: [m, v]
     out, done, metrics = [], 0, []

@@ -113,7 +113,10 @@ def test_slowed_stretches_wall_time_by_the_factor(in_graph):
 def test_slowed_keeps_gradients():
     w = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
     x = tf.constant([[0.5, -1.0]])
-    f = lambda v: tf.reduce_sum(tf.tanh(tf.matmul(v, w)))  # noqa: E731
+
+    def f(v):
+        return tf.reduce_sum(tf.tanh(tf.matmul(v, w)))
+
     with tf.GradientTape() as t1:
         a = f(x)
     with tf.GradientTape() as t2:

@@ -42,8 +42,8 @@ def _check_version() -> None:
 _check_version()
 
 # ---- private TensorFlow modules (tensorflow.python.*) -------------------------------------------------
-from tensorflow.python.data.ops import multi_device_iterator_ops  # noqa: E402
-from tensorflow.python.distribute import (  # noqa: E402
+from tensorflow.python.data.ops import multi_device_iterator_ops
+from tensorflow.python.distribute import (
     collective_all_reduce_strategy,
     collective_util,
     distribute_lib,
@@ -51,15 +51,15 @@ from tensorflow.python.distribute import (  # noqa: E402
     parameter_server_strategy_v2,
     values,
 )
-from tensorflow.python.distribute.cluster_resolver import (  # noqa: E402
+from tensorflow.python.distribute.cluster_resolver import (
     slurm_cluster_resolver,
     tfconfig_cluster_resolver,
 )
-from tensorflow.python.distribute.coordinator import cluster_coordinator  # noqa: E402
-from tensorflow.python.framework import ops as framework_ops  # noqa: E402
-from tensorflow.python.ops import resource_variable_ops  # noqa: E402
-from tensorflow.python.saved_model import save_context  # noqa: E402
-from tensorflow.python.trackable import base as trackable_base  # noqa: E402
+from tensorflow.python.distribute.coordinator import cluster_coordinator
+from tensorflow.python.framework import ops as framework_ops
+from tensorflow.python.ops import resource_variable_ops
+from tensorflow.python.saved_model import save_context
+from tensorflow.python.trackable import base as trackable_base
 
 
 class _SetBy:

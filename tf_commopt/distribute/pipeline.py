@@ -50,21 +50,21 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from tf_commopt import use_tf_keras
 
 use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from tf_commopt._compat import keras_nested_outputs  # noqa: E402
-from tf_commopt.core.plan import PartitionPlan  # noqa: E402
-from tf_commopt.core.schedule import Backward, Forward, OptimizerStep, gpipe  # noqa: E402
-from tf_commopt.core.schedule.order import KNOWN, execution_order  # noqa: E402
-from tf_commopt.distribute.stages import (  # noqa: E402  (re-exported)
+from tf_commopt._compat import keras_nested_outputs
+from tf_commopt.core.plan import PartitionPlan
+from tf_commopt.core.schedule import Backward, Forward, OptimizerStep, gpipe
+from tf_commopt.core.schedule.order import KNOWN, execution_order
+from tf_commopt.distribute.stages import (  # re-exported
     StageLayout,
     _is_float,
     default_devices,
     place_model,
     split_sizes,
 )
-from tf_commopt.errors import InputError, PlanError  # noqa: E402
-from tf_commopt.tf.slowdown import canonical_device, get_slowdown, slowed  # noqa: E402
+from tf_commopt.errors import InputError, PlanError
+from tf_commopt.tf.slowdown import canonical_device, get_slowdown, slowed
 
 __all__ = ["Pipeline", "MiniBatchRun", "StageLayout", "split_sizes", "place_model", "default_devices"]
 

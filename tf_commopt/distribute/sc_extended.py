@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import weakref
@@ -243,7 +244,7 @@ class _SkipCorrectMixin:
         if ivs.auto:
             # a t_comm sample: the sync's all-reduce (with overlap: the background one applied at this sync)
             sampled = tf.logical_and(do_sync, comm_sample > 0) if self._sc_overlap else do_sync
-            agree = lambda vec: averaging.agree(self, vec)  # noqa: E731
+            agree = functools.partial(averaging.agree, self)
             with tf.control_dependencies([new_k]):
                 deps.append(ivs.record(steps, step_dt, sampled, comm_sample, tel.comm_s.read_value(), agree))
         with tf.control_dependencies(deps):

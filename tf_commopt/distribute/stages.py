@@ -18,11 +18,11 @@ from typing import Any, Dict, List, Mapping, Sequence
 from tf_commopt import use_tf_keras
 
 use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from tf_commopt._compat import keras_nodes_by_depth  # noqa: E402
-from tf_commopt.core.plan import PartitionPlan  # noqa: E402
-from tf_commopt.errors import InputError, PlanError  # noqa: E402
+from tf_commopt._compat import keras_nodes_by_depth
+from tf_commopt.core.plan import PartitionPlan
+from tf_commopt.errors import InputError, PlanError
 
 __all__ = ["StageLayout", "split_sizes", "place_model", "default_devices"]
 

@@ -28,6 +28,8 @@ from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
+from tf_commopt._keras_callback import Callback as _Base  # the one callback base
+
 __all__ = ["SkipCorrectTelemetry"]
 
 
@@ -39,9 +41,6 @@ def _scalar(tag: str, value: float, step: int) -> None:
         plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
     )
     tf.summary.write(tag, tf.constant(value, tf.float32), step=step, metadata=meta.SerializeToString())
-
-
-from tf_commopt._keras_callback import Callback as _Base  # noqa: E402  (the one callback base)
 
 
 class SkipCorrectTelemetry(_Base):

@@ -55,7 +55,10 @@ def make_buckets(
     if bucket_bytes is not None and not bucket_bytes > 0:
         raise InputError(f"bucket_bytes must be positive or None, got {bucket_bytes!r}", where="bucket_bytes")
     if keep is None:
-        keep = lambda key: len(stage_of_node) > 1  # noqa: E731
+
+        def keep(key: Tuple[int, ...]) -> bool:
+            return len(stage_of_node) > 1
+
     open_: Dict[Tuple[int, ...], List[str]] = {}
     size: Dict[Tuple[int, ...], float] = {}
     closed: List[Tuple[int, Tuple[int, ...], List[str]]] = []  # (latest topo index, tuple, nodes)

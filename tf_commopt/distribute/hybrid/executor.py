@@ -21,10 +21,10 @@ from typing import Any, Dict, List, Sequence, Tuple
 from tf_commopt import use_tf_keras
 
 use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from tf_commopt.core.schedule import AllReduce, OptimizerStep, execution_order  # noqa: E402
-from tf_commopt.core.schedule.hybrid import HybridProgram  # noqa: E402
+from tf_commopt.core.schedule import AllReduce, OptimizerStep, execution_order
+from tf_commopt.core.schedule.hybrid import HybridProgram
 
 __all__ = ["ProgramExecutor"]
 

@@ -15,10 +15,10 @@ from typing import Any, List, Optional, Sequence, Tuple
 from tf_commopt import use_tf_keras
 
 use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from tf_commopt.core.tfconfig import parse_tf_config  # noqa: E402
-from tf_commopt.errors import InputError  # noqa: E402
+from tf_commopt.core.tfconfig import parse_tf_config
+from tf_commopt.errors import InputError
 
 __all__ = ["groups_from_tf_config", "local_devices", "Hosts", "discover_hosts"]
 

@@ -13,10 +13,10 @@ from typing import Any, Dict, Optional
 from tf_commopt import use_tf_keras
 
 use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from tf_commopt._compat import keras_nested_outputs  # noqa: E402
-from tf_commopt.errors import InputError  # noqa: E402
+from tf_commopt._compat import keras_nested_outputs
+from tf_commopt.errors import InputError
 
 __all__ = ["check_static_batches", "keras_train_step", "wrap_fit"]
 

@@ -17,20 +17,20 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from tf_commopt import use_tf_keras
 
 use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from tf_commopt.core.devices import Cluster  # noqa: E402
-from tf_commopt.core.plan import HybridPlan, PartitionPlan  # noqa: E402
-from tf_commopt.core.planner import plan_hybrid, snake_groups  # noqa: E402
-from tf_commopt.core.schedule.buckets import DEFAULT_BUCKET_BYTES  # noqa: E402
-from tf_commopt.core.schedule.hybrid import HybridProgram, check_groups, hybrid_program, split_batch  # noqa: E402
-from tf_commopt.distribute.hybrid.capacity import resolve_capacities, slowdown_factors  # noqa: E402
-from tf_commopt.distribute.hybrid.executor import ProgramExecutor  # noqa: E402
-from tf_commopt.distribute.hybrid.hosts import discover_hosts, local_devices  # noqa: E402
-from tf_commopt.distribute.hybrid.keras_fit import check_static_batches, wrap_fit  # noqa: E402
-from tf_commopt.distribute.hybrid.program import bucket_variables, stage_maps  # noqa: E402
-from tf_commopt.distribute.pipeline import Pipeline  # noqa: E402
-from tf_commopt.errors import InputError  # noqa: E402
+from tf_commopt.core.devices import Cluster
+from tf_commopt.core.plan import HybridPlan, PartitionPlan
+from tf_commopt.core.planner import plan_hybrid, snake_groups
+from tf_commopt.core.schedule.buckets import DEFAULT_BUCKET_BYTES
+from tf_commopt.core.schedule.hybrid import HybridProgram, check_groups, hybrid_program, split_batch
+from tf_commopt.distribute.hybrid.capacity import resolve_capacities, slowdown_factors
+from tf_commopt.distribute.hybrid.executor import ProgramExecutor
+from tf_commopt.distribute.hybrid.hosts import discover_hosts, local_devices
+from tf_commopt.distribute.hybrid.keras_fit import check_static_batches, wrap_fit
+from tf_commopt.distribute.hybrid.program import bucket_variables, stage_maps
+from tf_commopt.distribute.pipeline import Pipeline
+from tf_commopt.errors import InputError
 
 __all__ = ["GroupedHybridTrainer"]
 

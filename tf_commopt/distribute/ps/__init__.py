@@ -26,12 +26,12 @@ from tf_commopt import use_tf_keras
 
 use_tf_keras()  # before TensorFlow loads: tf.keras is tf-keras under ParameterServerStrategy
 
-from tf_commopt.distribute.correction import CORRECTIONS  # noqa: E402
-from tf_commopt.distribute.ps.data import DatasetFnSource, array_batch_fn  # noqa: E402
-from tf_commopt.distribute.ps.keras_fit import chief_copy, fit, prepare, wrap  # noqa: E402
-from tf_commopt.distribute.ps.rules import SUPPORTED_OPTIMIZERS, UpdateRule, sgd_rule, update_rule  # noqa: E402
-from tf_commopt.distribute.ps.serve import serve, serve_unless_chief  # noqa: E402
-from tf_commopt.distribute.ps.trainer import ParameterServerSkipCorrect, trainer_for  # noqa: E402
+from tf_commopt.distribute.correction import CORRECTIONS
+from tf_commopt.distribute.ps.data import DatasetFnSource, array_batch_fn
+from tf_commopt.distribute.ps.keras_fit import chief_copy, fit, prepare, wrap
+from tf_commopt.distribute.ps.rules import SUPPORTED_OPTIMIZERS, UpdateRule, sgd_rule, update_rule
+from tf_commopt.distribute.ps.serve import serve, serve_unless_chief
+from tf_commopt.distribute.ps.trainer import ParameterServerSkipCorrect, trainer_for
 
 __all__ = [
     "ParameterServerSkipCorrect",
