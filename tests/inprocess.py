@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
-__all__ = ["CliRun", "TensorFlowImported", "run_module", "fresh_imports"]
+__all__ = ["CliRun", "TensorFlowImported", "run_module", "fresh_imports", "runner_imports"]
 
 TENSORFLOW = ("tensorflow", "tf_keras", "keras")
 _OURS = ("tf_commopt", "experiments")
@@ -164,6 +164,21 @@ def _isolated_flags() -> Iterator[None]:
         fv.__dict__.update(saved)
         for f, (value, present, default) in flag_values.items():
             f.value, f.present, f.using_default_value = value, present, default
+
+
+@contextlib.contextmanager
+def runner_imports() -> Iterator[None]:
+    """Import ``experiments`` runners afresh with their own absl flags (no clash with runners imported
+    elsewhere in this process, which define flags of the same names); all is put back on exit.
+
+    Example:
+        >>> with runner_imports():
+        ...     from experiments.allreduce_bench import parse_setting
+        >>> parse_setting("ring:0:1")["impl"]
+        'ring'
+    """
+    with _isolated_flags(), _hidden(("experiments",)):
+        yield
 
 
 @contextlib.contextmanager
