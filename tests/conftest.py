@@ -1,7 +1,8 @@
 """Shared test set-up: tier markers by folder, and the rules of the ``core`` tier enforced.
 
 Tiers (pytest.ini): ``core`` (tests/core: pure Python, in process), ``tf`` (tests/tf: one process, 4
-logical CPU devices, see tests/tf/conftest.py), ``cluster`` (tests/cluster: separate processes).
+logical CPU devices, see tests/tf/conftest.py), ``cluster`` (tests/cluster: separate processes). Tests
+marked ``bench`` (timings, printed, never asserted) run only when asked for: ``pytest -m bench -s``.
 A ``core`` test that starts a process fails (call the CLI's ``main(argv)`` or
 ``tests.inprocess.run_module`` instead), and so does one that imports TensorFlow when this process has not
 loaded it (``pytest tests/core``; in a full run tests/core/test_purity.py and ``run_module`` check it).
@@ -29,6 +30,11 @@ def pytest_collection_modifyitems(config, items):
         for tier in TIERS:
             if f"{os.sep}tests{os.sep}{tier}{os.sep}" in path:
                 item.add_marker(getattr(pytest.mark, tier))
+    if "bench" not in (config.option.markexpr or ""):  # timings run only when asked for: -m bench
+        benches = [item for item in items if item.get_closest_marker("bench")]
+        if benches:
+            config.hook.pytest_deselected(items=benches)
+            items[:] = [item for item in items if not item.get_closest_marker("bench")]
 
 
 def _no_process(*args, **kwargs):
