@@ -4,6 +4,7 @@ equals the plain-numpy overlapped rule; ``model.fit`` drains at its end and ``ev
 
 import numpy as np
 
+from tests.cluster.workers import assert_steps_follow
 from tests.tf.sc_reference import make_batches, run_overlap_rule
 
 
@@ -18,14 +19,7 @@ def test_two_workers_follow_the_numpy_overlap_rule(sc_cluster):
         w0, b0, make_batches(steps, 2, 5, 3, 4, seed=17), 3, "vrl", 0.2, sync_after=(steps,)
     )
     ref = ref + [after[-1]]
-    for t in range(steps + 1):
-        for i in range(2):
-            np.testing.assert_allclose(
-                got[i]["w"][t], ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t + 1} w{i}"
-            )
-            np.testing.assert_allclose(got[i]["b"][t], ref[t][1][i], rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(got[i]["d"][t], ref[t][2][i], rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(got[0]["d"][t] + got[1]["d"][t], 0.0, atol=1e-4)
+    assert_steps_follow(got, ref, steps + 1)
     assert np.abs(ref[6][2][0]).max() > 1e-3  # the Δ update at step 6 used the stale (step 3) snapshot
     assert abs(ref[steps - 1][0][0] - ref[steps - 1][0][1]).max() > 1e-3  # before the sync the workers differ
     np.testing.assert_allclose(got[0]["w"][-1], got[1]["w"][-1], rtol=1e-6, atol=1e-6)
