@@ -9,7 +9,7 @@ and the ``experiments`` modules (imported afresh by every run, so their flags ar
 
 ``pure=True`` (the core tier) also imports ``tf_commopt`` afresh and blocks TensorFlow, tf-keras and
 Keras while the command runs, even when another test already loaded them; an attempt to import them
-fails the run with the names it tried (:class:`TensorFlowImported`). :func:`fresh_imports` does the same
+fails the run with the names it tried (:class:`BlockedImport`). :func:`fresh_imports` does the same
 for "importing X does not import Y" checks.
 
 Example:
@@ -31,14 +31,14 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
-__all__ = ["CliRun", "TensorFlowImported", "run_module", "fresh_imports", "runner_imports"]
+__all__ = ["CliRun", "BlockedImport", "TENSORFLOW", "run_module", "fresh_imports", "runner_imports"]
 
-TENSORFLOW = ("tensorflow", "tf_keras", "keras")
+TENSORFLOW = ("tensorflow", "tf_keras", "keras")  # what the pure tier must not import
 _OURS = ("tf_commopt", "experiments")
 
 
-class TensorFlowImported(AssertionError):
-    """A command or an import of the pure tier tried to import TensorFlow."""
+class BlockedImport(AssertionError):
+    """A command or an import tried to import a module blocked there (TensorFlow in the pure tier)."""
 
 
 @dataclass
@@ -65,7 +65,7 @@ class _Blocker(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if _matches(name, self.names):
             self.tried.append(name)
-            raise ImportError(f"{name} is blocked in this test (the pure tier imports no TensorFlow)")
+            raise ImportError(f"{name} is blocked in this test")
         return None
 
 
@@ -101,8 +101,8 @@ def _hidden(prefixes: Sequence[str]) -> Iterator[None]:
 def fresh_imports(block: Sequence[str] = TENSORFLOW) -> Iterator[Set[str]]:
     """Import ``tf_commopt`` / ``experiments`` modules afresh with ``block`` unimportable.
 
-    Yields the set of module names imported inside (filled on exit); raises
-    :class:`TensorFlowImported` when a blocked module was asked for.
+    Yields the set of module names imported inside (filled on exit); raises :class:`BlockedImport` when a
+    blocked module was asked for (a module under ``block`` already loaded is hidden meanwhile).
 
     Example:
         >>> with fresh_imports() as seen:
@@ -121,7 +121,7 @@ def fresh_imports(block: Sequence[str] = TENSORFLOW) -> Iterator[Set[str]]:
             sys.meta_path.remove(blocker)
             seen |= {k for k in sys.modules if k not in before or _matches(k, _OURS)}
             if blocker.tried:
-                raise TensorFlowImported(f"tried to import {sorted(set(blocker.tried))}")
+                raise BlockedImport(f"tried to import {sorted(set(blocker.tried))}")
 
 
 def _flag_state():
@@ -212,7 +212,7 @@ def run_module(
         module: the module run as ``__main__`` (e.g. ``"experiments.train"``).
         argv: its arguments (without the program name).
         env: environment variables set meanwhile (``None`` as a value unsets one).
-        pure: import ``tf_commopt`` afresh and block TensorFlow (:class:`TensorFlowImported` if tried).
+        pure: import ``tf_commopt`` afresh and block TensorFlow (:class:`BlockedImport` if tried).
 
     Example:
         >>> run_module("tf_commopt.partition", ["--help"]).code

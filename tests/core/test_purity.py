@@ -8,7 +8,7 @@ from tests.inprocess import fresh_imports
 
 
 def test_core_does_not_import_tensorflow():
-    with fresh_imports() as seen:  # raises TensorFlowImported naming what was tried
+    with fresh_imports() as seen:  # raises BlockedImport naming what was tried
         import tf_commopt.core
 
         for m in pkgutil.walk_packages(tf_commopt.core.__path__, "tf_commopt.core."):
