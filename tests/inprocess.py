@@ -29,7 +29,7 @@ import os
 import runpy
 import sys
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, Optional, Sequence, Set, Tuple
 
 __all__ = ["CliRun", "BlockedImport", "TENSORFLOW", "run_module", "fresh_imports", "runner_imports"]
 
@@ -48,10 +48,6 @@ class CliRun:
     code: int
     out: str
     err: str
-
-    def err_lines(self) -> List[str]:
-        """The non-blank lines written to stderr."""
-        return [x for x in self.err.splitlines() if x.strip()]
 
 
 def _matches(name: str, prefixes: Sequence[str]) -> bool:
@@ -218,12 +214,11 @@ def run_module(
         >>> run_module("tf_commopt.partition", ["--help"]).code
         0
     """
-    block = TENSORFLOW if pure else ()
     code: object = 0
     with contextlib.ExitStack() as stack:
         out, err = stack.enter_context(_process_state(env))
         stack.enter_context(_isolated_flags())
-        stack.enter_context(fresh_imports(block) if pure else _hidden(("experiments",)))
+        stack.enter_context(fresh_imports() if pure else _hidden(("experiments",)))
         sys.argv[:] = [module] + list(argv)
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
