@@ -428,4 +428,6 @@ def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] =
     if chief:
         save_result(cfg.model_dir, record, plain)
         _summary(cfg, record, where, len(data.x_test), out)
+    elif cfg.step_times:  # every worker's own step figures, as its last line (the harness's all_tasks)
+        print(json.dumps(record), file=out, flush=True)
     return RunResult(record, plain)

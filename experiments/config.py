@@ -111,7 +111,8 @@ HELP: Dict[str, str] = {
     "non_iid_classes": "0: iid shards; k > 0: label-skewed shards, each worker's (local replicas: each "
     "replica's) mostly holding k labels",
     "step_times": "add step_ms, step_ms_p90 (per-step wall time after step 10) and startup_s "
-    "(strategy construction to the end of the first step) to the record",
+    "(strategy construction to the end of the first step) to the record; every worker, not only the "
+    "chief, prints its record as its last line",
     "proc_stats": "print 'PROC {...}' after each epoch: the task's resident memory, threads, open files",
     "eval_every": "evaluate the (averaged) model every this many steps, the clock paused; the record gets "
     "its curve (0 = only at the end)",

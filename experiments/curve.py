@@ -60,7 +60,7 @@ class Curve:
         self.points: List[Dict[str, float]] = []
         self.wall, self.paused, self.eval_syncs, self.eval_comm = 0.0, 0.0, 0, 0.0
         self.reached: Optional[Dict[str, float]] = None
-        self.last_eval_wall, self.seen_syncs = 0.0, 0
+        self.last_eval_wall, self.seen_syncs, self.before_fit = 0.0, 0, 0.0
         self.t = time.perf_counter()
 
     def evaluate(self, step: int) -> None:
@@ -86,6 +86,8 @@ class Curve:
         self.seen_syncs = self._syncs()
         self.t = time.perf_counter()
         self.paused += self.t - now
+        if self.done == 0:  # before training: outside the record's wall_s
+            self.before_fit = self.paused
 
     def _syncs(self) -> int:
         tele = getattr(getattr(self.strategy, "extended", None), "telemetry", None)
@@ -128,8 +130,8 @@ class Curve:
     def record(self, record: Dict[str, Any]) -> Dict[str, Any]:
         """``record`` with the curve, the time to target and without the evaluation averagings."""
         out = dict(record, curve=self.points, eval_s=round(self.paused, 3))
-        if "wall_s" in out:  # wall_s keeps the evaluations (as before); train_s is without them
-            out["train_s"] = round(out["wall_s"] - self.paused, 3)
+        if "wall_s" in out:  # wall_s keeps the evaluations during fit (as before); train_s is without them
+            out["train_s"] = round(out["wall_s"] - (self.paused - self.before_fit), 3)
         if self.target is not None:
             out.update(target_accuracy=self.target, time_to_target_s=None, steps_to_target=None)
             out.update(self.reached or {})
