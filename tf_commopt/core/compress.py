@@ -282,7 +282,9 @@ def sync_bytes(
     if isinstance(state_count, bool) or not isinstance(state_count, int) or state_count < 0:
         raise InputError(f"must be an integer >= 0, got {state_count!r}", where="state_count")
     if correction not in RULES:
-        raise InputError(f"unknown rule {correction!r}; expected one of {', '.join(RULES)}", where="correction")
+        raise InputError(
+            f"unknown rule {correction!r}; expected one of {', '.join(RULES)}", where="correction"
+        )
     per = WIRE_BYTES[validate_compression(compression)]
     buffers = 2 if correction == "gradient" else 1
     return param_count * per * buffers + state_count * 4
