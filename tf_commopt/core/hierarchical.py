@@ -208,21 +208,21 @@ def two_level_sync(
     """The sync due after h local steps: global when ``is_global`` (every m-th), else intra-host.
 
     One host, or m = 1 without compression, is today's rule (one all-reduce over every replica with
-    H = h), computed as today's rule computes it.
+    H = h), computed as today's rule computes it; one host has no inter-host level, so nothing is
+    compressed there.
     """
     _check(hosts, len(state.xs), rule)
     for name, v in (("h", h), ("m", m)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InputError(f"must be an integer >= 1, got {v!r}", where=name)
-    flat = len(hosts) == 1 or (m == 1 and codec is None)
-    if flat or is_global:
-        if flat:
-            full = _fill(state, rule)
-            out = compress.compressed_sync(x0, full.xs, rule, h, clr, full.deltas, grad_sums=full.grad_sums)
-            return full._replace(
-                xs=[out.x] * len(full.xs), deltas=out.deltas, grad_sums=[g * 0.0 for g in full.grad_sums]
-            )
+    if len(hosts) == 1 or (m == 1 and codec is None):
+        full = _fill(state, rule)
+        out = compress.compressed_sync(x0, full.xs, rule, h, clr, full.deltas, grad_sums=full.grad_sums)
+        zeros = [g * 0.0 for g in full.grad_sums]
+        return full._replace(xs=[out.x] * len(full.xs), deltas=out.deltas, grad_sums=zeros)
+    if is_global:
         return global_sync(x0, state, hosts, rule, h, m, clr, codec, round_fn, reduce)
-    return intra_host_sync(
+    after = intra_host_sync(
         state.xs, hosts, rule, h, clr, state.deltas, state.grad_sums, state.host_sums, state.host_deltas
-    )._replace(residuals=state.residuals, grad_residuals=state.grad_residuals)
+    )
+    return after._replace(residuals=state.residuals, grad_residuals=state.grad_residuals)
