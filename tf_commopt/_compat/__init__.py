@@ -62,6 +62,7 @@ from tf_commopt._compat.graph import (
 from tf_commopt._compat.keras import (
     backup_supported_strategies,
     backup_training_state,
+    fit_starting_at,
     keras_all_layers,
     keras_compiled_metrics,
     keras_history,
@@ -98,6 +99,7 @@ __all__ = [
     "save_context",
     "trackable_base",
     "tf_keras_internals",
+    "fit_starting_at",
     "optimizer_lr",
     "optimizer_momentum",
     "optimizer_slots",
