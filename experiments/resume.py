@@ -92,41 +92,45 @@ class Ledger:
         else:
             return None  # a fresh start
         lost = None if start is None else round(now - start, 3)
-        resume = {"attempt": attempt, "step": resumed_at, "lost_s": lost}
+        resume = {"attempt": attempt, "step": resumed_at, "lost_s": lost, "from_t": start, "first_t": now}
         self.add("resume", **resume)
         return resume
 
     def resumes(self) -> List[Dict[str, Any]]:
-        """Every resume so far: ``{"attempt", "step", "lost_s"}``."""
+        """Every resume so far: ``{"attempt", "step", "lost_s", "from_t", "first_t"}`` (``from_t``: when
+        the backup resumed from was written, or the previous run's first step; ``first_t``: this run's
+        first step; Unix times)."""
         return [
-            {k: e.get(k) for k in ("attempt", "step", "lost_s")}
+            {k: e.get(k) for k in ("attempt", "step", "lost_s", "from_t", "first_t")}
             for e in self.events()
             if e["event"] == "resume"
         ]
 
 
-def _chaos_spec(environ: Any) -> Optional[tuple]:
-    text = environ.get(CHAOS_ENV, "")
-    parts = text.split(":")
-    if len(parts) != 4 or not (parts[2].isdigit() and parts[3].isdigit()):
-        return None
-    return parts[0], parts[1], int(parts[2]), int(parts[3])
+def _chaos_specs(environ: Any) -> List[tuple]:
+    out = []
+    for text in environ.get(CHAOS_ENV, "").split(","):
+        parts = text.strip().split(":")
+        if len(parts) == 4 and parts[2].isdigit() and parts[3].isdigit():
+            out.append((parts[0], parts[1], int(parts[2]), int(parts[3])))
+    return out
 
 
 def chaos_hold(
     phase: str, task: str, step: int, attempt: int, out: TextIO, environ: Any = os.environ
 ) -> None:
-    """Tests only: wait (to be killed) if ``$TF_COMMOPT_CHAOS_HOLD`` names this phase, task, step and
-    attempt; every task prints ``CHAOS at <phase> <step>`` when it reaches the named phase and step."""
-    spec = _chaos_spec(environ)
-    if spec is None or spec[0] != phase or spec[2] != step or spec[3] != attempt:
-        return
-    print(f"CHAOS at {phase} {step} ({task})", file=out, flush=True)
-    if spec[1] == task and phase == "term":
-        os.kill(os.getpid(), signal.SIGTERM)
-    elif spec[1] == task:
-        print(f"CHAOS holding {task} in {phase} {step}", file=out, flush=True)
-        time.sleep(CHAOS_HOLD_S)
+    """Tests only: ``$TF_COMMOPT_CHAOS_HOLD`` is a comma-separated list of ``phase:task:step:attempt``; at
+    a listed phase, step and attempt every task prints ``CHAOS at <phase> <step> (<task>)`` and the listed
+    task waits to be killed (``term``: sends itself SIGTERM)."""
+    for spec in _chaos_specs(environ):
+        if spec[0] != phase or spec[2] != step or spec[3] != attempt:
+            continue
+        print(f"CHAOS at {phase} {step} ({task})", file=out, flush=True)
+        if spec[1] == task and phase == "term":
+            os.kill(os.getpid(), signal.SIGTERM)
+        elif spec[1] == task:
+            print(f"CHAOS holding {task} in {phase} {step}", file=out, flush=True)
+            time.sleep(CHAOS_HOLD_S)
 
 
 def backup_callback(
@@ -169,6 +173,8 @@ def backup_callback(
             if not self.first_step_seen:
                 self.first_step_seen = True
                 ledger.first_step(resumed_at, attempt, step)
+                if os.environ.get(CHAOS_ENV):
+                    print(f"CHAOS training from step {step} ({task}, attempt {attempt})", file=out, flush=True)
             if every and step % every == 0 and step % steps_per_epoch:
                 self.save(step)
             if watch is not None and watch.should_stop(step):
