@@ -174,7 +174,9 @@ def backup_callback(
                 self.first_step_seen = True
                 ledger.first_step(resumed_at, attempt, step)
                 if os.environ.get(CHAOS_ENV):
-                    print(f"CHAOS training from step {step} ({task}, attempt {attempt})", file=out, flush=True)
+                    print(
+                        f"CHAOS training from step {step} ({task}, attempt {attempt})", file=out, flush=True
+                    )
             if every and step % every == 0 and step % steps_per_epoch:
                 self.save(step)
             if watch is not None and watch.should_stop(step):

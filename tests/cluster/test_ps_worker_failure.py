@@ -186,7 +186,7 @@ def test_ps_killed_clear_error_then_resume_from_checkpoint(tmp_path):
             np.testing.assert_allclose(np.array(g), e, atol=1e-5, rtol=0, err_msg=f"round {first + j}")
 
 
-def test_failure_options_only_for_ps_clusters_and_defaults_unchanged():
+def test_failure_options_only_for_ps_clusters_and_the_ps_default_restarts_bounded():
     import subprocess
 
     import pytest
@@ -219,25 +219,20 @@ def test_failure_options_only_for_ps_clusters_and_defaults_unchanged():
     assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith(
         "tf_commopt.cluster: error: --restart-workers: only for parameter-server clusters"
     ), p.stderr
-    # default policy: a worker failing ends a ps cluster (exit code of the worker), nothing restarted
-    r = run_cluster(
-        ["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2'],
-        workers=2,
-        ps=1,
-        chief=True,
-        echo=False,
-        timeout=30,
-    )
+    # --fail-fast (the old default): a worker failing ends a ps cluster with its exit code, nothing restarted
+    always_fails = ["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2']
+    r = run_cluster(always_fails, workers=2, ps=1, chief=True, echo=False, timeout=30, fail_fast=True)
     assert (r.returncode, r.failed_task, r.worker_failures, r.restarts) == (5, "worker:1", [], 0)
-    # tolerated: the same worker failure is recorded and the run ends when the chief and worker 0 are done
+    # the default: the dead worker is started again while the chief runs, at most 3 times, then dropped
+    r = run_cluster(always_fails, workers=2, ps=1, chief=True, echo=False, timeout=30)
+    assert r.returncode == 0 and 1 <= r.restarts <= 3, r.message
+    assert set(r.worker_failures) == {"worker:1 exit 5"} and len(r.worker_failures) in (
+        r.restarts,
+        r.restarts + 1,
+    )
+    # tolerated without restarts: the failure is recorded and the run ends when the chief and worker 0 are done
     r = run_cluster(
-        ["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2'],
-        workers=2,
-        ps=1,
-        chief=True,
-        echo=False,
-        timeout=30,
-        tolerate_worker_failures=True,
+        always_fails, workers=2, ps=1, chief=True, echo=False, timeout=30, tolerate_worker_failures=True
     )
     assert (r.returncode, r.worker_failures, r.restarts) == (0, ["worker:1 exit 5"], 0), r.message
 
