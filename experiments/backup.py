@@ -136,8 +136,12 @@ def save_backup(model: Any, task_dir: str, name: str, steps_per_epoch: int, hold
     """Save ``model`` (``save_weights``: a SkipCorrectStrategy averages first) to ``task_dir/name``
     through a temporary directory renamed at the end; keep the last :data:`KEEP` backups. ``hold(tmp)``
     runs between the write and the rename (the chaos tests' hook)."""
+    from tf_commopt._compat import refresh_checkpoint_children
+
     tmp, final = os.path.join(task_dir, f".tmp-{name}"), os.path.join(task_dir, name)
     shutil.rmtree(tmp, ignore_errors=True)
+    if getattr(model, "optimizer", None) is not None:
+        refresh_checkpoint_children(model.optimizer)  # after a resume: the slots built since, the state
     model.save_weights(os.path.join(tmp, "ckpt"))
     if hold is not None:
         hold(tmp)

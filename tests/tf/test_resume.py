@@ -93,3 +93,29 @@ def test_main_exits_143_when_preempted(tmp_path, monkeypatch, capsys):
     assert train.main(argv) == 143
     err = capsys.readouterr().err
     assert "preempted: stopped at step 4" in err and "exiting with 143 to be restarted" in err
+
+
+def test_a_run_resumed_twice_ends_with_the_uninterrupted_weights(reference, tmp_path, monkeypatch):
+    """The second resume reads a backup written by a resumed process: it must hold the skip-and-correct
+    state and the slots too (a tf-keras optimizer restored before training lists its checkpoint children
+    without them unless refreshed)."""
+    import tensorflow as tf
+
+    want, _, _ = reference
+    for attempt, spec in enumerate(["term:local:10:0", "term:local:26:1"]):
+        monkeypatch.setenv(RESTART_ENV, str(attempt))
+        monkeypatch.setenv(CHAOS_ENV, spec)
+        with pytest.raises(Preempted) as e:
+            _run(tmp_path / "b")
+        assert e.value.step == (12, 32)[attempt]
+    keys = tf.train.load_checkpoint(
+        str(tmp_path / "b" / "local" / "step-32" / "ckpt")
+    ).get_variable_to_shape_map()
+    assert {"delta_0", "local_steps", "interval"} <= {
+        k.rsplit("/", 1)[-1] for k in keys if "skip_correct" in k
+    }
+    monkeypatch.delenv(CHAOS_ENV)
+    monkeypatch.setenv(RESTART_ENV, "2")
+    res, _ = _run(tmp_path / "b")
+    assert res.record["resumed_at_step"] == 32 and [r["step"] for r in res.record["resumes"]] == [12, 32]
+    _same_weights(res.model.get_weights(), want)

@@ -100,6 +100,8 @@ def tf_keras_internals() -> Any:
         # fit_starting_at: fit asks Model._training_state where to start (BackupAndRestore's resume hook)
         (tk.training.Model, "_maybe_load_initial_counters_from_ckpt"),
         (_SetBy(tk.training.Model.__init__), "_training_state"),
+        # refresh_checkpoint_children: the optimizer's cached checkpoint children
+        (_SetBy(tk.optimizer._BaseOptimizer._trackable_children), "_coalesced_children"),
     ]
     _TF_KERAS.append(tk)
     return tk
@@ -202,6 +204,19 @@ def fit_starting_at(model: Any, epoch: int, step: int) -> Any:
         model._training_state = None
 
     return undo
+
+
+def refresh_checkpoint_children(obj: Any) -> None:
+    """Make the next checkpoint of a tf-keras optimizer list its children afresh.
+
+    A tf-keras optimizer caches its checkpoint children at its first checkpoint call
+    (``_coalesced_children``). When that call is a restore before training (``load_weights``,
+    ``BackupAndRestore``), the slots built later and the skip-and-correct state are missing from every
+    later save: a backup written after a resume would lose them. Anything else: nothing to do.
+    """
+    if "_coalesced_children" in vars(obj):
+        tf_keras_internals()  # lists _coalesced_children in INTERNALS
+        del obj._coalesced_children
 
 
 def training_state_model(state: Any) -> Any:
