@@ -1,5 +1,5 @@
 """Chaos bench: skip-and-correct on a local cluster run by ``tf_commopt.cluster --max-restarts``, with
-workers killed at moments the bench picks, against the uninterrupted run. Page: docs/results/chaos.md.
+workers killed at moments the bench picks, against the uninterrupted run. Page: docs/results/chaos.md (:mod:`experiments.chaos_page`).
 
 Variants, interleaved within each repeat (the same runner flags and backups, deterministic data order):
 
@@ -41,7 +41,14 @@ from typing import Any, Dict, List, Optional
 from experiments import _cli
 from experiments.harness import ROOT, Launch, Sweep, run_sweep
 
-__all__ = ["Kill", "chaos_plan", "preempt_plan", "run_with_faults", "final_weights", "max_weight_diff"]
+__all__ = [
+    "Kill",
+    "chaos_plan",
+    "preempt_plan",
+    "run_with_faults",
+    "final_weights",
+    "max_weight_diff",
+]
 
 VARIANTS = ("uninterrupted", "chaos", "preempted", "no_backups")
 _REFERENCE: Dict[str, Dict[str, Any]] = {}  # setting -> the last uninterrupted run's weights and timings
