@@ -240,13 +240,17 @@ def prepare(cfg: Any, tfc: Any, multi: bool, model: Any, strategy: Any, steps_pe
     every task has, and builds the backup callback and (on every task) the preemption watch."""
     from experiments import backup
     from tf_commopt.core.restart import restart_count
+    from tf_commopt.errors import InputError
 
     backup_dir = backup.resolve_backup_dir(cfg.backup_dir, os.environ)
+    if not backup_dir and cfg.backup_every:
+        raise InputError(
+            "needs a backup directory (--backup_dir, or tf_commopt.cluster --max-restarts)",
+            where="--backup_every",
+        )
     if not backup_dir:
         return None
     if cfg.non_iid_classes:
-        from tf_commopt.errors import InputError
-
         raise InputError(
             "label-skewed shards are not resumable yet (the resumable data order is iid); the launcher's "
             "--max-restarts needs iid shards",

@@ -119,3 +119,14 @@ def test_a_run_resumed_twice_ends_with_the_uninterrupted_weights(reference, tmp_
     res, _ = _run(tmp_path / "b")
     assert res.record["resumed_at_step"] == 32 and [r["step"] for r in res.record["resumes"]] == [12, 32]
     _same_weights(res.model.get_weights(), want)
+
+
+def test_backup_every_without_a_backup_directory_is_one_line(capsys, monkeypatch):
+    monkeypatch.delenv("TF_COMMOPT_BACKUP_DIR", raising=False)
+    assert train.main(["train", "--backup_every=5", "--steps=2", "--model=mlp", "--strategy=single"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "experiments.train: error: --backup_every: needs a backup"
+    ), err
+    assert train.main(["train", "--backup_every=-1"]) == 2
+    assert "--backup_every" in capsys.readouterr().err
