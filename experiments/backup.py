@@ -141,7 +141,7 @@ def save_backup(model: Any, task_dir: str, name: str, steps_per_epoch: int, hold
     tmp, final = os.path.join(task_dir, f".tmp-{name}"), os.path.join(task_dir, name)
     shutil.rmtree(tmp, ignore_errors=True)
     if getattr(model, "optimizer", None) is not None:
-        refresh_checkpoint_children(model.optimizer)  # after a resume: the slots built since, the state
+        refresh_checkpoint_children(model.optimizer)  # after a resume: children tracked since (the state)
     model.save_weights(os.path.join(tmp, "ckpt"))
     if hold is not None:
         hold(tmp)

@@ -97,7 +97,7 @@ def test_main_exits_143_when_preempted(tmp_path, monkeypatch, capsys):
 
 def test_a_run_resumed_twice_ends_with_the_uninterrupted_weights(reference, tmp_path, monkeypatch):
     """The second resume reads a backup written by a resumed process: it must hold the skip-and-correct
-    state and the slots too (a tf-keras optimizer restored before training lists its checkpoint children
+    state too (a tf-keras optimizer restored before training lists its checkpoint children
     without them unless refreshed)."""
     import tensorflow as tf
 

@@ -211,7 +211,7 @@ def refresh_checkpoint_children(obj: Any) -> None:
 
     A tf-keras optimizer caches its checkpoint children at its first checkpoint call
     (``_coalesced_children``). When that call is a restore before training (``load_weights``,
-    ``BackupAndRestore``), the slots built later and the skip-and-correct state are missing from every
+    ``BackupAndRestore``), children tracked later (the skip-and-correct state) are missing from every
     later save: a backup written after a resume would lose them. Anything else: nothing to do.
     """
     if "_coalesced_children" in vars(obj):
