@@ -213,12 +213,17 @@ KEEP = ("steps", "wall_s", "test_accuracy", "train_loss", "restarts", "resumed_a
 
 
 def _failures(
-    resumes: List[Dict[str, Any]], done: List[Dict[str, Any]], ref: Optional[Dict[str, Any]], every: int
+    resumes: List[Dict[str, Any]],
+    done: List[Dict[str, Any]],
+    ref: Optional[Dict[str, Any]],
+    every: int,
+    planned: List[str] = (),  # type: ignore[assignment]
 ):
     """One row per fault: the resume it caused and the time it cost, against the goal (start-up +
     one backup period of the uninterrupted run)."""
     rows = []
-    for k, res in zip(done, resumes):
+    for i, res in enumerate(resumes):  # a fault whose moment the bench missed still has its resume
+        k = done[i] if i < len(done) else {"phase": planned[i] if i < len(planned) else "?"}
         kill_t, from_t, first_t = k.get("t"), res.get("from_t"), res.get("first_t")
         row = {"phase": k["phase"], "attempt": res.get("attempt"), "resumed_at": res.get("step")}
         row["lost_s"] = res.get("lost_s")
@@ -242,7 +247,8 @@ def _run_variant(variant: str, setting: str, every: int, seed: int, plan: Any, r
         argv = list(run.argv) + [f"--model_dir={tmp}/model"]
         argv += [] if variant == "no_backups" else [f"--backup_dir={tmp}/backup"]
         kills = plan(seed) if plan is not None else []
-        r, done, t0 = run_with_faults(argv, run.workers, kills, max_restarts=3, timeout=run.timeout)
+        restarts = 0 if variant == "no_backups" else 3  # no launcher backup directory either
+        r, done, t0 = run_with_faults(argv, run.workers, kills, max_restarts=restarts, timeout=run.timeout)
         recs = [json.loads(x) for x in r.outputs.get("worker:0", []) if x.startswith("{")]
         if r.returncode != 0 or not recs:
             tail = "\n".join(f"[{t}] {x}" for t in r.outputs for x in r.last_lines(t, 8))
@@ -260,7 +266,11 @@ def _run_variant(variant: str, setting: str, every: int, seed: int, plan: Any, r
         if variant == "uninterrupted":
             out.update(startup_s=ref["startup_s"], step_s=round(ref["step_s"], 4))
         out["faults"] = _failures(
-            rec.get("resumes", []), done, ref if ref and ref["startup_s"] else None, every
+            rec.get("resumes", []),
+            done,
+            ref if ref and ref["startup_s"] else None,
+            every,
+            [k.phase for k in kills],
         )
         return out
     finally:

@@ -78,14 +78,16 @@ class Ledger:
 
     def first_step(self, resumed_at: int, attempt: int, step: int) -> Optional[Dict[str, Any]]:
         """Note this run's first step; when the run resumed (from a backup, or afresh after an earlier
-        run), note and return ``{"attempt", "step", "lost_s"}``: the seconds from the end of the backup
-        at ``resumed_at`` (0: from the previous run's first step) to now."""
+        run), note and return ``{"attempt", "step", "lost_s", "from_t", "first_t"}``: the seconds from the
+        last time the run was at ``resumed_at`` (the end of its backup, or the first step of an earlier
+        resume from it; 0: the previous run's first step) to now."""
         ev = self.events()
         now = time.time()
         self.add("first_step", attempt=attempt, step=step, t=now)
         firsts = [e["t"] for e in ev if e["event"] == "first_step"]
-        if resumed_at:
+        if resumed_at:  # the last time the run was at that step: its backup, or an earlier resume from it
             saved = [e["t"] for e in ev if e["event"] == "backup" and e.get("step") == resumed_at]
+            saved += [e["first_t"] for e in ev if e["event"] == "resume" and e.get("step") == resumed_at]
             start = max(saved) if saved else None
         elif firsts:
             start = firsts[-1]

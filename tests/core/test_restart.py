@@ -154,7 +154,9 @@ def test_the_ledger_measures_the_time_from_the_backup_resumed_from_to_the_first_
     first_t = r["first_t"]
     r2 = led.first_step(resumed_at=0, attempt=2, step=1)  # no common backup: afresh after the last start
     assert r2["from_t"] == first_t and r2["step"] == 0
-    assert [x["attempt"] for x in led.resumes()] == [1, 2]
+    assert [x["attempt"] for x in led.resumes()][:2] == [1, 2]
+    r3 = led.first_step(resumed_at=40, attempt=3, step=41)  # killed again before a newer backup
+    assert r3["from_t"] == r["first_t"]  # from the last time the run was at step 40, not its old backup
     assert all(set(x) == {"attempt", "step", "lost_s", "from_t", "first_t"} for x in led.resumes())
 
 
