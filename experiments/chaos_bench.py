@@ -245,7 +245,10 @@ def _run_variant(variant: str, setting: str, every: int, seed: int, plan: Any, r
     tmp = tempfile.mkdtemp(prefix="chaos-")
     try:
         argv = list(run.argv) + [f"--model_dir={tmp}/model"]
-        argv += [] if variant == "no_backups" else [f"--backup_dir={tmp}/backup"]
+        if variant == "no_backups":
+            argv = [a for a in argv if not a.startswith("--backup_every")]
+        else:
+            argv.append(f"--backup_dir={tmp}/backup")
         kills = plan(seed) if plan is not None else []
         restarts = 0 if variant == "no_backups" else 3  # no launcher backup directory either
         r, done, t0 = run_with_faults(argv, run.workers, kills, max_restarts=restarts, timeout=run.timeout)
