@@ -1,33 +1,57 @@
-"""Resumable training of the collective runner (``--backup_dir``): per-epoch data order, backups, resume.
+"""Resumable training of the collective runner (``--backup_dir``): backups, the data order, the resume point.
 
-Every task saves weights, optimizer and strategy state to ``<backup_dir>/<task>/epoch-N`` at each epoch
-end (written to a temporary directory, then renamed); a restarted run resumes after the last epoch every
-task completed and reads exactly the batches the uninterrupted run read from there on.
+Every task saves weights, optimizer and strategy state (a SkipCorrectStrategy averages first) to
+``<backup_dir>/<task>/epoch-N`` at the end of epoch N and, with ``--backup_every=S``, to ``step-T`` at
+every global step T that is a multiple of S; each is written to a temporary directory, then renamed, and
+the last two are kept. A restarted run resumes at the last step every task has a backup of and reads
+exactly the batches the uninterrupted run read from there on, so the backups are taken at the same
+steps: it ends with the uninterrupted run's weights.
 
 Example:
-    >>> resume_epoch("/nonexistent", ["local"])
-    0
+    >>> resume_point("/nonexistent", ["local"], steps_per_epoch=10)
+    (0, None)
+    >>> backup_step("epoch-3", 10), backup_step("step-25", 10), backup_step(".tmp-step-30", 10)
+    (30, 25, None)
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, List, Tuple
+import sys
+from typing import Any, Dict, List, Mapping, Optional, TextIO, Tuple
 
+from tf_commopt.core.restart import BACKUP_DIR_ENV, launcher_backup_dir
 from tf_commopt.errors import InputError
 
-__all__ = ["epoch_dataset_fn", "resume_epoch", "restore_backup", "backup_callback", "backup_tasks"]
+__all__ = [
+    "epoch_dataset_fn",
+    "backup_step",
+    "resume_point",
+    "resume_epoch",
+    "restore_backup",
+    "save_backup",
+    "backup_name",
+    "backup_tasks",
+    "resolve_backup_dir",
+    "KEEP",
+]
+
+KEEP = 2  # backups kept per task
 
 
-def epoch_dataset_fn(x, y, global_batch: int, seed: int, steps_per_epoch: int, first_epoch: int, epochs: int):
+def epoch_dataset_fn(
+    x, y, global_batch: int, seed: int, steps_per_epoch: int, first_epoch: int, epochs: int, skip: int = 0
+):
     """Like ``experiments.data.train_dataset_fn`` but epoch e's batches depend only on (seed, e, shard): a run resumed at
-    epoch e reads exactly what the uninterrupted run read there (element i goes to shard i mod N)."""
+    epoch e, batch ``skip``, reads exactly what the uninterrupted run read there (element i goes to shard
+    i mod N)."""
     import tensorflow as tf
 
     def fn(ctx: tf.distribute.InputContext):
         per_replica = ctx.get_per_replica_batch_size(global_batch)
         batches = steps_per_epoch * (ctx.num_replicas_in_sync // ctx.num_input_pipelines)  # per pipeline
+        skipped = skip * (ctx.num_replicas_in_sync // ctx.num_input_pipelines)
         xs = tf.constant(x[ctx.input_pipeline_id :: ctx.num_input_pipelines])
         ys = tf.constant(y[ctx.input_pipeline_id :: ctx.num_input_pipelines])
 
@@ -40,23 +64,56 @@ def epoch_dataset_fn(x, y, global_batch: int, seed: int, steps_per_epoch: int, f
 
         from tf_commopt._compat import no_autotune
 
-        return no_autotune(tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch).prefetch(2))
+        ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch)
+        return no_autotune((ds.skip(skipped) if skipped else ds).prefetch(2))
 
     return fn
 
 
-def _backup_epochs(task_dir: str) -> List[int]:
-    """Epochs with a complete backup in ``task_dir`` (an ``epoch-N`` directory appears by atomic rename)."""
+def backup_step(name: str, steps_per_epoch: int) -> Optional[int]:
+    """The global step a complete backup directory stands for (``epoch-N``: N epochs, ``step-T``: T), or
+    None for anything else (a temporary directory, the ledger)."""
+    for prefix, scale in (("epoch-", steps_per_epoch), ("step-", 1)):
+        if name.startswith(prefix) and name[len(prefix) :].isdigit():
+            return int(name[len(prefix) :]) * scale
+    return None
+
+
+def backup_name(step: int, steps_per_epoch: int) -> str:
+    """``epoch-N`` at an epoch's end, else ``step-T``."""
+    return f"epoch-{step // steps_per_epoch}" if step % steps_per_epoch == 0 else f"step-{step}"
+
+
+def _backups(task_dir: str, steps_per_epoch: int) -> Dict[int, str]:
+    """Global step -> directory name of the complete backups in ``task_dir``."""
     try:
         names = os.listdir(task_dir)
     except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(int(n[6:]) for n in names if n.startswith("epoch-") and n[6:].isdigit())
+        return {}
+    found = {backup_step(n, steps_per_epoch): n for n in names}
+    found.pop(None, None)
+    return found  # type: ignore[return-value]
+
+
+def resume_point(backup_dir: str, tasks: List[str], steps_per_epoch: int) -> Tuple[int, Optional[str]]:
+    """(the last global step every task has a complete backup of, its directory name); (0, None): start
+    afresh."""
+    per_task = [_backups(os.path.join(backup_dir, t), steps_per_epoch) for t in tasks]
+    common = set.intersection(*(set(b) for b in per_task)) if per_task else set()
+    if not common:
+        return 0, None
+    step = max(common)
+    return step, per_task[0][step]
 
 
 def resume_epoch(backup_dir: str, tasks: List[str]) -> int:
-    """The last epoch every task has a complete backup of (0: start afresh)."""
-    return min(max(_backup_epochs(os.path.join(backup_dir, t)), default=0) for t in tasks)
+    """The last epoch every task has an end-of-epoch backup of (0: start afresh)."""
+    per_task = [
+        {s for s, n in _backups(os.path.join(backup_dir, t), 1).items() if n.startswith("epoch-")}
+        for t in tasks
+    ]
+    common = set.intersection(*per_task) if per_task else set()
+    return max(common, default=0)
 
 
 def restore_backup(model: Any, path: str) -> None:
@@ -75,21 +132,24 @@ def restore_backup(model: Any, path: str) -> None:
         ) from None
 
 
-def backup_callback(tf_keras: Any, model: Any, task_dir: str):
-    """Keras callback: at each epoch end save weights + optimizer + strategy state (a SkipCorrectStrategy
-    averages first) to a temporary directory, then rename it to ``epoch-N``; keep the last two."""
+def save_backup(model: Any, task_dir: str, name: str, steps_per_epoch: int, hold: Any = None) -> None:
+    """Save ``model`` (``save_weights``: a SkipCorrectStrategy averages first) to ``task_dir/name``
+    through a temporary directory renamed at the end; keep the last :data:`KEEP` backups. ``hold(tmp)``
+    runs between the write and the rename (the chaos tests' hook)."""
+    from tf_commopt._compat import refresh_checkpoint_children
 
-    def save(epoch: int, logs: Any = None) -> None:
-        n = epoch + 1
-        tmp, final = os.path.join(task_dir, f".tmp-epoch-{n}"), os.path.join(task_dir, f"epoch-{n}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_weights(os.path.join(tmp, "ckpt"))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        for old in _backup_epochs(task_dir)[:-2]:
-            shutil.rmtree(os.path.join(task_dir, f"epoch-{old}"), ignore_errors=True)
-
-    return tf_keras.callbacks.LambdaCallback(on_epoch_end=save)
+    tmp, final = os.path.join(task_dir, f".tmp-{name}"), os.path.join(task_dir, name)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if getattr(model, "optimizer", None) is not None:
+        refresh_checkpoint_children(model.optimizer)  # after a resume: children tracked since (the state)
+    model.save_weights(os.path.join(tmp, "ckpt"))
+    if hold is not None:
+        hold(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    kept = _backups(task_dir, steps_per_epoch)
+    for step in sorted(kept)[:-KEEP]:
+        shutil.rmtree(os.path.join(task_dir, kept[step]), ignore_errors=True)
 
 
 def backup_tasks(tfc: Any, multi: bool, backup_dir: str) -> Tuple[List[str], str]:
@@ -98,3 +158,18 @@ def backup_tasks(tfc: Any, multi: bool, backup_dir: str) -> Tuple[List[str], str
         return ["local"], os.path.join(backup_dir, "local")
     tasks = [f"{t}-{i}" for t in ("chief", "worker") for i in range(len(tfc.cluster.get(t, [])))]
     return tasks, os.path.join(backup_dir, f"{tfc.task_type}-{tfc.task_index}")
+
+
+def resolve_backup_dir(given: str, environ: Mapping[str, str], err: Optional[TextIO] = None) -> str:
+    """``--backup_dir``, else the launcher's temporary one when it restarts the job (said on stderr)."""
+    if given:
+        return given
+    made = launcher_backup_dir(environ)
+    if made:
+        print(
+            f"no --backup_dir: backing up to {made} (${BACKUP_DIR_ENV}, made by the launcher for restarts)",
+            file=err or sys.stderr,
+            flush=True,
+        )
+        return made
+    return ""

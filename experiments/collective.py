@@ -239,26 +239,20 @@ def _slow_down(cfg: Config, strategy: Any, model: Any) -> float:
 
 
 def _input(cfg: Config, strategy: Any, data: Any, tfc: Any, multi: bool, model: Any, out: TextIO) -> tuple:
-    """(distributed training set, callbacks, first epoch): resumable with ``--backup_dir``."""
-    import tf_keras
-
-    from experiments import backup
+    """(distributed training set, callbacks, the run's :class:`~experiments.resume.Resume` or None):
+    resumable with a backup directory (``--backup_dir``, or the launcher's when it restarts the job)."""
+    from experiments import backup, resume
     from experiments.data import train_dataset_fn
 
     epochs, steps_per_epoch = schedule(cfg, len(data.x_train))
-    if not cfg.backup_dir:
+    r = resume.prepare(cfg, tfc, multi, model, strategy, steps_per_epoch, out)
+    if r is None:
         fn = train_dataset_fn(data.x_train, data.y_train, cfg.batch_size, cfg.seed, cfg.non_iid_classes)
-        return strategy.distribute_datasets_from_function(fn), [], 0
-    tasks, task_dir = backup.backup_tasks(tfc, multi, cfg.backup_dir)
-    first_epoch = min(backup.resume_epoch(cfg.backup_dir, tasks), epochs)
-    if first_epoch:
-        backup.restore_backup(model, os.path.join(task_dir, f"epoch-{first_epoch}", "ckpt"))
-        print(f"resuming after epoch {first_epoch} from {task_dir}", file=out, flush=True)
+        return strategy.distribute_datasets_from_function(fn), [], None
     fn = backup.epoch_dataset_fn(
-        data.x_train, data.y_train, cfg.batch_size, cfg.seed, steps_per_epoch, first_epoch, epochs
+        data.x_train, data.y_train, cfg.batch_size, cfg.seed, steps_per_epoch, r.epoch, epochs, r.skip
     )
-    callbacks = [backup.backup_callback(tf_keras, model, task_dir)]
-    return strategy.distribute_datasets_from_function(fn), callbacks, first_epoch
+    return strategy.distribute_datasets_from_function(fn), [r.callback], r
 
 
 def _evaluate(cfg: Config, model: Any, data: Any) -> tuple:
@@ -307,8 +301,8 @@ def _record(cfg: Config, run: Dict[str, Any]) -> Dict[str, Any]:
         record["non_iid_classes"] = cfg.non_iid_classes
     if cfg.slow_workers:
         record.update(slow_workers=cfg.slow_workers, slow_factor=run["slow_factor"])
-    if cfg.backup_dir:
-        record["resumed_after_epoch"] = run["first_epoch"]
+    if run["resume"] is not None:
+        record.update(run["resume"].record())
     record.update({k: round(v, 4) for k, v in run["bench"].items()})
     return record
 
@@ -391,7 +385,8 @@ def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] =
     epochs, steps_per_epoch = schedule(cfg, len(data.x_train))
     model = _compiled_model(cfg, strategy, data)
     slow_factor = _slow_down(cfg, strategy, model)
-    train, callbacks, first_epoch = _input(cfg, strategy, data, tfc, multi, model, out)
+    train, callbacks, resume = _input(cfg, strategy, data, tfc, multi, model, out)
+    first_epoch = resume.epoch if resume is not None else 0
     where = (
         f"{tfc.task_type}:{tfc.task_index} of {replicas} workers" if multi else f"{replicas} local replica(s)"
     )
@@ -405,14 +400,20 @@ def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] =
     callbacks.append(_clock_callback(tf_keras, clock, cfg, out))
     finish = _add_ons(cfg, strategy, model, data, train, callbacks, epochs * steps_per_epoch)
     clock["t0"] = time.perf_counter()
-    history = model.fit(
-        train,
-        epochs=epochs,
-        initial_epoch=first_epoch,
-        steps_per_epoch=steps_per_epoch,
-        callbacks=callbacks,
-        verbose=1 if chief else 0,
-    )
+    undo = resume.started(model) if resume is not None else None
+    try:
+        history = model.fit(
+            train,
+            epochs=epochs,
+            initial_epoch=first_epoch,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=callbacks,
+            verbose=1 if chief else 0,
+        )
+    finally:
+        if resume is not None:
+            undo()
+            resume.finish()  # Preempted: every task stopped at one step with a backup there
     wall = time.perf_counter() - clock["t0"]
     if hasattr(strategy, "sync"):
         strategy.sync()  # average the local models before evaluating / saving
@@ -422,7 +423,7 @@ def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] =
     plain, test_loss, test_acc = _evaluate(cfg, model, data)
     workers = (tfc.num_workers + int(tfc.has_chief)) if multi else 1
     run = dict(model=model, strategy=strategy, history=history, workers=workers, epochs=epochs, wall=wall)
-    run.update(test_loss=test_loss, test_acc=test_acc, clock=clock, first_epoch=first_epoch, bench=bench)
+    run.update(test_loss=test_loss, test_acc=test_acc, clock=clock, resume=resume, bench=bench)
     run["slow_factor"] = slow_factor
     record = finish(_record(cfg, run))
     if chief:

@@ -65,6 +65,7 @@ class Config:
     bench_allreduce_mb: float = 0.0
     bench_repeats: int = 3
     backup_dir: str = ""
+    backup_every: int = 0
     steps_per_execution: int = 1
     overlap: bool = False
     non_iid_classes: int = 0
@@ -102,8 +103,12 @@ HELP: Dict[str, str] = {
     "auto_probe_interval": "--interval=auto: H while measuring (after 2 warm-up steps, 3 timed syncs)",
     "bench_allreduce_mb": "after training, time an all-reduce of this many MB (0 = off)",
     "bench_repeats": "timed repetitions of the all-reduce benchmark",
-    "backup_dir": "resume: every task checkpoints here at each epoch end and a restarted run continues "
-    "from the last epoch every task completed",
+    "backup_dir": "resume: every task backs up here at each epoch end (and every --backup_every steps) and "
+    "a restarted run continues from the last step every task backed up; a SIGTERM makes every task back "
+    "up at the same step and exit with 143. Under tf_commopt.cluster --max-restarts the default is a "
+    "temporary directory the launcher makes",
+    "backup_every": "with a backup directory: also back up every this many global steps (0 = only at epoch "
+    "ends); a failure then costs at most this many steps plus the restart",
     "steps_per_execution": "training steps per call of the traced train function (tf-keras "
     "compile(steps_per_execution=...))",
     "overlap": "skip_correct/local_sgd: run each sync's all-reduce in the background while the replicas "
@@ -139,6 +144,7 @@ _INTS = (
     ("steps_per_execution", 1),
     ("non_iid_classes", 0),
     ("eval_every", 0),
+    ("backup_every", 0),
 )
 
 

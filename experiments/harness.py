@@ -49,7 +49,8 @@ class Launch:
 
     ``workers=0``: one local process, no TF_CONFIG. ``mbit``: shape every link (None = plain loopback).
     ``kill_worker_on``: SIGKILL worker 1 once the chief (or worker 0) prints a line starting with it; the
-    cluster then tolerates the failure (parameter-server clusters only).
+    cluster then tolerates the failure (parameter-server clusters only). ``runner``: a function that runs
+    the launch itself and returns its record (a bench that injects faults of its own).
     """
 
     argv: List[str]
@@ -62,6 +63,7 @@ class Launch:
     kill_worker_on: Optional[str] = None
     timeout: float = 1800.0
     all_tasks: bool = False  # keep every task's record (``task`` added), not only the chief's
+    runner: Optional[Callable[["Launch"], Dict[str, Any]]] = None  # runs it instead (e.g. with faults)
 
 
 @dataclass
@@ -168,6 +170,8 @@ def launch(run: Launch) -> Dict[str, Any]:
     """The chief's record of one run (with ``cluster_wall_s``; ``killed_at_s`` when a worker was killed);
     with ``all_tasks``, ``{"tasks": [record of each task, with its task]}``. RuntimeError with the
     tasks' last lines when the run failed."""
+    if run.runner is not None:
+        return run.runner(run)
     if run.workers == 0:
         return _local(run)
     r, killed_at = cluster_lines(run)

@@ -134,6 +134,7 @@ def _interval_and_correction(cfg: Config) -> Tuple[Any, str]:
         "target_accuracy",
         "slow_workers",
         "interval_search",
+        "backup_every",
     ):
         if getattr(cfg, name):
             raise InputError("not supported on a parameter-server cluster", where=f"--{name}")

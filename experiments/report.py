@@ -29,6 +29,7 @@ def pages() -> Dict[str, Page]:
     from experiments import (
         allreduce_bench,
         calibration_page,
+        chaos_page,
         comm_page,
         correction_bench,
         hybrid_pages,
@@ -42,7 +43,8 @@ def pages() -> Dict[str, Page]:
 
     found = [overlap_bench.PAGE, sc_speed_bench.PAGE, *skip_correct_bench.PAGES]
     found += [ps_bench.PAGE, ps_bench.TRACE_PAGE, correction_bench.PAGE, comm_page.PAGE, allreduce_bench.PAGE]
-    found += sim_pages.all_pages() + hybrid_pages.HYBRID + [calibration_page.PAGE, unequal_bench.PAGE]
+    found += sim_pages.all_pages() + hybrid_pages.HYBRID + [calibration_page.PAGE, chaos_page.PAGE]
+    found += [unequal_bench.PAGE]
     return {p.name: p for p in found}
 
 

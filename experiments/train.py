@@ -82,9 +82,17 @@ def run(cfg: Config, out: Optional[TextIO] = None) -> RunResult:
 def _body(fv: Any) -> int:
     from absl import logging
 
+    from experiments.resume import Preempted
+    from tf_commopt.core.restart import PREEMPTED_EXIT_CODE
+
     logging.set_verbosity(logging.WARNING)  # TF's per-step INFO lines drown the progress bar
     pylogging.getLogger("tensorflow").setLevel(pylogging.WARNING)
-    run(config_from_flags(fv))
+    try:
+        run(config_from_flags(fv))
+    except Preempted as e:
+        sys.stderr.write(f"experiments.train: {e}; exiting with {PREEMPTED_EXIT_CODE} to be restarted\n")
+        sys.stderr.flush()
+        return PREEMPTED_EXIT_CODE
     return 0
 
 

@@ -376,10 +376,17 @@ def test_tolerated_worker_that_keeps_failing_is_dropped(tmp_path):
 
 
 def test_failure_policies_decide_and_the_flags_fit_only_ps_clusters():
-    from tf_commopt.cluster.policy import Action, ClusterView, failure_policy
+    from tf_commopt.cluster.policy import DEFAULT_WORKER_RESTARTS, Action, ClusterView, failure_policy
 
-    strict = failure_policy(ps=1, chief=True, tolerate_worker_failures=False, restart_workers=0)
+    strict = failure_policy(ps=1, chief=True, fail_fast=True)
     assert strict.on_failure("worker:0", 1, ClusterView(frozenset({"chief:0"}), 0)).action is Action.FAIL
+    default = failure_policy(ps=1, chief=True)  # ps clusters restart dead workers by default, bounded
+    assert default.max_restarts == DEFAULT_WORKER_RESTARTS == 3
+    chief_up = ClusterView(frozenset({"chief:0"}), 0)
+    assert default.on_failure("worker:0", 137, chief_up).action is Action.RESTART
+    dropper = failure_policy(ps=1, chief=True, tolerate_worker_failures=True)
+    assert dropper.on_failure("worker:0", 137, chief_up).action is Action.DROP
+    assert failure_policy(ps=0, chief=False).on_failure("worker:0", 137, chief_up).action is Action.FAIL
     tolerant = failure_policy(ps=1, chief=True, tolerate_worker_failures=False, restart_workers=2)
     up = ClusterView(frozenset({"chief:0", "ps:0"}), 0)
     assert tolerant.on_failure("worker:3", 137, up).restart == ("worker:3",)

@@ -5,8 +5,9 @@
   reference (the killed worker's closure was re-run from the ps state: same shard, same batch, same slot);
 * ``experiments.train`` with a worker SIGKILLed mid-run under ``tolerate_worker_failures``: it finishes
   with the test accuracy of the uninterrupted run (within 1 point; the rule says: equal);
-* the ps task SIGKILLed: the chief stops with one line naming the ps task, and the same command on a
-  fresh cluster resumes from the last checkpoint and continues exactly as the reference.
+* the ps task SIGKILLed under the default policy: the chief stops with one line naming the ps task
+  before the launcher ends the cluster, and the same command on a fresh cluster resumes from the last
+  checkpoint and continues exactly as the reference.
 """
 
 import json
@@ -23,8 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 JOB = os.path.join(HERE, "_ps_job.py")
 sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
-import portpicker  # noqa: E402
-from test_parameter_server import _check_rounds, _Proc, _records, reference  # noqa: E402
+from test_parameter_server import _check_rounds, _records, reference  # noqa: E402
 
 
 class _Lines:
@@ -145,31 +145,20 @@ def test_runner_finishes_with_the_accuracy_of_an_uninterrupted_run_after_a_worke
 
 
 def test_ps_killed_clear_error_then_resume_from_checkpoint(tmp_path):
-    """Own processes for the first run: under the launcher a dead ps ends the cluster at once (exit 137
-    of ps:0, its policy: nothing can go on without the ps), before the chief could say why."""
+    """Under the launcher's default policy a dead ps ends the cluster, but only after the chief has said
+    why (its one line, shown by the launcher too); the same command then resumes."""
     backup = str(tmp_path / "ps_backup")
     cmd = [sys.executable, JOB, "resume", "12", backup]
-    ports = [portpicker.pick_unused_port() for _ in range(4)]
-    cluster = {
-        "chief": [f"127.0.0.1:{ports[0]}"],
-        "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
-        "ps": [f"127.0.0.1:{ports[3]}"],
-    }
-    procs = {}
-    try:
-        for t, i in [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]:
-            procs[f"{t}:{i}"] = _Proc(f"{t}:{i}", cmd, {"cluster": cluster, "task": {"type": t, "index": i}})
-        chief = procs["chief:0"]
-        chief.wait_for("ROUND 4 ", 150)
-        procs["ps:0"].kill()
-        assert chief.proc.wait(90) == 3, "\n".join(chief.lines[-15:])
-        chief.reader.join(5)
-        err = [line for line in chief.lines if line.startswith("ERROR ")]
-        assert err and "parameter-server task ps 0" in err[0] and "is gone" in err[0], chief.lines[-10:]
-        assert "resume from the last save()" in err[0]
-    finally:
-        for p in procs.values():
-            p.kill()
+    th, lines, box = _start(cmd, "pskill")
+    lines.wait_for("[chief:0] ROUND 4 ", 150, th)
+    os.kill(_pid("pskill", "ps", 0), signal.SIGKILL)
+    th.join(200)
+    r = box["r"]
+    assert (r.returncode, r.failed_task, r.reporters) == (137, "ps:0", ["chief:0"]), r.message
+    assert "tf_commopt.cluster: ps:0 exited with code 137; waiting for the chief to report it" in lines.lines
+    err = [line for line in r.outputs["chief:0"] if line.startswith("ERROR ")]
+    assert err and "parameter-server task ps 0" in err[0] and "is gone" in err[0], r.outputs["chief:0"][-10:]
+    assert "resume from the last save()" in err[0]
     saved = sorted(int(n[6:]) for n in os.listdir(backup) if n.startswith("round-"))
     assert saved and saved[-1] >= 5, saved
 
@@ -186,7 +175,7 @@ def test_ps_killed_clear_error_then_resume_from_checkpoint(tmp_path):
             np.testing.assert_allclose(np.array(g), e, atol=1e-5, rtol=0, err_msg=f"round {first + j}")
 
 
-def test_failure_options_only_for_ps_clusters_and_defaults_unchanged():
+def test_failure_options_only_for_ps_clusters_and_the_ps_default_restarts_bounded():
     import subprocess
 
     import pytest
@@ -219,25 +208,20 @@ def test_failure_options_only_for_ps_clusters_and_defaults_unchanged():
     assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith(
         "tf_commopt.cluster: error: --restart-workers: only for parameter-server clusters"
     ), p.stderr
-    # default policy: a worker failing ends a ps cluster (exit code of the worker), nothing restarted
-    r = run_cluster(
-        ["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2'],
-        workers=2,
-        ps=1,
-        chief=True,
-        echo=False,
-        timeout=30,
-    )
+    # --fail-fast (the old default): a worker failing ends a ps cluster with its exit code, nothing restarted
+    always_fails = ["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2']
+    r = run_cluster(always_fails, workers=2, ps=1, chief=True, echo=False, timeout=30, fail_fast=True)
     assert (r.returncode, r.failed_task, r.worker_failures, r.restarts) == (5, "worker:1", [], 0)
-    # tolerated: the same worker failure is recorded and the run ends when the chief and worker 0 are done
+    # the default: the dead worker is started again while the chief runs, at most 3 times, then dropped
+    r = run_cluster(always_fails, workers=2, ps=1, chief=True, echo=False, timeout=30)
+    assert r.returncode == 0 and 1 <= r.restarts <= 3, r.message
+    assert set(r.worker_failures) == {"worker:1 exit 5"} and len(r.worker_failures) in (
+        r.restarts,
+        r.restarts + 1,
+    )
+    # tolerated without restarts: the failure is recorded and the run ends when the chief and worker 0 are done
     r = run_cluster(
-        ["sh", "-c", 'case "$TF_CONFIG" in *\'"worker", "index": 1\'*) exit 5;; esac; sleep 2'],
-        workers=2,
-        ps=1,
-        chief=True,
-        echo=False,
-        timeout=30,
-        tolerate_worker_failures=True,
+        always_fails, workers=2, ps=1, chief=True, echo=False, timeout=30, tolerate_worker_failures=True
     )
     assert (r.returncode, r.worker_failures, r.restarts) == (0, ["worker:1 exit 5"], 0), r.message
 

@@ -15,6 +15,7 @@ MODULES = [
     "experiments.optimizers",
     "experiments.collective",
     "experiments.backup",
+    "experiments.resume",
     "experiments.ps_train",
     "experiments.allreduce",
     "experiments.allreduce_bench",

@@ -118,6 +118,10 @@ def track_child(parent: Any, child: Any, name: str) -> None:
     """Make ``child`` a checkpointed dependency of ``parent`` named ``name`` (``_track_trackable``), so
     ``tf.train.Checkpoint``/``save_weights`` of the parent hold it."""
     parent._track_trackable(child, name=name, overwrite=True)
+    if "_coalesced_children" in vars(parent):  # a tf-keras optimizer that already listed its children
+        from tf_commopt._compat.keras import refresh_checkpoint_children
+
+        refresh_checkpoint_children(parent)
 
 
 # ---- the parameter-server coordinator (distribute/ps/trainer.py) ----------------------------------------

@@ -97,6 +97,11 @@ def tf_keras_internals() -> Any:
         (_SetBy(tk.base_metric.MeanMetricWrapper.__init__), "_fn_kwargs"),
         (_SetBy(tk.callbacks.BackupAndRestore.on_train_begin), "_training_state"),
         (_SetBy(tk.worker_training_state.WorkerTrainingState.__init__), "_model"),
+        # fit_starting_at: fit asks Model._training_state where to start (BackupAndRestore's resume hook)
+        (tk.training.Model, "_maybe_load_initial_counters_from_ckpt"),
+        (_SetBy(tk.training.Model.__init__), "_training_state"),
+        # refresh_checkpoint_children: the optimizer's cached checkpoint children
+        (_SetBy(tk.optimizer._BaseOptimizer._trackable_children), "_coalesced_children"),
     ]
     _TF_KERAS.append(tk)
     return tk
@@ -170,6 +175,48 @@ def backup_training_state(callback: Any) -> Any:
     """The ``WorkerTrainingState`` a ``BackupAndRestore`` creates in ``on_train_begin``
     (``_training_state``; read it after that call)."""
     return callback._training_state
+
+
+class _StartAt:
+    """What ``Model.fit`` asks its ``_training_state`` for: the (epoch, step) to start training at."""
+
+    def __init__(self, epoch: int, step: int) -> None:
+        self.epoch, self.step = int(epoch), int(step)
+
+    def maybe_load_initial_counters_from_ckpt(
+        self, steps_per_epoch: int, initial_epoch: int, mode: Any = None
+    ):
+        if str(mode).lower().endswith("train") and self.step < steps_per_epoch:
+            return self.epoch, self.step
+        return initial_epoch, 0
+
+
+def fit_starting_at(model: Any, epoch: int, step: int) -> Any:
+    """Make the next ``model.fit`` start at batch ``step`` of epoch ``epoch`` (tf-keras's own mid-epoch
+    resume: ``fit`` asks ``Model._training_state``, which ``BackupAndRestore`` sets, for its first epoch
+    and step); returns a function that undoes it. The data set must start at that batch itself."""
+    tf_keras_internals()  # lists _training_state in INTERNALS
+    if getattr(model, "_training_state", None) is not None:
+        raise TfCommoptError("the model already has a tf-keras training state (a BackupAndRestore in fit?)")
+    model._training_state = _StartAt(epoch, step)
+
+    def undo() -> None:
+        model._training_state = None
+
+    return undo
+
+
+def refresh_checkpoint_children(obj: Any) -> None:
+    """Make the next checkpoint of a tf-keras optimizer list its children afresh.
+
+    A tf-keras optimizer caches its checkpoint children at its first checkpoint call
+    (``_coalesced_children``). When that call is a restore before training (``load_weights``,
+    ``BackupAndRestore``), children tracked later (the skip-and-correct state) are missing from every
+    later save: a backup written after a resume would lose them. Anything else: nothing to do.
+    """
+    if "_coalesced_children" in vars(obj):
+        tf_keras_internals()  # lists _coalesced_children in INTERNALS
+        del obj._coalesced_children
 
 
 def training_state_model(state: Any) -> Any:

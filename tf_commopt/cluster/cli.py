@@ -21,7 +21,9 @@ from typing import List, Optional, Sequence, Tuple
 
 from tf_commopt._cli import CliParser, UsageError, add_tf_log_level, quiet_tensorflow
 from tf_commopt.cluster.launch import ClusterResult, run_cluster
+from tf_commopt.cluster.policy import DEFAULT_WORKER_RESTARTS
 from tf_commopt.cluster.shaping import TOPOLOGIES
+from tf_commopt.core.restart import BACKUP_DIR_ENV
 from tf_commopt.errors import ClusterError, InputError
 
 __all__ = ["main", "PROG"]
@@ -74,17 +76,33 @@ def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
 
 def _add_failure_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--tolerate-worker-failures",
-        action="store_true",
-        help="ps clusters (--ps >= 1 --chief): go on when a worker dies (its work is re-run on the others)",
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="collective clusters (no --ps): after a task fails, stop every task and start them all "
+        "again with the same TF_CONFIG, at most N times; the training script resumes from its backup "
+        f"(tasks given no backup directory get ${BACKUP_DIR_ENV}, a temporary one). Default 0: the "
+        "first failure ends the cluster",
     )
     p.add_argument(
         "--restart-workers",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
-        help="ps clusters: start a dead worker again, at most N times in all (implies "
-        "--tolerate-worker-failures)",
+        help="parameter-server clusters (--ps >= 1 --chief): start a dead worker again, at most N times "
+        f"in all, then go on without it (default {DEFAULT_WORKER_RESTARTS}; a dead ps task or chief "
+        "still ends the cluster)",
+    )
+    p.add_argument(
+        "--tolerate-worker-failures",
+        action="store_true",
+        help="parameter-server clusters: go on without a dead worker, never restart it (--restart-workers 0)",
+    )
+    p.add_argument(
+        "--fail-fast",
+        action="store_true",
+        help="end the cluster at the first failing task, parameter-server clusters too (their old default)",
     )
 
 
@@ -138,8 +156,8 @@ def _report(r: ClusterResult) -> None:
         return
     how = f" (killed by signal {r.failed_signal})" if r.failed_signal else ""
     sys.stderr.write(f"{PROG}: {r.message}{how}\n")
-    show = r.failed_task or next((n for n, lines in r.outputs.items() if lines), None)
-    if show:
+    first = r.failed_task or next((n for n, lines in r.outputs.items() if lines), None)
+    for show in ([first] if first else []) + r.reporters:
         sys.stderr.write(f"--- last lines of {show} ---\n")
         for line in r.last_lines(show) or ["(no output)"]:
             sys.stderr.write(f"[{show}] {line}\n")
@@ -177,6 +195,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             threads_per_task=args.threads_per_task,
             tolerate_worker_failures=args.tolerate_worker_failures,
             restart_workers=args.restart_workers,
+            max_restarts=args.max_restarts,
+            fail_fast=args.fail_fast,
         )
     except (InputError, ClusterError) as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")

@@ -17,8 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,15 +29,17 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, TextIO
 
 from tf_commopt.cluster.layout import Layout, pick_ports, plan_layout, task_env, tf_configs
 from tf_commopt.cluster.netns import open_network
-from tf_commopt.cluster.policy import failure_policy
-from tf_commopt.cluster.procs import TaskSpec
+from tf_commopt.cluster.policy import RestartGroup, failure_policy
+from tf_commopt.cluster.procs import KILL_GRACE_S, TaskSpec
 from tf_commopt.cluster.shaping import DEFAULT_SHAPING, TOPOLOGIES, ShapingOptions
 from tf_commopt.cluster.supervise import Outcome, Supervisor
+from tf_commopt.core.restart import BACKUP_DIR_ENV, RESTART_ENV
 from tf_commopt.errors import InputError
 
-__all__ = ["ClusterResult", "run_cluster", "LAST_LINES"]
+__all__ = ["ClusterResult", "run_cluster", "LAST_LINES", "TERM_GRACE_S"]
 
 LAST_LINES = 20
+TERM_GRACE_S = 30.0  # SIGTERM to the launcher: the tasks' time to save a backup and exit
 
 
 @dataclass
@@ -51,9 +56,16 @@ class ClusterResult:
         tf_configs: task name -> the TF_CONFIG dict it was given.
         message: one-line summary of how the cluster ended.
         failed_signal: the signal that killed the failed task, if a signal did.
-        worker_failures: with ``tolerate_worker_failures`` / ``restart_workers``: the worker deaths the
-            run went on through, e.g. ``["worker:1 exit 137"]``.
-        restarts: how many dead workers were started again (``restart_workers``).
+        worker_failures: the task failures the run went on through (a worker restarted or dropped on a
+            parameter-server cluster, any task with ``max_restarts``), e.g. ``["worker:1 exit 137"]``.
+        restarts: how many times tasks were started again: dead workers on a parameter-server cluster,
+            the whole cluster with ``max_restarts``.
+        restart_log: each failure the run went on through: ``{"task", "code", "at_s"}`` (seconds after
+            the start when it was noticed).
+        backup_dir: with ``max_restarts``: the directory made for tasks without a backup directory of
+            their own (``$TF_COMMOPT_BACKUP_DIR``); removed after a successful run, kept otherwise.
+        reporters: after a ps task died, the chief if it exited non-zero meanwhile (its last lines say
+            why).
     """
 
     returncode: int
@@ -66,6 +78,9 @@ class ClusterResult:
     failed_signal: Optional[int] = None
     worker_failures: List[str] = field(default_factory=list)
     restarts: int = 0
+    restart_log: List[Dict[str, object]] = field(default_factory=list)
+    backup_dir: Optional[str] = None
+    reporters: List[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -154,6 +169,38 @@ def _task_specs(
     ]
 
 
+def _backup_dir(policy: object, env: Dict[str, str], sup: Supervisor) -> Optional[str]:
+    """Under a restart policy: a temporary backup directory for tasks without one of their own."""
+    if not isinstance(policy, RestartGroup) or env.get(BACKUP_DIR_ENV):
+        return None
+    path = tempfile.mkdtemp(prefix="tf_commopt-backup-")
+    env[BACKUP_DIR_ENV] = path
+    sup.note(f"restarts asked for: {BACKUP_DIR_ENV}={path} for tasks given no backup directory")
+    return path
+
+
+def _result(outcome: Outcome, sup: Supervisor, layout: Layout, configs: List[dict], wall_s: float, backup):
+    if backup and outcome.returncode == 0:
+        shutil.rmtree(backup, ignore_errors=True)
+    elif backup and os.path.isdir(backup):
+        outcome.message += f"; backups kept in {backup}"
+    return ClusterResult(
+        outcome.returncode,
+        sup.outputs(),
+        wall_s,
+        outcome.failed_task,
+        outcome.timed_out,
+        dict(zip(layout.names, configs)),
+        outcome.message,
+        outcome.failed_signal,
+        outcome.tolerated,
+        outcome.restarts,
+        outcome.restart_log,
+        backup,
+        outcome.reporters,
+    )
+
+
 def run_cluster(
     command: List[str],
     workers: int = 2,
@@ -168,8 +215,10 @@ def run_cluster(
     stream: Optional[TextIO] = None,
     threads_per_task: Optional[int] = None,
     tolerate_worker_failures: bool = False,
-    restart_workers: int = 0,
+    restart_workers: Optional[int] = None,
     shaping: Optional[ShapingOptions] = None,
+    max_restarts: int = 0,
+    fail_fast: bool = False,
 ) -> ClusterResult:
     """Run ``command`` once per task of a local TF_CONFIG cluster and wait for it to finish.
 
@@ -180,7 +229,8 @@ def run_cluster(
         (0, ['{"cluster":'])
 
     Args:
-        command: argv run by every task (each gets its own ``TF_CONFIG``; ``PYTHONUNBUFFERED=1``).
+        command: argv run by every task (each gets its own ``TF_CONFIG``; ``PYTHONUNBUFFERED=1``;
+            ``TF_COMMOPT_RESTART``, how often it was started again).
         workers: worker tasks (>= 1). ps: parameter-server tasks. chief: add a ``chief:0`` task.
         bandwidth_mbit: shape the cluster's network to this rate (Mbit/s); None = plain loopback.
         topology: ``"switch"`` (a shaped link per task) or ``"shared"`` (one shaped loopback); only
@@ -192,52 +242,47 @@ def run_cluster(
         threads_per_task: TensorFlow/OpenMP threads of each task (:mod:`tf_commopt.threads`); None = the
             machine's cores divided among the tasks, 0 = leave TensorFlow's defaults. Variables already
             set in ``env`` or this process's environment win.
-        tolerate_worker_failures: parameter-server clusters only (``ps`` >= 1 and ``chief``): a worker that
-            exits non-zero does not end the cluster; the run is done when the chief and every worker
-            still counted have exited 0.
+        tolerate_worker_failures: parameter-server clusters only (``ps`` >= 1 and ``chief``): go on
+            without a dead worker, never restarting it (``restart_workers=0``).
         restart_workers: parameter-server clusters only: start a dead worker again (same TF_CONFIG, same
-            address), at most this many times in all, while the chief runs; implies
-            ``tolerate_worker_failures``.
+            address), at most this many times in all, while the chief runs, then go on without it;
+            None = :data:`~tf_commopt.cluster.policy.DEFAULT_WORKER_RESTARTS`.
         shaping: token-bucket sizes and sysctls of the shaped network (default: the launcher's).
+        max_restarts: clusters without ps tasks: after a task fails, stop every task and start them all
+            again (same TF_CONFIG), at most this many times; the training script resumes from its
+            backup (tasks given no backup directory get ``$TF_COMMOPT_BACKUP_DIR``, a temporary one).
+        fail_fast: end at the first failing task on any cluster (parameter-server clusters too).
 
     Returns:
         A ClusterResult; task failures are reported in it, not raised.
 
     Raises:
         InputError: bad arguments. ClusterError: the processes or the shaped network cannot be set up.
-        KeyboardInterrupt / SystemExit(143): on Ctrl-C / SIGTERM, after every task is killed and the
-        network removed.
+        KeyboardInterrupt / SystemExit(143): on Ctrl-C / SIGTERM, after every task is killed (on SIGTERM
+        the tasks first get SIGTERM and up to :data:`TERM_GRACE_S` to save and exit) and the network removed.
     """
     _validate(command, workers, ps, bandwidth_mbit, topology, timeout, threads_per_task)
-    policy = failure_policy(ps, chief, tolerate_worker_failures, restart_workers)
+    policy = failure_policy(ps, chief, tolerate_worker_failures, restart_workers, max_restarts, fail_fast)
     layout = plan_layout(workers, ps, chief)
     sup = Supervisor(policy, (stream or sys.stdout) if echo else None)
     configs: List[dict] = []
-    net = None
+    net, backup, stop_grace = None, None, KILL_GRACE_S
     start = time.monotonic()
     with _guarded_signals() as guard:
         try:
             net = open_network(layout.hosts, bandwidth_mbit, topology, shaping or DEFAULT_SHAPING)
             configs = tf_configs(layout, net.addresses, pick_ports(len(layout.tasks)))
             base_env = task_env(len(layout.tasks), env, threads_per_task)
+            base_env[RESTART_ENV] = "0"
+            backup = _backup_dir(policy, base_env, sup)
             sup.start(_task_specs(layout, configs, net, command, base_env, cwd))
             outcome: Outcome = sup.watch(None if timeout is None else start + float(timeout), timeout)
         except _Terminated:
+            stop_grace = TERM_GRACE_S
             raise SystemExit(128 + signal.SIGTERM) from None
         finally:
             guard["cleanup"]()
-            sup.stop()
+            sup.stop(stop_grace)
             if net is not None:
                 net.close()
-    return ClusterResult(
-        outcome.returncode,
-        sup.outputs(),
-        time.monotonic() - start,
-        outcome.failed_task,
-        outcome.timed_out,
-        dict(zip(layout.names, configs)),
-        outcome.message,
-        outcome.failed_signal,
-        outcome.tolerated,
-        outcome.restarts,
-    )
+    return _result(outcome, sup, layout, configs, time.monotonic() - start, backup)

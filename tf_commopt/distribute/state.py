@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import weakref
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -48,6 +48,7 @@ class SkipCorrectState(_trackable.Trackable):
             self.local_steps = resource_variable_ops.ResourceVariable(
                 tf.constant(0, tf.int64), name="skip_correct/local_steps", trainable=False
             )
+        self._gathers: Dict[Any, Any] = {}  # traced all-gathers of the checkpoint, one per dtype layout
         self.deltas: Optional[List[Any]] = None
         self.grad_sums: Optional[List[Any]] = None  # "gradient": G_i, the raw gradients summed this period
         if rule != "none":
@@ -118,11 +119,25 @@ class SkipCorrectState(_trackable.Trackable):
                     bufs.append(
                         tf.expand_dims(tf.concat([tf.reshape(c.read_value(), [-1]) for c in comps], 0), 0)
                     )
-            with self._strategy.scope():
-                rows = self._strategy.gather(_values.PerReplica(tuple(bufs)), axis=0)  # [R, sum(sizes)]
+            rows = self._gather_fn(per_replica[idx[0]].dtype.name, tuple(sizes))(*bufs)  # [R, sum(sizes)]
             for j, piece in zip(idx, tf.split(rows, sizes, axis=1)):
                 out[j] = tf.reshape(piece, [-1] + per_replica[j].shape.as_list())
         return out
+
+    def _gather_fn(self, dtype_name: str, sizes: Tuple[int, ...]) -> Any:
+        """The all-gather of one dtype's flat rows ([R, sum(sizes)]), traced once per layout: TensorFlow's
+        eager ``strategy.gather`` traces a new function at every call (every backup)."""
+        key = (dtype_name, sizes)
+        fn = self._gathers.get(key)
+        if fn is None:
+            strategy = self._strategy
+
+            def gather(*bufs: tf.Tensor) -> tf.Tensor:
+                with strategy.scope():
+                    return strategy.gather(_values.PerReplica(tuple(bufs)), axis=0)
+
+            fn = self._gathers[key] = tf.function(gather, autograph=False)
+        return fn
 
     def _serialize_to_tensors(self) -> Dict[str, Any]:
         if save_context.in_save_context():
