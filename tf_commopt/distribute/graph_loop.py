@@ -62,17 +62,32 @@ def steps_to_next_sync(t: int, k: int, h: int, warmup_steps: int) -> int:
     return max(1, int(h) - int(k))
 
 
+def _zeros_like_spec(outputs: Any) -> Optional[Any]:
+    """Zeros shaped like the (symbolic) ``outputs`` of the step, or None when a shape is not static."""
+    flat = tf.nest.flatten(outputs)
+    if not all(isinstance(t, (tf.Tensor, tf.TensorSpec)) and t.shape.is_fully_defined() for t in flat):
+        return None
+    return tf.nest.pack_sequence_as(outputs, [tf.zeros(t.shape, t.dtype) for t in flat])
+
+
 def _loop_function(step: Any, steps_var: Any) -> Any:
-    """``steps_var`` steps of the traced single-step function ``step`` per call (the last step's logs)."""
+    """``steps_var`` steps of the traced single-step function ``step`` per call (the last step's logs).
+
+    The loop's initial logs are zeros shaped like the step's outputs, so the step appears once in the
+    graph (placing and optimizing the call's graph is part of the first call); a step whose outputs have
+    no static shape runs once before the loop instead."""
 
     def train_function(iterator: Any) -> Any:
         n = tf.cast(steps_var.read_value(), tf.int32)
-        outputs = step(iterator)  # the first step gives the logs' structure; the loop runs the rest
+        init = _zeros_like_spec(step.get_concrete_function(iterator).structured_outputs)
+        start = tf.constant(0)
+        if init is None:
+            init, start = step(iterator), tf.constant(1)
 
         def body(i: tf.Tensor, _: Any) -> Any:
             return i + 1, step(iterator)
 
-        _, outputs = tf.while_loop(lambda i, _: i < n, body, (tf.constant(1), outputs), parallel_iterations=1)
+        _, outputs = tf.while_loop(lambda i, _: i < n, body, (start, init), parallel_iterations=1)
         return outputs
 
     return tf.function(train_function, autograph=False, reduce_retracing=True)
