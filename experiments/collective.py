@@ -295,7 +295,7 @@ def _record(cfg: Config, run: Dict[str, Any]) -> Dict[str, Any]:
     if cfg.strategy in SYNC_STRATEGIES:
         stats = strategy.stats()
         record["interval"] = getattr(strategy, "interval", stats.get("interval"))
-        record["overlap"] = cfg.overlap
+        record["overlap"] = bool(strategy.overlap)
         record.update({k: stats[k] for k in SYNC_STATS if k in stats})
     record.update(_timing(run["clock"], cfg))
     if cfg.non_iid_classes:

@@ -133,7 +133,7 @@ def sync_sweep(fv: Any) -> Sweep:
     def launch(setting: str, variant: str) -> Launch:
         model, workers, topology, mbit, h = parse(setting)
         argv = [f"--model={model}", f"--steps={h * (fv.sync_syncs + 1)}", f"--batch_size={32 * workers}"]
-        argv += ["--momentum=0", "--strategy=local_sgd", f"--interval={h}"]
+        argv += ["--momentum=0", "--strategy=local_sgd", f"--interval={h}", "--nooverlap"]  # a blocking sync
         return Launch(argv, workers=workers, mbit=mbit, topology=topology)
 
     def summarize(setting: str, runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
