@@ -22,7 +22,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Union
 
 from experiments.models import MODELS
 from experiments.optimizers import OPTIMIZERS, validate_optimizer
@@ -65,7 +65,7 @@ class Config:
     bench_repeats: int = 3
     backup_dir: str = ""
     steps_per_execution: int = 1
-    overlap: Optional[bool] = None
+    overlap: bool = False
     non_iid_classes: int = 0
     step_times: bool = False
     proc_stats: bool = False
@@ -103,8 +103,7 @@ HELP: Dict[str, str] = {
     "steps_per_execution": "training steps per call of the traced train function (tf-keras "
     "compile(steps_per_execution=...))",
     "overlap": "skip_correct/local_sgd: run each sync's all-reduce in the background while the replicas "
-    "keep stepping; the stale average is applied at the next sync (unset: the strategy's default, "
-    "overlapped on a TF_CONFIG cluster, blocking with local replicas; --nooverlap: blocking)",
+    "keep stepping; the stale average is applied at the next sync",
     "non_iid_classes": "0: iid shards; k > 0: label-skewed shards, each worker's (local replicas: each "
     "replica's) mostly holding k labels",
     "step_times": "add step_ms, step_ms_p90 (per-step wall time after step 10) and startup_s "
@@ -143,9 +142,7 @@ def _check_numbers(cfg: Config) -> None:
             raise InputError(f"must be a number >= 0, got {v!r}", where=f"--{name}")
     if not (math.isfinite(cfg.momentum) and 0 <= cfg.momentum < 1):
         raise InputError(f"must be in [0, 1), got {cfg.momentum!r}", where="--momentum")
-    if cfg.overlap is not None and not isinstance(cfg.overlap, bool):
-        raise InputError(f"must be true or false, got {cfg.overlap!r}", where="--overlap")
-    for name in ("step_times", "proc_stats"):
+    for name in ("overlap", "step_times", "proc_stats"):
         if not isinstance(getattr(cfg, name), bool):
             raise InputError(f"must be true or false, got {getattr(cfg, name)!r}", where=f"--{name}")
 
@@ -195,7 +192,7 @@ def define_flags(fv: Any) -> None:
 
     for f in dataclasses.fields(Config):
         default, helptext = f.default, HELP[f.name]
-        if isinstance(default, bool) or f.name == "overlap":  # overlap: unset = the strategy's default
+        if isinstance(default, bool):
             flags.DEFINE_bool(f.name, default, helptext, flag_values=fv)
         elif f.name == "interval" or isinstance(default, str):
             flags.DEFINE_string(f.name, str(default), helptext, flag_values=fv)

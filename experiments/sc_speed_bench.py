@@ -28,7 +28,7 @@ TABLE_VARIANTS = {  # {h}: the setting's H
     "ssgd": ["--strategy=ssgd"],
     "sc_block": ["--strategy=skip_correct", "--interval={h}", "--correction=none", "--nooverlap"],
     "sc_overlap": ["--strategy=skip_correct", "--interval={h}", "--correction=none", "--overlap"],
-    "sc_auto": ["--strategy=skip_correct", "--interval=auto"],
+    "sc_auto": ["--strategy=skip_correct", "--interval=auto", "--nooverlap"],
 }
 
 

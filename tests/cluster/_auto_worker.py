@@ -21,7 +21,7 @@ from tf_commopt.distribute import SkipCorrectStrategy  # noqa: E402
 
 
 def main() -> None:
-    strategy = SkipCorrectStrategy(interval="auto", max_interval=1000, overlap=False)
+    strategy = SkipCorrectStrategy(interval="auto", max_interval=1000)
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     with strategy.scope():
         model = tf.keras.Sequential(

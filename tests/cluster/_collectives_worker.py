@@ -31,7 +31,7 @@ def main(dump_dir: str) -> None:
     writer = tf.debugging.experimental.enable_dump_debug_info(
         root, tensor_debug_mode="NO_TENSOR", circular_buffer_size=-1
     )
-    strategy = SkipCorrectStrategy(interval=H, correction="vrl", overlap=False)
+    strategy = SkipCorrectStrategy(interval=H, correction="vrl")
     with strategy.scope():
         model = tf.keras.Sequential(
             [tf.keras.layers.Dense(8, activation="relu", input_shape=(6,)), tf.keras.layers.Dense(3)]

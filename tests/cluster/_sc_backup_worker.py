@@ -37,7 +37,7 @@ class Interrupt(tf.keras.callbacks.Callback):
 
 def main(out_dir: str, backup_dir: str, mode: str, optimizer: str = "sgd") -> None:
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-    strategy = SkipCorrectStrategy(interval=H, average_optimizer_state=(optimizer == "adam"), overlap=False)
+    strategy = SkipCorrectStrategy(interval=H, average_optimizer_state=(optimizer == "adam"))
     assert strategy.num_replicas_in_sync == R, strategy.num_replicas_in_sync
     # worker i reads its own (skewed) rows: sharding OFF, and the dataset's batch is the global batch, so
     # each step reads about B/R rows of this worker's stream; 5 steps per epoch (not a multiple of H)

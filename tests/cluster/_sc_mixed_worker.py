@@ -26,7 +26,7 @@ R, B, F, C, LR, H, STEPS = 2, 5, 3, 4, 0.2, 3, 7
 def main(out_dir: str, policy: str = "mixed_float16") -> None:
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     tf.keras.mixed_precision.set_global_policy(policy)
-    strategy = SkipCorrectStrategy(interval=H, correction="vrl", overlap=False)
+    strategy = SkipCorrectStrategy(interval=H, correction="vrl")
     rng = np.random.RandomState(7)
     w0, b0 = rng.randn(F, C).astype(np.float32) * 0.3, rng.randn(C).astype(np.float32) * 0.1
     batches = make_batches(STEPS, R, B, F, C, seed=17)

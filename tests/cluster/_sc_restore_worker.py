@@ -26,7 +26,7 @@ R, B, F, C, LR, H, STEPS, SAVE_AT = 2, 5, 3, 4, 0.2, 3, 10, 4
 
 
 def main(out_dir: str, mode: str) -> None:
-    strategy = SkipCorrectStrategy(interval=H, correction="vrl", overlap=False)
+    strategy = SkipCorrectStrategy(interval=H, correction="vrl")
     assert strategy.num_replicas_in_sync == R, strategy.num_replicas_in_sync
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     rng = np.random.RandomState(7)

@@ -24,7 +24,7 @@ R, B, F, C, LR, H, STEPS = 2, 5, 3, 4, 0.2, 3, 7
 
 
 def main(out_dir: str) -> None:
-    strategy = SkipCorrectStrategy(interval=H, correction="vrl", overlap=False)
+    strategy = SkipCorrectStrategy(interval=H, correction="vrl")
     assert strategy.num_replicas_in_sync == R, strategy.num_replicas_in_sync
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     rng = np.random.RandomState(7)

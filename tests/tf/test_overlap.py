@@ -133,9 +133,3 @@ def test_auto_with_overlap_hides_the_communication():
     want = overlap_interval(st["interval_t_comm_s"], st["interval_t_comp_s"], max_interval=64)
     assert st["interval"] == strategy.interval == want
     assert strategy.extended.drain() == 0
-
-
-def test_overlap_default_is_blocking_with_local_devices():
-    # a sync over local devices is a copy in memory: nothing to hide (a TF_CONFIG cluster overlaps by default)
-    assert SkipCorrectStrategy(interval=2, devices=DEVICES).overlap is False
-    assert SkipCorrectStrategy(interval=2, devices=DEVICES, overlap=True).overlap is True

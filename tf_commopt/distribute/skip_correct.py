@@ -116,9 +116,7 @@ def _validated(
         correction_lr=_corr.validate_correction_lr(
             correction_lr, where="SkipCorrectStrategy(correction_lr=...)"
         ),
-        overlap=None
-        if overlap is None
-        else validate_overlap(overlap, where="SkipCorrectStrategy(overlap=...)"),
+        overlap=validate_overlap(overlap, where="SkipCorrectStrategy(overlap=...)"),
         graph_loop=validate_overlap(graph_loop, where="SkipCorrectStrategy(graph_loop=...)"),
     )
 
@@ -154,10 +152,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             the (one interval stale) average at the next sync as x_i ← x_i + (ȳ − y_i) (y_i: replica i's
             snapshot; Overlap-Local-SGD, :mod:`tf_commopt.distribute.overlap`). An ``AutoInterval`` then
             chooses H so that communication is hidden. ``sync()``, Keras evaluate/save and the end of
-            ``fit`` apply an in-flight average first. ``None`` (the default): overlapped on a multi-worker
-            cluster, where a sync crosses the network (measured never slower than blocking,
-            docs/results/sc_speed.md and overlap.md); blocking with local devices only, where a sync is a
-            copy in memory with nothing to hide.
+            ``fit`` apply an in-flight average first.
         graph_loop: ``model.fit`` runs the local steps up to each sync as one traced call (tf-keras's
             ``steps_per_execution`` set to the steps to the next sync while ``fit`` runs; callbacks' batch
             hooks then see every call's end) when the model was compiled with the default
@@ -179,7 +174,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         devices: Optional[Sequence[str]] = None,
         cluster_resolver: Any = None,
         correction_lr: str = "effective",
-        overlap: Optional[bool] = None,
+        overlap: bool = False,
         *,
         graph_loop: bool = True,
         target_ratio: Optional[float] = None,
@@ -213,10 +208,8 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         if cluster_resolver is not None or (devices is None and _tf_config_has_cluster()):
             if devices is not None:
                 raise InputError("give devices or cluster_resolver, not both", where="SkipCorrectStrategy")
-            sc["overlap"] = True if sc["overlap"] is None else sc["overlap"]
             extended = MultiWorkerSkipCorrectExtended(self, cluster_resolver=cluster_resolver, **sc)
         else:
-            sc["overlap"] = False if sc["overlap"] is None else sc["overlap"]
             extended = SkipCorrectExtended(self, devices=devices, **sc)
         super().__init__(extended)
         _keras_hooks.install(SkipCorrectStrategy)
