@@ -37,6 +37,8 @@ from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
+from tf_commopt import _compat
+
 __all__ = ["steps_to_next_sync", "GraphLoop"]
 
 _LOOP = "_tf_commopt_graph_loop"  # instance attribute: the loop function installed on a model
@@ -70,27 +72,43 @@ def _zeros_like_spec(outputs: Any) -> Optional[Any]:
     return tf.nest.pack_sequence_as(outputs, [tf.zeros(t.shape, t.dtype) for t in flat])
 
 
-def _loop_function(step: Any, steps_var: Any) -> Any:
+def _loop_function(step: Any, steps_var: Any, before_trace: Any = None) -> Any:
     """``steps_var`` steps of the traced single-step function ``step`` per call (the last step's logs).
 
-    The loop's initial logs are zeros shaped like the step's outputs, so the step appears once in the
-    graph (placing and optimizing the call's graph is part of the first call); a step whose outputs have
-    no static shape runs once before the loop instead."""
+    The step is traced once and appears once in the graph (placing and optimizing the call's graph is
+    part of the first call): the loop's initial logs are zeros shaped like the step's outputs; a step
+    whose outputs have no static shape runs once before the loop instead."""
 
     def train_function(iterator: Any) -> Any:
         n = tf.cast(steps_var.read_value(), tf.int32)
-        init = _zeros_like_spec(step.get_concrete_function(iterator).structured_outputs)
+        # one trace of the step, called as that concrete function: calling the tf.function itself inside
+        # the loop's body graph (another outer graph, another cache key) would trace the step again
+        concrete = step.get_concrete_function(iterator)
+        init = _zeros_like_spec(concrete.structured_outputs)
         start = tf.constant(0)
         if init is None:
-            init, start = step(iterator), tf.constant(1)
+            init, start = concrete(iterator), tf.constant(1)
 
         def body(i: tf.Tensor, _: Any) -> Any:
-            return i + 1, step(iterator)
+            return i + 1, concrete(iterator)
 
         _, outputs = tf.while_loop(lambda i, _: i < n, body, (start, init), parallel_iterations=1)
         return outputs
 
-    return tf.function(train_function, autograph=False, reduce_retracing=True)
+    return _LoopFunction(tf.function(train_function, autograph=False, reduce_retracing=True), before_trace)
+
+
+class _LoopFunction:
+    """The model's ``train_function`` while the graph loop runs: ``before_trace(element_spec)`` eagerly
+    (the variables it creates exist before tf.function traces, so it traces once), then ``function``."""
+
+    def __init__(self, function: Any, before_trace: Any) -> None:
+        self.function, self._before_trace = function, before_trace
+
+    def __call__(self, iterator: Any) -> Any:
+        if self._before_trace is not None:
+            self._before_trace(iterator.element_spec)
+        return self.function(iterator)
 
 
 class GraphLoop:
@@ -133,7 +151,7 @@ class GraphLoop:
         self._prebuild()
         if m.train_function is None or m.train_function is not m.__dict__.get(_LOOP):
             step = m.make_train_function(force=True)  # tf-keras's single-step function (spe is 1 here)
-            loop = _loop_function(step, m.steps_per_execution)
+            loop = _loop_function(step, m.steps_per_execution, self._build_compiled)
             m.train_function = loop
             object.__setattr__(m, _LOOP, loop)
         self._user_spe = 1
@@ -174,6 +192,33 @@ class GraphLoop:
         with self.strategy.scope():
             opt.build(variables)
             self.strategy.extended._sc_state(opt, variables)
+
+    def _build_compiled(self, element_spec: Any) -> None:
+        """Build the compiled loss and metrics (their variables) from the data's and the model's output
+        specs before the step is traced, as tf-keras would in the trace. Only for a model with static
+        ``outputs`` and (x, y[, sample_weight]) data; anything else builds them in the trace, as before."""
+        m = self.model
+        if getattr(m.compiled_metrics, "built", True) and getattr(m.compiled_loss, "built", True):
+            return
+        spec = _compat.first_replica_spec(element_spec)
+        if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3) or not getattr(m, "outputs", None):
+            return
+        y_spec = spec[1]
+        flat = tf.nest.flatten(y_spec) + list(m.outputs)
+        if not all(
+            isinstance(getattr(t, "dtype", None), tf.DType) and t.shape.rank is not None for t in flat
+        ):
+            return
+
+        def zeros(t: Any) -> tf.Tensor:
+            return tf.zeros([d if d is not None else 1 for d in t.shape.as_list()], t.dtype)
+
+        y_true = tf.nest.map_structure(zeros, y_spec)
+        outs = [zeros(t) for t in m.outputs]
+        y_pred = outs[0] if len(outs) == 1 else outs
+        with self.strategy.scope():
+            m.compiled_loss.build(y_pred)
+            m.compiled_metrics.build(y_pred, y_true)
 
     def callback(self) -> Any:
         """The callback that re-sets the call length after every call and at every epoch's start."""
