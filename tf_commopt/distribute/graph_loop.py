@@ -15,8 +15,10 @@ for the time of ``fit``,
   re-read after every call, so every call ends with a sync and callbacks' ``on_train_batch_end`` sees the
   state right after it (``batch`` is the call's last step, tf-keras's ``steps_per_execution`` rule).
 
-The step's variables (optimizer slots, the correction state) are created before the first trace when
-the model uses tf-keras's standard ``train_step``, so tf.function traces the step once instead of twice.
+The step's variables (optimizer slots, the correction state, and the compiled loss and metrics, built
+from the data's spec) are created before the first trace when the model uses tf-keras's standard
+``train_step`` and has static outputs, so tf.function traces the step once instead of twice (plain
+tf-keras traces it twice: its metrics are built in the first trace).
 The user's ``steps_per_execution`` is restored when ``fit`` returns.
 
 Not used (one step per call, as before) when the model was compiled with another ``steps_per_execution``
