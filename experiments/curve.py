@@ -28,7 +28,7 @@ class Curve:
         self, strategy: Any, model: Any, plain: Any, data: Any, every: int, steps: int, spe: int = 1
     ):
         self.strategy, self.model, self.plain, self.data = strategy, model, plain, data
-        self.every, self.steps, self.spe, self.done = every, steps, spe, 0
+        self.every, self.steps, self.spe, self.done, self.base = every, steps, spe, 0, 0
         self.points: List[Dict[str, float]] = []
         self.wall, self.paused, self.eval_syncs, self.eval_comm = 0.0, 0.0, 0, 0.0
         self.t = time.perf_counter()
@@ -57,10 +57,17 @@ class Curve:
         curve = self
 
         class EvalEvery(tf_keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+                curve.base = curve.done
+
             def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-                before, curve.done = curve.done, curve.done + curve.spe
+                before, curve.done = curve.done, curve.base + batch + 1  # batch: the call's last step
                 if curve.done // curve.every > before // curve.every or curve.done == curve.steps:
                     curve.evaluate(curve.done)
+
+            def steps_to_next_stop(self) -> int:
+                """SkipCorrectStrategy's graph loop ends a call here, so evaluations land on every N-th step."""
+                return curve.every - curve.done % curve.every
 
         return EvalEvery()
 

@@ -150,3 +150,30 @@ def test_graph_loop_argument_is_checked():
 
     with pytest.raises(InputError, match=r"graph_loop=.*must be True or False"):
         SkipCorrectStrategy(interval=2, devices=DEVICES, graph_loop="yes")
+
+
+class _StopEvery(tf.keras.callbacks.Callback):
+    """Needs a call to end at every N-th step (as the runner's evaluation curve does)."""
+
+    def __init__(self, every):
+        super().__init__()
+        self.every, self.done = every, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.done = batch + 1
+
+    def steps_to_next_stop(self):
+        return self.every - self.done % self.every
+
+
+def test_a_callback_can_end_calls_at_its_steps_and_the_rule_is_kept():
+    steps, h = 10, 3
+    batches = make_batches(steps, R, B, F, C, seed=29)
+    (w0, b0), strategy, model, _, calls = _fit(batches, h, True, callbacks=[_StopEvery(5)])
+    assert calls.batches == [[2, 4, 5, 8, 9]]  # syncs after steps 3, 6, 9; stops after 5 and 10
+    ref = run_rule(w0, b0, batches, h, "vrl", LR)
+    for i in range(R):
+        np.testing.assert_allclose(
+            model.layers[0].kernel.values[i].numpy(), ref[-1][0][i], rtol=1e-5, atol=1e-5
+        )
+    assert strategy.stats()["syncs"] == 3

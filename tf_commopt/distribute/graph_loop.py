@@ -25,6 +25,8 @@ Not used (one step per call, as before) when the model was compiled with another
 (or ``"auto"``), runs eagerly, overrides ``make_train_function``, when a ``BackupAndRestore`` callback
 backs up every N *calls* (an integer ``save_freq``), or when a callback says it must run after every step
 (an attribute ``needs_every_step`` that is true: ``SkipCorrectTelemetry`` with an ``interval_policy``).
+A callback with a method ``steps_to_next_stop()`` (steps from now to where it must see a call end, ≥ 1)
+shortens the calls to end there too.
 
 Example:
     >>> strategy = SkipCorrectStrategy(interval=16)               # graph_loop=True   # doctest: +SKIP
@@ -127,6 +129,8 @@ class GraphLoop:
         self.model, self.strategy, self.tk = model, strategy, tk
         self._user_spe: Optional[int] = None
         self.active = self._applies(callbacks or [])
+        # callbacks that need a call to end at a given step (e.g. an evaluation every N steps)
+        self._stops = [cb for cb in callbacks or [] if callable(getattr(cb, "steps_to_next_stop", None))]
 
     def _applies(self, callbacks: Sequence[Any]) -> bool:
         m, tk = self.model, self.tk
@@ -173,7 +177,10 @@ class GraphLoop:
         k = int(state.local_steps.numpy()) if state is not None else 0
         t = int(opt.iterations.numpy())
         h = ext.interval_state.next_interval(int(ext.telemetry.steps.numpy()))
-        m.steps_per_execution.assign(steps_to_next_sync(t, k, h, ext._sc_warmup))
+        n = steps_to_next_sync(t, k, h, ext._sc_warmup)
+        for cb in self._stops:
+            n = min(n, max(1, int(cb.steps_to_next_stop())))
+        m.steps_per_execution.assign(n)
 
     def _prebuild(self) -> None:
         """Create the optimizer's slots and the correction state now, not in the first trace (a variable
