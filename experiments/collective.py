@@ -233,6 +233,19 @@ def _compiled_model(cfg: Config, strategy: Any, data: Any):
     return model
 
 
+def _slow_down(cfg: Config, strategy: Any, model: Any) -> float:
+    """``--slow_workers``: this worker's factor, its train step stretched (experiments/slow.py)."""
+    from experiments.slow import factor_for, parse_slow_workers, slow_train_step
+    from tf_commopt import _compat
+
+    if not cfg.slow_workers:
+        return 1.0
+    workers = _compat.num_workers(strategy)
+    factor = factor_for(parse_slow_workers(cfg.slow_workers), _compat.worker_index(strategy), workers)
+    slow_train_step(model, factor)
+    return factor
+
+
 def _input(cfg: Config, strategy: Any, data: Any, tfc: Any, multi: bool, model: Any, out: TextIO) -> tuple:
     """(distributed training set, callbacks, first epoch): resumable with ``--backup_dir``."""
     import tf_keras
@@ -300,6 +313,8 @@ def _record(cfg: Config, run: Dict[str, Any]) -> Dict[str, Any]:
     record.update(_timing(run["clock"], cfg))
     if cfg.non_iid_classes:
         record["non_iid_classes"] = cfg.non_iid_classes
+    if cfg.slow_workers:
+        record.update(slow_workers=cfg.slow_workers, slow_factor=run["slow_factor"])
     if cfg.backup_dir:
         record["resumed_after_epoch"] = run["first_epoch"]
     record.update({k: round(v, 4) for k, v in run["bench"].items()})
@@ -328,18 +343,24 @@ def _add_ons(cfg: Config, strategy: Any, model: Any, data: Any, train: Any, call
 
     from experiments import curve as curves
     from experiments.models import build_model
+    from tf_commopt import _compat
 
     finishers = []
     if cfg.interval_search:
         more, finisher = curves.interval_search(cfg, model, strategy, train)
         callbacks[:0] = more
         finishers.append(finisher)
-    if cfg.eval_every:
+    if cfg.eval_every or cfg.eval_every_s:
         plain = build_model(cfg.model, data.input_shape, data.num_classes)
         plain.compile(
             loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
         )
-        curve = curves.Curve(strategy, model, plain, data, cfg.eval_every, steps, cfg.steps_per_execution)
+        target = cfg.target_accuracy or None
+        multi = _compat.num_workers(strategy) > 1
+        curve = curves.Curve(
+            strategy, model, plain, data, cfg.eval_every, steps, cfg.steps_per_execution,
+            every_s=cfg.eval_every_s, target=target, multi=multi,
+        )  # fmt: skip
         curve.evaluate(0)
         callbacks.append(curve.callback(tf_keras))
         finishers.append(curve.record)
@@ -377,6 +398,7 @@ def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] =
         )
     epochs, steps_per_epoch = schedule(cfg, len(data.x_train))
     model = _compiled_model(cfg, strategy, data)
+    slow_factor = _slow_down(cfg, strategy, model)
     train, callbacks, first_epoch = _input(cfg, strategy, data, tfc, multi, model, out)
     where = (
         f"{tfc.task_type}:{tfc.task_index} of {replicas} workers" if multi else f"{replicas} local replica(s)"
@@ -409,8 +431,11 @@ def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] =
     workers = (tfc.num_workers + int(tfc.has_chief)) if multi else 1
     run = dict(model=model, strategy=strategy, history=history, workers=workers, epochs=epochs, wall=wall)
     run.update(test_loss=test_loss, test_acc=test_acc, clock=clock, first_epoch=first_epoch, bench=bench)
+    run["slow_factor"] = slow_factor
     record = finish(_record(cfg, run))
     if chief:
         save_result(cfg.model_dir, record, plain)
         _summary(cfg, record, where, len(data.x_test), out)
+    elif cfg.step_times:  # every worker's own step figures, as its last line (the harness's all_tasks)
+        print(json.dumps(record), file=out, flush=True)
     return RunResult(record, plain)

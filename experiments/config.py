@@ -26,6 +26,7 @@ from typing import Any, Dict, Union
 
 from experiments.models import MODELS
 from experiments.optimizers import OPTIMIZERS, validate_optimizer
+from experiments.slow import parse_slow_workers
 from tf_commopt.core.interval import validate_interval, validate_target_ratio
 from tf_commopt.datasets import DATASETS
 from tf_commopt.distribute.correction import CORRECTIONS, validate_correction_lr
@@ -70,6 +71,9 @@ class Config:
     step_times: bool = False
     proc_stats: bool = False
     eval_every: int = 0
+    eval_every_s: float = 0.0
+    target_accuracy: float = 0.0
+    slow_workers: str = ""
     interval_search: str = ""
 
 
@@ -107,10 +111,17 @@ HELP: Dict[str, str] = {
     "non_iid_classes": "0: iid shards; k > 0: label-skewed shards, each worker's (local replicas: each "
     "replica's) mostly holding k labels",
     "step_times": "add step_ms, step_ms_p90 (per-step wall time after step 10) and startup_s "
-    "(strategy construction to the end of the first step) to the record",
+    "(strategy construction to the end of the first step) to the record; every worker, not only the "
+    "chief, prints its record as its last line",
     "proc_stats": "print 'PROC {...}' after each epoch: the task's resident memory, threads, open files",
     "eval_every": "evaluate the (averaged) model every this many steps, the clock paused; the record gets "
     "its curve (0 = only at the end)",
+    "eval_every_s": "evaluate the (averaged) model whenever this many training seconds passed since the last "
+    "evaluation, the clock paused (0 = not by time)",
+    "target_accuracy": "record time_to_target_s and steps_to_target: the training seconds and steps at the "
+    "first evaluation reaching this test accuracy (0 = off; needs --eval_every or --eval_every_s)",
+    "slow_workers": "emulate slower workers: WORKER:FACTOR,... (e.g. 1:2.0,3:1.5: worker 1 computes 2x slower, "
+    "worker 3 1.5x; workers numbered from 0 in TF_CONFIG's order, one process is worker 0)",
     "interval_search": "skip_correct: a baseline interval search instead of a fixed H: adacomm "
     "(AdaComm-style, from --interval) or grid (short trials of each H before training); empty = none",
 }
@@ -136,7 +147,7 @@ def _check_numbers(cfg: Config) -> None:
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise InputError(f"must be an integer >= {low}, got {v!r}", where=f"--{name}")
-    for name in ("learning_rate", "bench_allreduce_mb"):
+    for name in ("learning_rate", "bench_allreduce_mb", "eval_every_s"):
         v = getattr(cfg, name)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise InputError(f"must be a number >= 0, got {v!r}", where=f"--{name}")
@@ -145,6 +156,17 @@ def _check_numbers(cfg: Config) -> None:
     for name in ("overlap", "step_times", "proc_stats"):
         if not isinstance(getattr(cfg, name), bool):
             raise InputError(f"must be true or false, got {getattr(cfg, name)!r}", where=f"--{name}")
+
+
+def _check_evaluation(cfg: Config) -> None:
+    t = cfg.target_accuracy
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not (0 <= t <= 1):
+        raise InputError(f"must be a test accuracy in (0, 1] (0 = off), got {t!r}", where="--target_accuracy")
+    if t and not (cfg.eval_every or cfg.eval_every_s):
+        raise InputError(
+            "needs evaluations to be reached at: give --eval_every or --eval_every_s",
+            where="--target_accuracy",
+        )
 
 
 def _choice(value: Any, choices: Any, what: str, flag: str) -> None:
@@ -178,6 +200,8 @@ def validate(cfg: Config) -> Config:
         )
     if cfg.steps and cfg.steps_per_epoch:
         raise InputError("give --steps or --steps_per_epoch, not both", where="--steps_per_epoch")
+    _check_evaluation(cfg)
+    parse_slow_workers(cfg.slow_workers)
     _choice(cfg.correction, CORRECTIONS, "correction", "--correction")
     _choice(cfg.interval_search, ("", "adacomm", "grid"), "interval search", "--interval_search")
     if cfg.interval_search and (cfg.strategy != "skip_correct" or cfg.interval == "auto"):

@@ -33,6 +33,7 @@ class Table:
     rows: Callable[[Records], Records]
     columns: Sequence[Column]
     note: str = ""
+    optional: Sequence[str] = ()  # keys whose columns are shown only when some row has them
 
 
 @dataclass
@@ -147,7 +148,8 @@ def render_page(page: Page, records: Records) -> str:
             out += [f"## {t.heading}", ""]
         if t.note:
             out += [t.note, ""]
-        out += table(t.columns, rows) + [""]
+        shown = [c for c in t.columns if c[1] not in t.optional or any(c[1] in r for r in rows)]
+        out += table(shown, rows) + [""]
     for fig in page.figures:
         out += [f"![{fig}]({fig})", ""]
     return "\n".join(out).rstrip() + "\n"

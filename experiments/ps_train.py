@@ -126,7 +126,15 @@ def _interval_and_correction(cfg: Config) -> Tuple[Any, str]:
             "(the closures' pushes and the averaging on the ps)",
             where="--overlap",
         )
-    for name in ("step_times", "proc_stats", "eval_every", "interval_search"):
+    for name in (
+        "step_times",
+        "proc_stats",
+        "eval_every",
+        "eval_every_s",
+        "target_accuracy",
+        "slow_workers",
+        "interval_search",
+    ):
         if getattr(cfg, name):
             raise InputError("not supported on a parameter-server cluster", where=f"--{name}")
     if cfg.strategy == "ssgd":

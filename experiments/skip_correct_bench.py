@@ -46,6 +46,10 @@ def define(fv: Any) -> None:
     flags.DEFINE_float("momentum", 0.9, "SGD momentum", **d)
     flags.DEFINE_integer("seed", 0, "seed", **d)
     flags.DEFINE_integer("non_iid_classes", 0, "0: iid shards; k > 0: each worker mostly sees k labels", **d)
+    flags.DEFINE_float("target_accuracy", 0.0, "record the time to this test accuracy (0 = off)", **d)
+    flags.DEFINE_float(
+        "eval_every_s", 1.0, "with --target_accuracy: evaluate every this many training seconds", **d
+    )
     flags.DEFINE_integer("repeats", 1, "repetitions (variants interleaved)", **d)
     flags.DEFINE_string("out", "", "append the record to this .jsonl", **d)
 
@@ -56,7 +60,7 @@ def run_row(rec: Dict[str, Any]) -> Dict[str, Any]:
     timed = rec["last_step_end_s"] - rec["first_step_s"]
     row = {"ms_per_step": round(1000 * timed / max(1, steps - 1), 2), "steps": steps}
     row.update(test_accuracy=round(rec["test_accuracy"], 4), test_loss=round(rec["test_loss"], 4))
-    for k in ("interval", "syncs", "comm_s", "bytes_communicated"):
+    for k in ("interval", "syncs", "comm_s", "bytes_communicated", "time_to_target_s", "steps_to_target"):
         if k in rec:
             row[k] = round(rec[k], 3) if k == "comm_s" else rec[k]
     return row
@@ -78,6 +82,8 @@ def sweep(fv: Any) -> Sweep:
         ]
         argv += [f"--learning_rate={fv.learning_rate}", f"--momentum={fv.momentum}", f"--seed={fv.seed}"]
         argv += [f"--interval={fv.interval}", f"--non_iid_classes={fv.non_iid_classes}", *VARIANTS[variant]]
+        if fv.target_accuracy:
+            argv += [f"--target_accuracy={fv.target_accuracy}", f"--eval_every_s={fv.eval_every_s}"]
         return Launch(argv, workers=fv.workers, mbit=fv.bandwidth_mbit or None, topology=fv.topology)
 
     setting = f"{fv.model}:{fv.workers}:{fv.topology}:{fv.bandwidth_mbit:g}"
@@ -157,7 +163,10 @@ def _page(name: str, title: str) -> Page:
                     ("syncs", "syncs", "d"),
                     ("comm s", "comm_s", "g"),
                     ("bytes/worker", "bytes_communicated", "d"),
+                    ("s to target", "time_to_target_s", "g"),
+                    ("steps to target", "steps_to_target", "d"),
                 ],
+                optional=("time_to_target_s", "steps_to_target"),
             ),
         ],
         commands=lambda rs, name=name: sorted({r.get("command", _COMMANDS[name]) for r in rs}),

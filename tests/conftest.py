@@ -1,6 +1,15 @@
-"""Shared test set-up: tier markers by folder; the TensorFlow tiers get 4 logical CPU devices."""
+"""Shared test set-up: tier markers by folder, and the rules of the ``core`` tier enforced.
+
+Tiers (pytest.ini): ``core`` (tests/core: pure Python, in process), ``tf`` (tests/tf: one process, 4
+logical CPU devices, see tests/tf/conftest.py), ``cluster`` (tests/cluster: separate processes). Tests
+marked ``bench`` (timings, printed, never asserted) run only when asked for: ``pytest -m bench -s``.
+A ``core`` test that starts a process fails (call the CLI's ``main(argv)`` or
+``tests.inprocess.run_module`` instead), and so does one that imports TensorFlow when this process has not
+loaded it (``pytest tests/core``; in a full run tests/core/test_purity.py and ``run_module`` check it).
+"""
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -12,10 +21,49 @@ if ROOT not in sys.path:
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+TIERS = ("core", "tf", "cluster")
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = str(item.fspath)
-        for tier in ("core", "tf", "cluster"):
+        for tier in TIERS:
             if f"{os.sep}tests{os.sep}{tier}{os.sep}" in path:
                 item.add_marker(getattr(pytest.mark, tier))
+    if "bench" not in (config.option.markexpr or ""):  # timings run only when asked for: -m bench
+        benches = [item for item in items if item.get_closest_marker("bench")]
+        if benches:
+            config.hook.pytest_deselected(items=benches)
+            items[:] = [item for item in items if not item.get_closest_marker("bench")]
+
+
+def _no_process(*args, **kwargs):
+    raise RuntimeError(
+        "the core tier starts no process: call main(argv) or tests.inprocess.run_module, "
+        "or move the test to tests/cluster"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _core_tier_rules(request, monkeypatch):
+    """In ``core`` tests: no subprocess, no fork, and no TensorFlow import (when not loaded already)."""
+    if request.node.get_closest_marker("core") is None:
+        yield
+        return
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", _no_process)
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "execv", "execve"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, _no_process)
+    from tests.inprocess import TENSORFLOW, _Blocker
+
+    blocker = None
+    if not any(m in sys.modules for m in TENSORFLOW):
+        blocker = _Blocker(TENSORFLOW)
+        sys.meta_path.insert(0, blocker)
+    try:
+        yield
+    finally:
+        if blocker is not None:
+            sys.meta_path.remove(blocker)
+    if blocker is not None and blocker.tried:
+        pytest.fail(f"a core test imported {sorted(set(blocker.tried))}", pytrace=False)

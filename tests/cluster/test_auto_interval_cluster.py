@@ -1,33 +1,15 @@
 """interval="auto" on a 2-worker cluster with a capped network: both workers agree on the timings and on
 H, H is what the pure policy gives for them, and H > 1 because communication is slow."""
 
-import json
-import os
-import sys
-
 import numpy as np
 import pytest
 
-from tf_commopt.cluster import run_cluster
 from tf_commopt.core.interval import FirstIterationPolicy
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def test_two_workers_agree_on_the_first_iteration_interval():
-    r = run_cluster(
-        [sys.executable, os.path.join(ROOT, "tests", "cluster", "_auto_worker.py")],
-        workers=2,
-        bandwidth_mbit=20,
-        topology="switch",
-        timeout=300,
-        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
-        cwd=ROOT,
-        echo=False,
-    )
-    tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 20))
-    assert r.returncode == 0, f"{r.message}\n{tail}"
-    stats = [json.loads([x for x in r.outputs[f"worker:{i}"] if x.startswith("{")][-1]) for i in range(2)]
+def test_two_workers_agree_on_the_first_iteration_interval(tmp_path, worker_cluster):
+    run = worker_cluster(tmp_path, ["auto"], bandwidth_mbit=20, topology="switch")
+    stats = run.results("auto")
     a, b = stats
     for s in stats:
         assert s["interval_chosen"] == 1 and s["steps"] == 52

@@ -2,38 +2,20 @@
 MultiWorkerMirroredStrategy: a job preempted at an epoch start and re-run by a new cluster ends with every
 worker's copy equal to the uninterrupted job's (backups mid-interval: k ≠ 0, Δ_i ≠ 0)."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
-from tf_commopt.cluster import run_cluster
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WORKER = os.path.join(ROOT, "tests", "cluster", "_sc_backup_worker.py")
-
-
-def _cluster(tmp_path, backup, mode, optimizer):
-    r = run_cluster(
-        [sys.executable, WORKER, str(tmp_path), str(backup), mode, optimizer],
-        workers=2,
-        timeout=400,
-        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
-        cwd=ROOT,
-        echo=False,
-    )
-    tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 20))
-    assert r.returncode == 0, f"{mode}: {r.message}\n{tail}"
-    return [dict(np.load(str(tmp_path / f"{mode}{i}.npz"))) for i in range(2)]
-
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_preempted_job_resumed_by_a_new_cluster_equals_the_uninterrupted_job(tmp_path, optimizer):
-    whole = _cluster(tmp_path, tmp_path / "backup_whole", "whole", optimizer)
-    cut = _cluster(tmp_path, tmp_path / "backup", "interrupt", optimizer)
-    assert sorted(os.listdir(tmp_path / "backup")) == ["chief"]  # workers' temporary copies removed
-    resumed = _cluster(tmp_path, tmp_path / "backup", "resume", optimizer)
+def test_preempted_job_resumed_by_a_new_cluster_equals_the_uninterrupted_job(
+    sc_cluster, sc_cluster_again, optimizer
+):
+    whole = sc_cluster.results(f"backup:whole:{optimizer}")
+    cut = sc_cluster.results(f"backup:interrupt:{optimizer}")
+    resumed = sc_cluster_again.results(f"backup:resume:{optimizer}")
+    backup = f"backup_{optimizer}/"
+    left = [f[len(backup) :] for f in sc_cluster.files if f.startswith(backup) and f != backup]
+    assert [f for f in left if "/" not in f[:-1]] == ["chief/"], left  # workers' temporary copies removed
     steps_per_epoch = int(cut[0]["iterations"]) // 2
     assert steps_per_epoch % 3 != 0  # the epoch-end backups are mid-interval (k != 0)
     assert str(whole[0]["rule"]) == ("vrl" if optimizer == "sgd" else "gradient")
@@ -50,4 +32,4 @@ def test_preempted_job_resumed_by_a_new_cluster_equals_the_uninterrupted_job(tmp
     # epoch's backup both workers hold the same global model
     assert np.abs(whole[0]["delta"] - whole[1]["delta"]).max() > 1e-3
     np.testing.assert_array_equal(whole[0]["kernel"], whole[1]["kernel"])
-    assert not os.path.exists(tmp_path / "backup" / "chief")  # deleted after the successful fit
+    assert not (sc_cluster.out_dir / backup / "chief").exists()  # deleted after the successful fit

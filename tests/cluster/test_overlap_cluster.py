@@ -2,28 +2,14 @@
 real collectives between processes, and each worker's copy after every step (and after ``strategy.sync()``)
 equals the plain-numpy overlapped rule; ``model.fit`` drains at its end and ``evaluate`` sees the global model."""
 
-import os
-import sys
-
 import numpy as np
 
+from tests.cluster.workers import assert_steps_follow
 from tests.tf.sc_reference import make_batches, run_overlap_rule
-from tf_commopt.cluster import run_cluster
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_two_workers_follow_the_numpy_overlap_rule(tmp_path):
-    r = run_cluster(
-        [sys.executable, os.path.join(ROOT, "tests", "cluster", "_overlap_worker.py"), str(tmp_path)],
-        workers=2,
-        timeout=300,
-        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
-        cwd=ROOT,
-        echo=False,
-    )
-    tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 20))
-    assert r.returncode == 0, f"{r.message}\n{tail}"
+def test_two_workers_follow_the_numpy_overlap_rule(sc_cluster):
+    got = sc_cluster.results("overlap")
     rng = np.random.RandomState(7)
     w0, b0 = rng.randn(3, 4).astype(np.float32) * 0.3, rng.randn(4).astype(np.float32) * 0.1
     steps = 8
@@ -33,15 +19,7 @@ def test_two_workers_follow_the_numpy_overlap_rule(tmp_path):
         w0, b0, make_batches(steps, 2, 5, 3, 4, seed=17), 3, "vrl", 0.2, sync_after=(steps,)
     )
     ref = ref + [after[-1]]
-    got = [np.load(str(tmp_path / f"worker{i}.npz")) for i in range(2)]
-    for t in range(steps + 1):
-        for i in range(2):
-            np.testing.assert_allclose(
-                got[i]["w"][t], ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t + 1} w{i}"
-            )
-            np.testing.assert_allclose(got[i]["b"][t], ref[t][1][i], rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(got[i]["d"][t], ref[t][2][i], rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(got[0]["d"][t] + got[1]["d"][t], 0.0, atol=1e-4)
+    assert_steps_follow(got, ref, steps + 1)
     assert np.abs(ref[6][2][0]).max() > 1e-3  # the Δ update at step 6 used the stale (step 3) snapshot
     assert abs(ref[steps - 1][0][0] - ref[steps - 1][0][1]).max() > 1e-3  # before the sync the workers differ
     np.testing.assert_allclose(got[0]["w"][-1], got[1]["w"][-1], rtol=1e-6, atol=1e-6)

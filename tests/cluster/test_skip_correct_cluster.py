@@ -1,47 +1,26 @@
 """SkipCorrectStrategy on a 2-worker TF_CONFIG cluster (MultiWorkerMirroredStrategy machinery) through
-the launcher: each worker's copy after every step equals the plain-numpy rule; model.fit/evaluate run."""
-
-import os
-import sys
+the launcher: each worker's copy after every step equals the plain-numpy rule; model.fit/evaluate run;
+a checkpoint saved mid-interval is restored exactly by a new cluster."""
 
 import numpy as np
 
+from tests.cluster.workers import assert_steps_follow
 from tests.tf.sc_reference import make_batches, run_rule
-from tf_commopt.cluster import run_cluster
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_two_workers_follow_the_numpy_rule(tmp_path):
-    r = run_cluster(
-        [sys.executable, os.path.join(ROOT, "tests", "cluster", "_sc_worker.py"), str(tmp_path)],
-        workers=2,
-        timeout=300,
-        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
-        cwd=ROOT,
-        echo=False,
-    )
-    tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 20))
-    assert r.returncode == 0, f"{r.message}\n{tail}"
+def test_two_workers_follow_the_numpy_rule(sc_cluster):
+    got = sc_cluster.results("sc")
     rng = np.random.RandomState(7)
     w0, b0 = rng.randn(3, 4).astype(np.float32) * 0.3, rng.randn(4).astype(np.float32) * 0.1
     ref = run_rule(w0, b0, make_batches(7, 2, 5, 3, 4, seed=17), 3, "vrl", 0.2)
-    got = [np.load(str(tmp_path / f"worker{i}.npz")) for i in range(2)]
-    for t in range(7):
-        for i in range(2):
-            np.testing.assert_allclose(
-                got[i]["w"][t], ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"step {t + 1} w{i}"
-            )
-            np.testing.assert_allclose(got[i]["b"][t], ref[t][1][i], rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(got[i]["d"][t], ref[t][2][i], rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(got[0]["d"][t] + got[1]["d"][t], 0.0, atol=1e-4)
+    assert_steps_follow(got, ref, 7)
     assert abs(ref[-1][0][0] - ref[-1][0][1]).max() > 1e-3  # step 7 is local: the workers differ
     for g in got:
         assert int(g["syncs"]) == 2 and int(g["bytes"]) == 2 * (3 * 4 + 4) * 4
     # the checkpoint holds every worker's Δ stacked in replica order
     import tensorflow as tf
 
-    reader = tf.train.load_checkpoint(str(tmp_path / "ckpt0" / "ckpt"))
+    reader = tf.train.load_checkpoint(str(sc_cluster.out_dir / "ckpt0" / "ckpt"))
     keys = {k for k in reader.get_variable_to_shape_map() if "skip_correct_state" in k}
     delta_key = [k for k in keys if k.endswith("delta_0")]
     assert len(delta_key) == 1, keys
@@ -54,29 +33,10 @@ def test_two_workers_follow_the_numpy_rule(tmp_path):
     assert float(got[0]["loss"]) == float(got[1]["loss"]) > 0
 
 
-def _cluster(tmp_path, mode):
-    r = run_cluster(
-        [
-            sys.executable,
-            os.path.join(ROOT, "tests", "cluster", "_sc_restore_worker.py"),
-            str(tmp_path),
-            mode,
-        ],
-        workers=2,
-        timeout=300,
-        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
-        cwd=ROOT,
-        echo=False,
-    )
-    tail = "\n".join(f"[{t}] {line}" for t in r.outputs for line in r.last_lines(t, 20))
-    assert r.returncode == 0, f"{mode}: {r.message}\n{tail}"
-    return [np.load(str(tmp_path / f"{mode}{i}.npz")) for i in range(2)]
-
-
-def test_two_workers_save_mid_interval_and_a_new_cluster_restores_exactly(tmp_path):
+def test_two_workers_save_mid_interval_and_a_new_cluster_restores_exactly(sc_cluster, sc_cluster_again):
     # H = 3: save after 4 steps (k = 1), continue to step 10 (syncs after steps 6 and 9; step 10 is local)
-    first = _cluster(tmp_path, "first")
-    resumed = _cluster(tmp_path, "resume")
+    first = sc_cluster.results("restore:first")
+    resumed = sc_cluster_again.results("restore:resume")
     d_saved = [first[i]["d_saved"] for i in range(2)]
     assert np.abs(d_saved[0]).max() > 1e-3 and np.abs(d_saved[0] - d_saved[1]).max() > 1e-3
     for i in range(2):

@@ -1,64 +1,28 @@
-"""Hostile input to every pure parser and CLI flag: a valid object or our own one-line error, nothing else.
+"""Hostile input to every pure parser: a valid object or our own one-line error, nothing else.
 
-Covered: PipeDream ``graph.txt`` and our JSON profiles (tf_commopt.core.profiles), PartitionPlan JSON,
-TF_CONFIG (tf_commopt.core.tfconfig), ``--capacities``, bandwidths, and the flags of the partition,
-sim, cluster and train CLIs (exit code 2, one line on stderr, no traceback). Hand-written cases say
-what the error must name (file:line, node, flag); hypothesis fuzzes each parser (modest
-``max_examples``), and whatever a parser accepts is checked against an independent reading of the
-input (no silent wrong value). GraphDef files are in tests/tf/test_hostile_graphdef.py.
+Covered here: PipeDream ``graph.txt`` and our JSON profiles (tf_commopt.core.profiles) and PartitionPlan
+JSON; TF_CONFIG, ``--capacities``, bandwidths and the CLI flags are in test_hostile_cli.py. Hand-written
+cases say what the error must name (file:line, node); hypothesis fuzzes each parser (modest
+``max_examples``), and whatever a parser accepts is checked against an independent reading of the input
+(no silent wrong value). GraphDef files are in tests/tf/test_hostile_graphdef.py.
 """
 
-import ast
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tf_commopt.cluster import main as cluster_main
+from tests.core.hostile import FUZZ, mutations, node_line, one_line_error, write_file
 from tf_commopt.core.costgraph import CostGraph, Node
-from tf_commopt.core.devices import Link, parse_capacities
 from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.profiles import load_profile, read_json, read_pipedream, write_json, write_pipedream
 from tf_commopt.core.simulate import simulate_pipeline
-from tf_commopt.core.tfconfig import TASK_TYPES, parse_tf_config
-from tf_commopt.errors import GraphError, InputError, PlanError, TfCommoptError
-from tf_commopt.partition.__main__ import main as partition_main
-from tf_commopt.sim.cli import main as sim_main
+from tf_commopt.errors import GraphError, InputError, PlanError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 KEYS = ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size")
-
-
-def one_line_error(fn, *args, **kwargs):
-    """Call fn; return its value, or None after checking a raised error is ours and one line."""
-    try:
-        return fn(*args, **kwargs)
-    except TfCommoptError as e:
-        msg = str(e)
-        assert msg and "\n" not in msg and "\r" not in msg, repr(msg)
-        return None
-
-
-def _write(tmp_path, name, data):
-    p = tmp_path / name
-    (p.write_bytes if isinstance(data, bytes) else p.write_text)(data)
-    return str(p)
-
-
-def _node_line(name, f="1.0", b="2.0", a="8.0", p="4.0", label="Linear(4)"):
-    return (
-        f"{name} -- {label} -- forward_compute_time={f}, backward_compute_time={b}, "
-        f"activation_size={a}, parameter_size={p}"
-    )
-
-
-GOOD_PD = "\n".join([_node_line("n0"), _node_line("n1"), _node_line("n2"), "\tn0 -- n1", "\tn1 -- n2"]) + "\n"
 
 
 # ------------------------------------------------------------------------------------- PipeDream graph.txt
@@ -67,18 +31,18 @@ GOOD_PD = "\n".join([_node_line("n0"), _node_line("n1"), _node_line("n2"), "\tn0
     [
         ("", None, "empty graph"),
         ("\n\n   \n", None, "empty graph"),
-        (_node_line("a", f="abc"), 1, "not a number: 'abc'"),
-        (_node_line("a", f="nan"), 1, "forward_ms is not finite"),
-        (_node_line("a", b="inf"), 1, "backward_ms is not finite"),
-        (_node_line("a", a="-5"), 1, "activation_bytes is negative"),
-        (_node_line("a", p="1e999"), 1, "param_bytes is not finite"),
-        (_node_line("a", a="[1; nan]"), 1, "not finite"),
-        (_node_line("a", a="[1; x]"), 1, "not a number: 'x'"),
-        (_node_line("a") + "\n" + _node_line("a"), 2, "duplicate node name 'a'"),
-        (_node_line("a") + "\n\ta -- ghost", 2, "unknown node 'ghost'"),
-        (_node_line("a") + "\n" + _node_line("b") + "\n\ta -- b\n\tb -- a", 2, "cycle: b -> a -> b"),
-        (_node_line("a") + "\n\ta -- a", 2, "self loop"),
-        (_node_line("a") + "\n\ta -- b -- c", 2, "edge line must be"),
+        (node_line("a", f="abc"), 1, "not a number: 'abc'"),
+        (node_line("a", f="nan"), 1, "forward_ms is not finite"),
+        (node_line("a", b="inf"), 1, "backward_ms is not finite"),
+        (node_line("a", a="-5"), 1, "activation_bytes is negative"),
+        (node_line("a", p="1e999"), 1, "param_bytes is not finite"),
+        (node_line("a", a="[1; nan]"), 1, "not finite"),
+        (node_line("a", a="[1; x]"), 1, "not a number: 'x'"),
+        (node_line("a") + "\n" + node_line("a"), 2, "duplicate node name 'a'"),
+        (node_line("a") + "\n\ta -- ghost", 2, "unknown node 'ghost'"),
+        (node_line("a") + "\n" + node_line("b") + "\n\ta -- b\n\tb -- a", 2, "cycle: b -> a -> b"),
+        (node_line("a") + "\n\ta -- a", 2, "self loop"),
+        (node_line("a") + "\n\ta -- b -- c", 2, "edge line must be"),
         ("a -- b", 1, "node line must be"),
         (
             "a -- Linear -- forward_compute_time=1, backward_compute_time=1",
@@ -95,7 +59,7 @@ GOOD_PD = "\n".join([_node_line("n0"), _node_line("n1"), _node_line("n2"), "\tn0
     ],
 )
 def test_pipedream_bad_files_name_file_and_line(tmp_path, text, line, match):
-    path = _write(tmp_path, "g.graph.txt", text)
+    path = write_file(tmp_path, "g.graph.txt", text)
     with pytest.raises(GraphError) as e:
         read_pipedream(path)
     msg = str(e.value)
@@ -105,7 +69,7 @@ def test_pipedream_bad_files_name_file_and_line(tmp_path, text, line, match):
 
 def test_pipedream_binary_junk_and_non_utf8(tmp_path):
     for data in (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", os.urandom(4096), b"\x00" * 100):
-        path = _write(tmp_path, "junk.txt", data)
+        path = write_file(tmp_path, "junk.txt", data)
         assert one_line_error(read_pipedream, path) is None
         assert one_line_error(load_profile, path) is None
 
@@ -142,7 +106,7 @@ _num_text = st.one_of(
 _names = st.sampled_from(["n0", "n1", "n2", "n3", "a b", "x--y"])
 _pd_line = st.one_of(
     st.builds(
-        _node_line,
+        node_line,
         _names,
         _num_text,
         _num_text,
@@ -181,7 +145,7 @@ def _reference_pipedream(lines):
 @given(st.lists(_pd_line, max_size=12))
 def test_fuzz_pipedream_valid_graph_or_one_line_error(tmp_path_factory, lines):
     text = "\n".join(lines)
-    path = _write(tmp_path_factory.mktemp("pd"), "g.txt", text)
+    path = write_file(tmp_path_factory.mktemp("pd"), "g.txt", text)
     g = one_line_error(read_pipedream, path)
     if g is None:
         return
@@ -201,7 +165,7 @@ def test_fuzz_pipedream_valid_graph_or_one_line_error(tmp_path_factory, lines):
 @FUZZ
 @given(st.binary(max_size=300))
 def test_fuzz_pipedream_random_bytes(tmp_path_factory, data):
-    path = _write(tmp_path_factory.mktemp("pdb"), "g.txt", data)
+    path = write_file(tmp_path_factory.mktemp("pdb"), "g.txt", data)
     one_line_error(load_profile, path)
 
 
@@ -256,7 +220,7 @@ def _good_json_dict():
 def test_json_profile_bad_fields(tmp_path, mutate, match):
     d = _good_json_dict()
     mutate(d)
-    path = _write(tmp_path, "p.json", json.dumps(d, indent=1))
+    path = write_file(tmp_path, "p.json", json.dumps(d, indent=1))
     with pytest.raises(GraphError) as e:
         read_json(path)
     msg = str(e.value)
@@ -276,56 +240,15 @@ def test_json_profile_bad_fields(tmp_path, mutate, match):
     ],
 )
 def test_json_profile_not_json(tmp_path, text):
-    path = _write(tmp_path, "p.json", text)
+    path = write_file(tmp_path, "p.json", text)
     with pytest.raises(GraphError):
         read_json(path)
 
 
-_json_leaf = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**20), 10**400), st.floats(), st.text(max_size=6)
-)
-_json_any = st.recursive(
-    _json_leaf,
-    lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=5), c, max_size=3)),
-    max_leaves=8,
-)
-
-
-def _mutations(d):
-    """Hypothesis strategy: d with one value replaced (or deleted) at a random path."""
-    paths = []
-
-    def walk(x, p):
-        paths.append(p)
-        if isinstance(x, dict):
-            for k, v in x.items():
-                walk(v, p + (k,))
-        elif isinstance(x, list):
-            for i, v in enumerate(x):
-                walk(v, p + (i,))
-
-    walk(d, ())
-
-    def apply(path, value, delete):
-        out = json.loads(json.dumps(d))
-        if not path:
-            return value
-        parent = out
-        for k in path[:-1]:
-            parent = parent[k]
-        if delete:
-            del parent[path[-1]]
-        else:
-            parent[path[-1]] = value
-        return out
-
-    return st.builds(apply, st.sampled_from(paths[1:] + [()]), _json_any, st.booleans())
-
-
 @FUZZ
-@given(_mutations(_good_json_dict()))
+@given(mutations(_good_json_dict()))
 def test_fuzz_json_profile(tmp_path_factory, d):
-    path = _write(tmp_path_factory.mktemp("js"), "p.json", json.dumps(d))
+    path = write_file(tmp_path_factory.mktemp("js"), "p.json", json.dumps(d))
     g = one_line_error(read_json, path)
     if g is None:
         return
@@ -388,14 +311,14 @@ def _plan_dict():
 def test_plan_bad_fields(tmp_path, mutate, match):
     d = _plan_dict()
     mutate(d)
-    path = _write(tmp_path, "plan.json", json.dumps(d))
+    path = write_file(tmp_path, "plan.json", json.dumps(d))
     with pytest.raises(PlanError) as e:
         PartitionPlan.load(path)
     assert match in str(e.value) and str(e.value).startswith(path) and "\n" not in str(e.value)
 
 
 @FUZZ
-@given(_mutations(_plan_dict()))
+@given(mutations(_plan_dict()))
 def test_fuzz_plan_json(d):
     p = one_line_error(PartitionPlan.from_json, json.dumps(d))
     if p is None:
@@ -430,411 +353,3 @@ def test_plan_for_another_graph(son, match):
     d["stage_of_node"] = son
     with pytest.raises(PlanError, match=match):
         simulate_pipeline(_graph(), PartitionPlan.from_dict(d), "gpipe", 2)
-
-
-# --------------------------------------------------------------------------------------------- TF_CONFIG
-def _cfg(**task):
-    return {
-        "cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]},
-        "task": task or {"type": "worker", "index": 1},
-    }
-
-
-@pytest.mark.parametrize(
-    "mutate,match",
-    [
-        (lambda d: d.pop("task"), "missing 'task'"),
-        (lambda d: d["task"].update(index=2), "task.index 2 out of range: cluster.worker has 2 task(s)"),
-        (lambda d: d["task"].update(index=-1), "out of range"),
-        (lambda d: d["task"].update(index="one"), "task.index 'one' is not an integer"),
-        (lambda d: d["task"].update(index="²"), "is not an integer"),
-        (lambda d: d["task"].update(index=1.0), "is not an integer"),
-        (lambda d: d["task"].update(index=True), "is not an integer"),
-        (lambda d: d["task"].update(type="master"), "task.type 'master' is not one of"),
-        (lambda d: d["task"].update(type="evaluator"), "task.type 'evaluator' has no entry in cluster"),
-        (lambda d: d["cluster"].update(trainer=["h:9"]), "unknown task type 'trainer'"),
-        (lambda d: d["cluster"]["worker"].append("h:1"), "duplicate address 'h:1'"),
-        (lambda d: d["cluster"].update(worker=["h:2", "h"]), "is not 'host:port'"),
-        (lambda d: d["cluster"].update(worker=["h:2", "h:70000"]), "has no valid port"),
-        (lambda d: d["cluster"].update(worker=["h:2", "h:²"]), "has no valid port"),
-        (lambda d: d["cluster"].update(worker=[]), "non-empty list"),
-        (lambda d: d["cluster"].update(worker={"0": "h:2", "2": "h:3"}), "task indices must be 0..1"),
-        (lambda d: d["cluster"].update(chief=["h:1", "h:7"]), "exactly one task"),
-        (lambda d: d.pop("cluster"), "missing or empty 'cluster'"),
-        (lambda d: d.update(rpc_layer="http"), "rpc_layer 'http'"),
-        (lambda d: d.update(extra=1), "unknown key"),
-    ],
-)
-def test_tf_config_bad(mutate, match):
-    d = _cfg()
-    mutate(d)
-    with pytest.raises(InputError) as e:
-        parse_tf_config(json.dumps(d))
-    assert match in str(e.value) and str(e.value).startswith("TF_CONFIG: ") and "\n" not in str(e.value)
-
-
-@pytest.mark.parametrize("text", ["", "not json", "[]", "null", "{" * 50000, '{"cluster": ' + "[" * 100000])
-def test_tf_config_not_json(text):
-    with pytest.raises(InputError):
-        parse_tf_config(text)
-
-
-@FUZZ
-@given(_mutations(_cfg()))
-def test_fuzz_tf_config(d):
-    c = one_line_error(parse_tf_config, json.dumps(d))
-    if c is None:
-        return
-    addrs = [a for job in c.cluster.values() for a in job]
-    assert len(addrs) == len(set(addrs)) and set(c.cluster) <= set(TASK_TYPES)
-    assert c.task_type in c.cluster and 0 <= c.task_index < len(c.cluster[c.task_type])
-    for a in addrs:
-        port = a.rpartition(":")[2]
-        assert port.isascii() and port.isdigit() and 0 < int(port) < 65536
-    assert c.address == c.cluster[c.task_type][c.task_index]
-
-
-@FUZZ
-@given(st.text(max_size=60))
-def test_fuzz_tf_config_text(text):
-    one_line_error(parse_tf_config, text)
-
-
-# ---------------------------------------------------------------------------------- capacities, bandwidths
-@FUZZ
-@given(
-    st.one_of(
-        st.text(max_size=30),
-        st.lists(
-            st.one_of(st.floats().map(repr), st.sampled_from(["", " ", "x", "1e999", "-0", "0"])), max_size=5
-        ).map(",".join),
-    )
-)
-def test_fuzz_capacities(text):
-    caps = one_line_error(parse_capacities, text)
-    if caps is None:
-        return
-    items = text.split(",")
-    assert caps == [float(t) for t in items]  # independent reading
-    assert all(math.isfinite(c) and c > 0 for c in caps)
-
-
-@pytest.mark.parametrize("bw,lat", [(0, 0), (-1, 0), (math.nan, 0), (math.inf, 0), (1, -1), (1, math.nan)])
-def test_link_rejects_bad_bandwidth_and_latency(bw, lat):
-    with pytest.raises(InputError):
-        Link(bw, lat)
-
-
-# ------------------------------------------------------------------------------------------------ CLIs
-@pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cli")
-    prof = _write(d, "g.graph.txt", GOOD_PD)
-    plan = str(d / "plan.json")
-    assert (
-        partition_main(["--profile", prof, "--stages", "2", "--method", "balanced", "--out", plan, "--quiet"])
-        == 0
-    )
-    other = _write(d, "other.graph.txt", GOOD_PD.replace("n2", "m2"))
-    return {
-        "profile": prof,
-        "plan": plan,
-        "other": other,
-        "junk": _write(d, "junk.bin", os.urandom(512)),
-        "dir": str(d),
-    }
-
-
-def _one_line_exit2(main, argv, capsys):
-    capsys.readouterr()
-    try:
-        rc = main(argv)
-    except SystemExit as e:
-        rc = e.code
-    err = capsys.readouterr().err
-    assert rc == 2, (argv, err)
-    assert err.count("\n") == 1 and err.strip() and "Traceback" not in err, (argv, err)
-    return err
-
-
-@pytest.mark.parametrize(
-    "argv,match",
-    [
-        (["--stages", "0"], "--stages"),
-        (["--stages", "2.5"], "--stages"),
-        (["--stages", "99"], "--stages"),
-        (["--stages", "2", "--method", "magic"], "--method"),
-        (["--stages", "2", "--bandwidth-gbps", "nan"], "--bandwidth-gbps"),
-        (["--stages", "2", "--bandwidth-gbps", "-10"], "--bandwidth-gbps"),
-        (["--stages", "2", "--bandwidth-gbps", "1e999"], "--bandwidth-gbps"),
-        (["--stages", "2", "--latency-ms", "-1"], "--latency-ms"),
-        (["--stages", "2", "--capacities", "1,,1"], "--capacities"),
-        (["--stages", "2", "--capacities", "1,0"], "--capacities"),
-        (["--stages", "2", "--kinds", "bf16"], "--kinds"),
-        (["--stages", "2", "--memory-gb", "0"], "--memory-gb"),
-        (["--stages", "2", "--seed", "-3"], "--seed"),
-        (["--stages", "2", "--out", "/nonexistent-dir/plan.json"], "--out"),
-        (["--stages", "2", "--bogus"], "unrecognized arguments"),
-    ],
-)
-def test_partition_cli_bad_flags(files, capsys, argv, match):
-    err = _one_line_exit2(partition_main, ["--profile", files["profile"], "--quiet"] + argv, capsys)
-    assert match in err
-
-
-@pytest.mark.parametrize("key", ["junk", "dir", "missing"])
-def test_partition_cli_bad_profile(files, capsys, key):
-    _one_line_exit2(partition_main, ["--profile", files.get(key, "/no/such.txt"), "--stages", "2"], capsys)
-
-
-@pytest.mark.parametrize(
-    "extra,match",
-    [
-        (["--microbatches", "0"], "--microbatches"),
-        (["--microbatches", "x"], "--microbatches"),
-        (["--microbatches", "2", "--bandwidth-gbps", "0"], "--bandwidth-gbps"),
-        (["--microbatches", "2", "--bandwidth-gbps", "inf"], "--bandwidth-gbps"),
-        (["--microbatches", "2", "--latency-ms", "-1"], "--latency-ms"),
-        (["--microbatches", "2", "--capacities", "a,b"], "--capacities"),
-        (["--microbatches", "2", "--kinds", "fp8"], "--kinds"),
-        (["--microbatches", "2", "--split", "-1"], "--split"),
-    ],
-)
-def test_sim_cli_bad_flags(files, capsys, extra, match):
-    err = _one_line_exit2(
-        sim_main,
-        ["--profile", files["profile"], "--plan", files["plan"], "--schedule", "gpipe"] + extra,
-        capsys,
-    )
-    assert match in err
-
-
-@pytest.mark.parametrize(
-    "profile,plan,match",
-    [
-        ("other", "plan", "no stage"),  # a plan made for another graph
-        ("profile", "junk", "cannot read plan"),  # a plan file of random bytes
-        ("profile", "profile", "invalid JSON"),  # a profile given as the plan
-        ("junk", "plan", ""),
-        ("profile", "dir", "cannot read plan"),
-    ],
-)
-def test_sim_cli_bad_files(files, capsys, profile, plan, match):
-    err = _one_line_exit2(
-        sim_main,
-        ["--profile", files[profile], "--plan", files[plan], "--schedule", "1f1b", "--microbatches", "2"],
-        capsys,
-    )
-    assert match in err
-
-
-@pytest.mark.parametrize(
-    "argv,match",
-    [
-        (["--workers", "0", "--", "true"], "--workers"),
-        (["--workers", "x", "--", "true"], "--workers"),
-        (["--ps", "-1", "--", "true"], "--ps"),
-        (["--bandwidth-mbit", "nan", "--", "true"], "--bandwidth-mbit"),
-        (["--bandwidth-mbit", "-5", "--", "true"], "--bandwidth-mbit"),
-        (["--bandwidth-mbit", "fast", "--", "true"], "--bandwidth-mbit"),
-        (["--timeout", "0", "--", "true"], "--timeout"),
-        (["--topology", "ring", "--", "true"], "--topology"),
-        (["--workers", "2"], "missing COMMAND"),
-        (["--workers", "1", "--", "/no/such/binary"], "cannot start task"),
-    ],
-)
-def test_cluster_cli_bad_flags(capsys, argv, match):
-    err = _one_line_exit2(cluster_main, argv, capsys)
-    assert match in err
-
-
-_flag_value = st.one_of(st.text(max_size=8), st.floats().map(repr), st.integers(-(10**20), 10**20).map(str))
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-@given(
-    st.sampled_from(
-        ["--stages", "--bandwidth-gbps", "--latency-ms", "--capacities", "--seed", "--memory-gb", "--kinds"]
-    ),
-    _flag_value,
-)
-def test_fuzz_partition_cli_flag(files, capsys, flag, value):
-    argv = ["--profile", files["profile"], "--method", "balanced", "--quiet", "--stages", "2", flag, value]
-    capsys.readouterr()
-    try:
-        rc = partition_main(argv)
-    except SystemExit as e:  # argparse's own errors (e.g. a value that looks like a flag)
-        rc = e.code
-    out = capsys.readouterr()
-    assert rc in (0, 2)
-    if rc == 2:
-        assert out.err.count("\n") == 1 and out.out == ""
-    else:
-        assert json.loads(out.out)["stages"] >= 1
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-@given(
-    st.sampled_from(
-        [
-            "--microbatches",
-            "--split",
-            "--bandwidth-gbps",
-            "--latency-ms",
-            "--capacities",
-            "--optimizer-ms",
-            "--schedule",
-            "--kinds",
-        ]
-    ),
-    _flag_value,
-)
-def test_fuzz_sim_cli_flag(files, capsys, flag, value):
-    argv = [
-        "--profile",
-        files["profile"],
-        "--plan",
-        files["plan"],
-        "--schedule",
-        "gpipe",
-        "--microbatches",
-        "2",
-        flag,
-        value,
-    ]
-    capsys.readouterr()
-    try:
-        rc = sim_main(argv)
-    except SystemExit as e:
-        rc = e.code
-    out = capsys.readouterr()
-    assert rc in (0, 2)
-    if rc == 2:
-        assert out.err.count("\n") == 1 and out.out == ""
-    else:
-        d = json.loads(out.out)
-        assert math.isfinite(d["iteration_ms"]) and d["iteration_ms"] > 0
-
-
-@pytest.mark.parametrize(
-    "module,argv,match",
-    [
-        ("tf_commopt.partition", ["--profile", "/no/such", "--stages", "2"], "no such file"),
-        (
-            "tf_commopt.sim",
-            [
-                "--profile",
-                "pipedream/vgg16",
-                "--plan",
-                "/no/plan.json",
-                "--schedule",
-                "gpipe",
-                "--microbatches",
-                "2",
-            ],
-            "cannot read plan",
-        ),
-        ("tf_commopt.cluster", ["--workers", "-2", "--", "true"], "--workers"),
-        ("experiments.train", ["--strategy=magic"], "--strategy"),
-        ("experiments.train", ["--replicas=0"], "--replicas"),
-        ("experiments.train", ["--interval=0", "--strategy=skip_correct"], "--interval"),
-        ("experiments.train", ["--learning_rate=nan"], "--learning_rate"),
-        ("experiments.train", ["--batch_size=ten"], "batch_size"),
-        ("experiments.train", ["--dataset=imagenet"], "--dataset"),
-        ("experiments.train", ["--backup_dir=/etc/hostname"], "--backup_dir"),
-        ("experiments.train", ["--optimizer=lamb"], "--optimizer"),
-        ("experiments.train", ["--unknown_flag=1"], "unknown_flag"),
-        ("experiments.train", ["--overlap", "--strategy=ssgd"], "--overlap"),
-        ("experiments.train", ["--non_iid_classes=-1"], "--non_iid_classes"),
-        ("experiments.overlap_bench", ["--settings=mlp:skewed"], "--settings"),
-    ],
-)
-def test_cli_processes_exit_2_with_one_line(module, argv, match):
-    """The real processes: exit code 2, one line on stderr, no traceback (and no TensorFlow start-up)."""
-    env = dict(os.environ, TF_CONFIG="", PYTHONPATH=ROOT)
-    p = subprocess.run(
-        [sys.executable, "-m", module] + argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
-    )
-    assert p.returncode == 2, (p.stdout[-500:], p.stderr[-2000:])
-    assert p.stderr.count("\n") == 1 and match in p.stderr and "Traceback" not in p.stderr, p.stderr
-
-
-def test_train_rejects_bad_tf_config_with_one_line():
-    env = dict(
-        os.environ,
-        PYTHONPATH=ROOT,
-        TF_CONFIG=json.dumps({"cluster": {"worker": ["h:1", "h:1"]}, "task": {"type": "worker", "index": 0}}),
-    )
-    p = subprocess.run(
-        [sys.executable, "-m", "experiments.train", "--strategy=ssgd"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=120,
-    )
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "duplicate address 'h:1'" in p.stderr, p.stderr
-
-
-def test_train_backup_dir_on_a_ps_cluster_without_chief_names_the_cluster_problem():
-    # --backup_dir is supported on ps clusters since issue 19 (experiments.ps_train saves and resumes the ps
-    # state); a ps cluster without a chief is still one line naming TF_CONFIG
-    env = dict(
-        os.environ,
-        PYTHONPATH=ROOT,
-        TF_CONFIG=json.dumps(
-            {"cluster": {"worker": ["h:1"], "ps": ["h:2"]}, "task": {"type": "worker", "index": 0}}
-        ),
-    )
-    p = subprocess.run(
-        [sys.executable, "-m", "experiments.train", "--backup_dir=/tmp/unused"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=120,
-    )
-    last = p.stderr.strip().splitlines()[-1]  # (TensorFlow logs at import before it)
-    assert p.returncode == 2 and last.startswith("experiments.train: error: TF_CONFIG: "), p.stderr
-    assert "needs 'ps' tasks and a 'chief'" in last and "backup_dir" not in p.stderr, p.stderr
-
-
-# ------------------------------------------------------------------------------- no pickle, no eval
-def _sources():
-    for top in ("tf_commopt", "experiments"):
-        for dirpath, _, names in os.walk(os.path.join(ROOT, top)):
-            for n in names:
-                if n.endswith(".py"):
-                    yield os.path.join(dirpath, n)
-
-
-def test_no_parser_unpickles_or_evaluates_input():
-    bad = []
-    for path in _sources():
-        tree = ast.parse(open(path, encoding="utf-8").read(), path)
-        for node in ast.walk(tree):
-            where = f"{os.path.relpath(path, ROOT)}:{getattr(node, 'lineno', 0)}"
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                mods = [a.name for a in node.names] + (
-                    [node.module] if isinstance(node, ast.ImportFrom) else []
-                )
-                if any(
-                    m and m.split(".")[0] in ("pickle", "cPickle", "dill", "marshal", "shelve", "cloudpickle")
-                    for m in mods
-                ):
-                    bad.append(f"{where}: imports {mods}")
-            elif isinstance(node, ast.Call):
-                f = node.func
-                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
-                if isinstance(f, ast.Name) and name in ("eval", "exec", "compile", "__import__"):
-                    bad.append(f"{where}: calls {name}()")
-                if name in ("literal_eval", "unsafe_load", "full_load") or (
-                    name == "load" and isinstance(f, ast.Attribute) and getattr(f.value, "id", "") == "yaml"
-                ):
-                    bad.append(f"{where}: calls {name}()")
-                for kw in node.keywords:
-                    if kw.arg == "allow_pickle" and not (
-                        isinstance(kw.value, ast.Constant) and kw.value.value is False
-                    ):
-                        bad.append(f"{where}: allow_pickle")
-    assert bad == []

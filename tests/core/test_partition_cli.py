@@ -2,17 +2,14 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.inprocess import run_module
 from tf_commopt.core.partition import PartitionPlan
 from tf_commopt.core.planner import partition
 from tf_commopt.core.profiles import load_profile
 from tf_commopt.partition.__main__ import main
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_cli_prints_plan_and_writes_out_and_dot(tmp_path, capsys):
@@ -94,29 +91,17 @@ def test_cli_bad_input_exits_2_with_one_line(args, match, capsys):
     assert match in err and len(err.splitlines()) == 1
 
 
-def test_cli_subprocess_bad_file_line(tmp_path):
+def test_python_m_bad_file_line(tmp_path):
     p = tmp_path / "g.graph.txt"
     p.write_text(
         "node1 -- A -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=1\n"
         "\tnode1 -- node2\n"
     )
-    r = subprocess.run(
-        [sys.executable, "-m", "tf_commopt.partition", "--profile", str(p), "--stages", "1"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip() == f"{p}:2: unknown node 'node2'"
-    r = subprocess.run(
-        [sys.executable, "-m", "tf_commopt.partition", "--profile", str(p)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--stages" in r.stderr
+    r = run_module("tf_commopt.partition", ["--profile", str(p), "--stages", "1"])
+    assert r.code == 2 and r.out == ""
+    assert r.err.strip() == f"{p}:2: unknown node 'node2'"
+    r = run_module("tf_commopt.partition", ["--profile", str(p)])
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "--stages" in r.err
 
 
 # ------------------------------------------------------------------ external assignments (--method given)

@@ -158,5 +158,5 @@ def test_2700_node_branchy_graph_into_8_stages():
         f"\n2,700-node branchy graph ({len(g)} nodes), 8 stages, ga: search_s={plan.search_s:.2f} "
         f"wall={wall:.2f}s objective={plan.objective:.2f} ms"
     )
-    assert_valid(g, plan, 8)
+    assert_valid(g, plan, 8)  # its time is printed, not asserted (a loaded machine is slower)
     assert plan.extra["ga_best_ms"] <= plan.extra["local_best_ms"] <= plan.extra["seeds_best_ms"]

@@ -1,18 +1,14 @@
 """``python -m tf_commopt.sim``: one JSON object, a Gantt PNG, exit 2 with one line on bad input."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.inprocess import run_module
 from tf_commopt.core.plan import PartitionPlan
 from tf_commopt.core.profiles import bundled_profile_path, load_profile
 from tf_commopt.core.simulate import simulate_pipeline
 from tf_commopt.sim import main
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -100,38 +96,20 @@ def test_cli_bad_input_one_line(vgg_plan, capsys, args, msg):
     assert err.count("\n") == 1 and msg in err
 
 
-def test_cli_subprocess_exit_code(vgg_plan, tmp_path):
+def test_python_m_exit_code(vgg_plan, tmp_path):
     bad = tmp_path / "plan.json"
     bad.write_text('{"method": "x",\n "stage_of_node": []}')
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tf_commopt.sim",
-            "--profile",
-            "pipedream/vgg16",
-            "--plan",
-            str(bad),
-            "--schedule",
-            "gpipe",
-            "--microbatches",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert p.returncode == 2 and p.stdout == ""
-    assert p.stderr.count("\n") == 1 and str(bad) in p.stderr, p.stderr
+    argv = ["--profile", "pipedream/vgg16", "--plan", str(bad), "--schedule", "gpipe", "--microbatches", "2"]
+    r = run_module("tf_commopt.sim", argv)
+    assert r.code == 2 and r.out == ""
+    assert r.err.count("\n") == 1 and str(bad) in r.err, r.err
 
 
 def test_plan_from_the_partition_cli(tmp_path, capsys):
     plan = tmp_path / "plan.json"
-    p = subprocess.run(
+    r = run_module(
+        "tf_commopt.partition",
         [
-            sys.executable,
-            "-m",
-            "tf_commopt.partition",
             "--profile",
             "h200/resnet50",
             "--stages",
@@ -148,11 +126,8 @@ def test_plan_from_the_partition_cli(tmp_path, capsys):
             str(plan),
             "--quiet",
         ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
     )
-    assert p.returncode == 0, p.stderr
+    assert r.code == 0, r.err
     assert (
         main(
             [

@@ -351,18 +351,9 @@ def test_bad_input():
 
 
 def _bench(*args):
-    import os
-    import subprocess
-    import sys
+    from tests.inprocess import run_module
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return subprocess.run(
-        [sys.executable, "-m", "experiments.hybrid_bench", *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_module("experiments.hybrid_bench", list(args))  # in process, TensorFlow blocked
 
 
 def test_bench_json_rows_are_the_simulator():
@@ -379,8 +370,8 @@ def test_bench_json_rows_are_the_simulator():
         "--methods=balanced",
         "--replicated=wide_first_fast",
     )
-    assert out.returncode == 0, out.stderr
-    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert out.code == 0, out.err
+    rows = [json.loads(line) for line in out.out.splitlines()]
     assert len(rows) == 1
     r = rows[0]
     g = load_profile("pipedream/alexnet")
@@ -398,8 +389,8 @@ def test_bench_json_rows_are_the_simulator():
 
 def test_bench_bad_cluster_is_one_line_exit_2():
     out = _bench("--profiles=pipedream/alexnet", "--clusters=1,fast:x")
-    assert out.returncode == 2
-    assert out.stderr.strip().count("\n") == 0 and "--clusters" in out.stderr and "item 1" in out.stderr
+    assert out.code == 2
+    assert out.err.strip().count("\n") == 0 and "--clusters" in out.err and "item 1" in out.err
 
 
 def test_layers_the_simulator_never_plans_and_the_executor_never_simulates():

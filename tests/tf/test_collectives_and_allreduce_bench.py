@@ -1,12 +1,8 @@
 """tf_commopt.distribute.collectives (the measured recommendation) and experiments.allreduce_bench's input errors."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.inprocess import run_module, runner_imports
 
 
 def test_recommended_options_are_one_fused_collective_with_tfs_algorithm_choice():
@@ -35,27 +31,19 @@ def test_recommended_options_rejects_bad_payloads(bad):
 
 
 def test_setting_parser():
-    # in a fresh process: the bench defines absl flags (--workers, ...) that other runners imported by
-    # earlier tests in this process define too
-    code = """
-import pytest
-from experiments.allreduce_bench import parse_setting, ring_bound_s
-assert parse_setting("auto:64K:8") == {"name": "auto:64K:8", "impl": "auto", "bytes_per_pack": 65536, "chunks": 8}
-assert parse_setting("RING:0:1")["impl"] == "ring"
-# 2(N-1) B 8 / R on a shared segment; 2(N-1)/N B 8 / R per link on a switch
-assert ring_bound_s(40e6, 4, 1000, "shared") == pytest.approx(1.92)
-assert ring_bound_s(407_080, 2, 10, "switch") == pytest.approx(0.325664)
-print("ok")
-"""
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+    with runner_imports():  # the bench's absl flags (--workers, ...) apart from other runners'
+        from experiments.allreduce_bench import parse_setting, ring_bound_s
+
+        assert parse_setting("auto:64K:8") == {
+            "name": "auto:64K:8",
+            "impl": "auto",
+            "bytes_per_pack": 65536,
+            "chunks": 8,
+        }
+        assert parse_setting("RING:0:1")["impl"] == "ring"
+        # 2(N-1) B 8 / R on a shared segment; 2(N-1)/N B 8 / R per link on a switch
+        assert ring_bound_s(40e6, 4, 1000, "shared") == pytest.approx(1.92)
+        assert ring_bound_s(407_080, 2, 10, "switch") == pytest.approx(0.325664)
 
 
 @pytest.mark.parametrize(
@@ -78,14 +66,8 @@ print("ok")
     ],
 )
 def test_bad_flags_one_line_exit_2(args, where):
-    p = subprocess.run(
-        [sys.executable, "-m", "experiments.allreduce_bench"] + args,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2, p.stderr
-    assert len(lines) == 1 and "allreduce_bench: error: " in lines[0] and where in lines[0], p.stderr
-    assert "Traceback" not in p.stderr and p.stdout == ""
+    r = run_module("experiments.allreduce_bench", args)  # in process, TensorFlow blocked meanwhile
+    lines = r.err.strip().splitlines()
+    assert r.code == 2, r.err
+    assert len(lines) == 1 and "allreduce_bench: error: " in lines[0] and where in lines[0], r.err
+    assert "Traceback" not in r.err and r.out == ""

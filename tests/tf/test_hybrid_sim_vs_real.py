@@ -8,8 +8,8 @@ hybrid with the same ``GroupedHybridTrainer``, interleaved, medians; the simulat
 own groups, plans and batch split and per-layer costs measured on /CPU:0. The real runs need their own
 TensorFlow threading, so each runs in a child process (``python -m experiments.hybrid_bench --real_only``).
 
-Asserted: for every configuration, the measured hybrid / data-parallel ratio is within TOLERANCE
-(relative) of the simulated one. Measured on this machine (2 cores shared with other jobs):
+Asserted (a ``bench``: it runs only when asked for, ``pytest -m bench -s``): for every configuration,
+the measured hybrid / data-parallel ratio is within TOLERANCE (relative) of the simulated one. Measured on this machine (2 cores shared with other jobs):
 docs/results/hybrid_real.jsonl and docs/results/hybrid.md.
 """
 
@@ -27,6 +27,7 @@ TOLERANCE = 0.40
 CONFIGS = [("1,0.25", 1, 2), ("1,0.5,0.5", 1, 3), ("1,1,0.5,0.5", 2, 2)]  # capacities, groups, micro-batches
 
 
+@pytest.mark.bench  # minutes of timed runs, meaningless on a loaded machine: pytest -m bench -s
 @pytest.mark.parametrize("caps,groups,microbatches", CONFIGS)
 def test_simulated_ratio_matches_emulated_devices(caps, groups, microbatches):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)

@@ -5,6 +5,7 @@ tf.distribute's MultiDeviceIterator (device_iterators_without_autotune) and, per
 
 import time
 
+import pytest
 import tensorflow as tf
 from tensorflow.python.data.ops import multi_device_iterator_ops
 
@@ -32,12 +33,9 @@ def test_no_autotune_keeps_the_elements_and_other_options():
     assert [int(x) for x in ds] == [0, 1, 2, 3]
 
 
-def test_deleting_an_iterator_without_autotune_is_prompt():
-    """With autotuning on, 42 of 100 such deletions took 0.12-0.14 s on a loaded 2-core machine (the wait for
-    the optimization scheduled 0.63 s after the first element); without it none took over 30 ms."""
-    ds = _compat.no_autotune(tf.data.Dataset.range(10**9).batch(4).prefetch(2))
+def _worst_deletion_s(ds, repeats: int) -> float:
     worst = 0.0
-    for _ in range(10):
+    for _ in range(repeats):
         it = iter(ds)
         start = time.perf_counter()
         while time.perf_counter() - start < 0.3:
@@ -45,4 +43,17 @@ def test_deleting_an_iterator_without_autotune_is_prompt():
         start = time.perf_counter()
         del it
         worst = max(worst, time.perf_counter() - start)
-    assert worst < 0.1, worst
+    return worst
+
+
+@pytest.mark.bench
+def test_bench_deleting_an_iterator_with_and_without_autotune():
+    """Timing, printed side by side (``pytest -m bench -s``), never asserted: with autotuning on a deletion
+    can wait for the autotune thread's next scheduled optimization; without it there is nothing to wait for."""
+    data = tf.data.Dataset.range(10**9).batch(4).prefetch(2)
+    rows = []
+    for _ in range(3):  # alternated, so both see the same machine load
+        rows.append((_worst_deletion_s(data, 5), _worst_deletion_s(_compat.no_autotune(data), 5)))
+    print(
+        "\nworst iterator deletion, s (autotune on / off):", ", ".join(f"{a:.3f} / {b:.3f}" for a, b in rows)
+    )

@@ -2,8 +2,6 @@
 refused (not trained silently without skipping), mixed_float16 with loss scaling follows the rule,
 BackupAndRestore resumes exactly, TensorBoard works (or says what to install)."""
 
-import os
-import subprocess
 import sys
 
 import numpy as np
@@ -15,7 +13,6 @@ from tf_commopt.distribute import SkipCorrectStrategy
 
 R, B, F, C, LR = 4, 5, 3, 4, 0.2
 DEVICES = ["/cpu:%d" % i for i in range(R)]
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _global_batches(batches):
@@ -25,52 +22,17 @@ def _global_batches(batches):
 
 
 # ---- Keras 3 ----------------------------------------------------------------------------------------
-_KERAS3_JOB = r"""
-import os, sys
-sys.path.insert(0, {root!r})
-os.environ.pop("TF_USE_LEGACY_KERAS", None)
-import numpy as np
-import tensorflow as tf
-tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
-                                           [tf.config.LogicalDeviceConfiguration()] * 2)
-if {late_env!r}:
-    import tf_keras  # noqa: F401  (the constructor's check passes: tf-keras is loaded too)
-    os.environ["TF_USE_LEGACY_KERAS"] = "1"  # set too late for `import keras` below: it is Keras 3
-import keras
-assert int(keras.__version__.split(".")[0]) >= 3, keras.__version__
-from tf_commopt.distribute import SkipCorrectStrategy
-try:
-    strategy = SkipCorrectStrategy(interval=2, devices=["/cpu:0", "/cpu:1"])
-    with strategy.scope():
-        model = {build}
-        model.compile(keras.optimizers.SGD(0.1), "mse")
-    model.fit(np.ones((8, 3), np.float32), np.ones((8, 2), np.float32), batch_size=4, verbose=0)
-    print("TRAINED", strategy.stats()["steps"], strategy.stats()["syncs"])
-except Exception as e:
-    print("ERROR", type(e).__name__, str(e))
-"""
-
-
 @pytest.mark.parametrize(
-    "late_env,build",
-    [
-        (True, "keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])"),
-        (True, "keras.Model(*(lambda i: (i, keras.layers.Dense(2)(i)))(keras.Input((3,))))"),
-        (False, "keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])"),
-    ],
+    "mode,case", [("late", "sequential"), ("late", "functional"), ("early", "sequential")]
 )
-def test_keras3_under_the_strategy_is_a_one_line_error_saying_what_to_do(late_env, build):
-    code = _KERAS3_JOB.format(root=ROOT, late_env=late_env, build=build)
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("ERROR", "TRAINED"))]
-    assert len(lines) == 1, proc.stdout + proc.stderr[-2000:]
-    line = lines[0]
+def test_keras3_under_the_strategy_is_a_one_line_error_saying_what_to_do(keras3_jobs, mode, case):
+    line = keras3_jobs[mode][case]  # tests/tf/_keras3_job.py in a fresh interpreter
     assert line.startswith("ERROR InputError SkipCorrectStrategy:"), line
-    # late_env: the variable creator's check (Keras 3 model under a tf-keras process); otherwise the
+    # late: the variable creator's check (Keras 3 model under a tf-keras process); otherwise the
     # constructor's (Keras 3 is the active tf.keras): both say what to do
-    assert "TF_USE_LEGACY_KERAS=1" in line and ("import tf_keras" in line if late_env else "tf-keras" in line)
+    assert "TF_USE_LEGACY_KERAS=1" in line and (
+        "import tf_keras" in line if mode == "late" else "tf-keras" in line
+    )
 
 
 def test_keras3_check_does_not_fire_for_tf_keras_or_plain_variables():
@@ -261,33 +223,25 @@ def test_tensorboard_callback_writes_scalars_or_fails_at_once_saying_what_to_ins
         assert strategy.stats()["steps"] == 0  # refused at train begin, not after an epoch
 
 
-def test_without_tensorboard_the_callback_is_a_one_line_error_before_training():
-    code = (
-        "import sys; sys.modules['tensorboard'] = None\n"  # as if not installed
-        "import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'\n"
-        "import numpy as np, tensorflow as tf\n"
-        "from tf_commopt.distribute import SkipCorrectStrategy\n"
-        "s = SkipCorrectStrategy(interval=2)\n"
-        "with s.scope():\n"
-        "    m = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))]); m.compile('sgd', 'mse')\n"
-        "try:\n"
-        "    m.fit(np.ones((8, 3)), np.ones((8, 2)), batch_size=4, epochs=2, verbose=0,\n"
-        "          callbacks=[tf.keras.callbacks.TensorBoard('/tmp/unused_tb')])\n"
-        "    print('TRAINED')\n"
-        "except Exception as e:\n"
-        "    print('ERROR', type(e).__name__, e, s.stats()['steps'])\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT),
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("ERROR", "TRAINED"))]
-    assert len(lines) == 1, proc.stdout + proc.stderr[-2000:]
-    assert lines[0].startswith(
-        "ERROR InputError TensorBoard: tf.keras.callbacks.TensorBoard needs the tensorboard"
-    ), lines
-    assert "pip install tensorboard" in lines[0] and lines[0].endswith(" 0")
+def test_without_tensorboard_the_callback_is_a_one_line_error_before_training(monkeypatch, tmp_path):
+    from tf_commopt.errors import InputError
+
+    for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed (put back after)
+    s = SkipCorrectStrategy(interval=2, devices=DEVICES[:2])
+    with s.scope():
+        m = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))])
+        m.compile("sgd", "mse")
+    with pytest.raises(InputError) as e:
+        m.fit(
+            np.ones((8, 3)),
+            np.ones((8, 2)),
+            batch_size=4,
+            epochs=2,
+            verbose=0,
+            callbacks=[tf.keras.callbacks.TensorBoard(str(tmp_path / "tb"))],
+        )
+    msg = str(e.value)
+    assert msg.startswith("TensorBoard: tf.keras.callbacks.TensorBoard needs the tensorboard"), msg
+    assert "pip install tensorboard" in msg and "\n" not in msg and s.stats()["steps"] == 0

@@ -68,19 +68,29 @@ assert not any(k.startswith("tf_commopt") for k in sys.modules)
 )
 
 
-def _run(code):
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES=""),
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("WEIGHTS")]
-    assert proc.returncode == 0 and len(lines) == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return lines[0]
+def _run_side_by_side(*codes):
+    """Run each program in its own interpreter, all at once; the WEIGHTS line each printed."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for code in codes
+    ]
+    out = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=300)
+        lines = [ln for ln in stdout.splitlines() if ln.startswith("WEIGHTS")]
+        assert proc.returncode == 0 and len(lines) == 1, stdout[-2000:] + stderr[-3000:]
+        out.append(lines[0])
+    return out
 
 
 def test_a_model_built_outside_the_scope_is_stock_tf_keras_after_the_strategy_trained():
-    assert _run(_WITH_SC) == _run(_WITHOUT)  # bit-identical weights (printed exactly), stock class methods
+    with_sc, without = _run_side_by_side(_WITH_SC, _WITHOUT)
+    assert with_sc == without  # bit-identical weights (printed exactly), stock class methods

@@ -89,17 +89,14 @@ def test_runner_refuses_unsupported_flags_on_ps_cluster(monkeypatch, flags, wher
 
 
 def test_library_does_not_import_the_runner():
-    """The runner lives in experiments/: the library package must not reach back into it."""
-    import subprocess
-    import sys
+    """The runner lives in experiments/: the library module must not reach back into it."""
+    from tests.inprocess import fresh_imports
 
-    code = (
-        "import sys; import tf_commopt.distribute.ps as p; "
-        "print(sorted(m for m in sys.modules if m.startswith('experiments') or m.endswith('ps_runner')), "
-        "hasattr(p, 'run_training'))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip().splitlines()[-1] == "[] False", out.stderr[-500:]
+    with fresh_imports(block=("experiments",)) as seen:  # BlockedImport if it tries (afresh, in process)
+        import tf_commopt.distribute.ps as p
+
+        assert not hasattr(p, "run_training")
+    assert not [m for m in seen if m.endswith("ps_runner")], sorted(seen)
 
 
 def test_save_restore_refuse_before_compile():

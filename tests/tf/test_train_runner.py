@@ -4,18 +4,15 @@ In-process runs use the 4 logical CPUs that tests/tf/conftest.py configures.
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from experiments import train
 from experiments.models import build_model, param_bytes
+from tests.inprocess import run_module
 from tf_commopt.errors import InputError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REQUIRED = {"strategy", "replicas", "steps", "wall_s", "train_loss", "test_accuracy"}
 
 
@@ -95,26 +92,13 @@ def test_skip_correct_strategies_run_or_say_what_is_missing():
 
 
 def test_cli_prints_progress_summary_and_json_last(tmp_path):
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "experiments.train",
-            "--strategy=single",
-            "--model=mlp",
-            "--steps=5",
-            f"--model_dir={tmp_path}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert p.returncode == 0, p.stderr[-2000:]
-    lines = p.stdout.strip().splitlines()
+    argv = ["--strategy=single", "--model=mlp", "--steps=5", f"--model_dir={tmp_path}"]
+    p = run_module("experiments.train", argv, pure=False)  # python -m experiments.train, in process
+    assert p.code == 0, p.err[-2000:]
+    lines = p.out.strip().splitlines()
     rec = json.loads(lines[-1])
     assert REQUIRED <= set(rec) and rec["steps"] == 5 and rec["strategy"] == "single"
-    assert "5/5 [====" in p.stdout  # the Keras progress bar
+    assert "5/5 [====" in p.out  # the Keras progress bar
     assert "test accuracy" in lines[-2]
     assert json.load(open(tmp_path / "result.json")) == rec
     assert (tmp_path / "model.weights.h5").exists()
@@ -134,16 +118,10 @@ def test_cli_prints_progress_summary_and_json_last(tmp_path):
     ],
 )
 def test_bad_flags_one_line_exit_2(flag, needle):
-    p = subprocess.run(
-        [sys.executable, "-m", "experiments.train", flag],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert p.returncode == 2, p.stderr
-    assert len(p.stderr.strip().splitlines()) == 1 and needle in p.stderr, p.stderr
-    assert "Traceback" not in p.stderr
+    p = run_module("experiments.train", [flag])  # in process, TensorFlow blocked meanwhile
+    assert p.code == 2, p.err
+    assert len(p.err.strip().splitlines()) == 1 and needle in p.err, p.err
+    assert "Traceback" not in p.err
 
 
 def test_batch_not_divisible_by_replicas():

@@ -174,6 +174,7 @@ def slowed(fn: Callable[..., Any], factor: float) -> Callable[..., Any]:
         with tf.control_dependencies(flat):
             t1 = tf.numpy_function(_now, [_probe(flat) + 0.0 * t0], tf.float64, stateful=False)
         one = tf.stop_gradient(tf.numpy_function(sleeper, [t1 - t0], tf.float32, stateful=False))
+        one = tf.reshape(one, [])  # a scalar: the outputs keep their static shapes
 
         def release(t: Any) -> Any:
             # a data dependency on the sleep (its result is 1.0): Grappler turns a stateless op that only

@@ -1,0 +1,129 @@
+"""How many local steps each worker takes between two syncs in a time-based period (pure policy).
+
+Step-based skip-and-correct gives every worker H local steps, so at each sync the fast workers wait for
+the slowest. A time-based period gives every worker the same wall budget instead: the budget is what H
+steps cost the *fastest* worker, and worker i takes as many steps as fit in it,
+
+    budget = H · min_j t_j            τ_i = clip(floor(budget / t_i), min_steps, max_steps)
+
+from the measured per-step times t_i (every worker must use the same t_i: the workers agree on them
+first, e.g. one all-reduce of the vector of medians). The fastest worker takes exactly H steps; a
+worker k times slower about H/k. With ``interval="auto"``'s inputs (:meth:`TimePeriod.from_auto`) H is
+the one ``AutoInterval`` would choose for the fastest worker's step time. Deterministic: the same times
+give the same counts on every worker.
+
+Example:
+    >>> policy = TimePeriod(interval=8)
+    >>> policy.steps([0.010, 0.020, 0.015, 0.010])
+    (8, 4, 5, 8)
+    >>> policy.budget_s([0.010, 0.020])
+    0.08
+    >>> TimePeriod(interval=8).steps([0.01, -1.0])
+    Traceback (most recent call last):
+    ...
+    tf_commopt.errors.InputError: step_times[1]: must be a finite number of seconds > 0, got -1.0
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+from tf_commopt.core.interval import first_iteration_interval, validate_max_interval
+from tf_commopt.errors import InputError
+
+__all__ = ["TimePeriod", "validate_step_times"]
+
+_EPS = 1e-9  # 0.08 / 0.02 is 3.9999999999999996: a count that fits exactly is not lost to rounding
+
+
+def validate_step_times(step_times: Sequence[object], where: str = "step_times") -> Tuple[float, ...]:
+    """Per-worker seconds per local step: a non-empty sequence of finite numbers > 0.
+
+    >>> validate_step_times([0.01, 0.02])
+    (0.01, 0.02)
+    """
+    if isinstance(step_times, (str, bytes)) or not hasattr(step_times, "__len__") or len(step_times) == 0:
+        raise InputError(f"must be a non-empty list of seconds per step, got {step_times!r}", where=where)
+    out = []
+    for i, t in enumerate(step_times):
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise InputError(f"must be a finite number of seconds > 0, got {t!r}", where=f"{where}[{i}]")
+        out.append(float(t))
+    return tuple(out)
+
+
+def _positive_int(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"must be an integer >= 1, got {value!r}", where=where)
+    return value
+
+
+@dataclass(frozen=True)
+class TimePeriod:
+    """The time-based period: every worker steps for the fastest worker's H-step time.
+
+    Attributes:
+        interval: H, the fastest worker's steps per period.
+        min_steps: the fewest local steps any worker takes (a very slow worker still contributes).
+        max_steps: the most (None: no cap; the fastest takes H, so only ``budget`` can exceed it).
+        budget: a fixed wall budget in seconds instead of H · min_j t_j (None: from H).
+    """
+
+    interval: int = 4
+    min_steps: int = 1
+    max_steps: Optional[int] = None
+    budget: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        _positive_int(self.interval, "TimePeriod(interval=...)")
+        _positive_int(self.min_steps, "TimePeriod(min_steps=...)")
+        if self.max_steps is not None:
+            _positive_int(self.max_steps, "TimePeriod(max_steps=...)")
+            if self.max_steps < self.min_steps:
+                raise InputError(
+                    f"must be >= min_steps ({self.min_steps}), got {self.max_steps}",
+                    where="TimePeriod(max_steps=...)",
+                )
+        if self.budget is not None:
+            b = self.budget
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0:
+                raise InputError(
+                    f"must be a finite number of seconds > 0, got {b!r}", where="TimePeriod(budget=...)"
+                )
+
+    @classmethod
+    def from_auto(
+        cls,
+        t_comm_s: float,
+        step_times: Sequence[float],
+        target_ratio: float = 1.0,
+        max_interval: int = 256,
+        min_steps: int = 1,
+    ) -> "TimePeriod":
+        """The period ``interval="auto"``'s inputs give: H = clip(round(t_comm / (target_ratio · t_fast)),
+        1, max_interval), t_fast the fastest worker's step time.
+
+        >>> TimePeriod.from_auto(0.54, [0.05, 0.1]).interval
+        11
+        """
+        times = validate_step_times(step_times)
+        h = first_iteration_interval(t_comm_s, min(times), target_ratio, max_interval)
+        return cls(interval=h, min_steps=min_steps, max_steps=validate_max_interval(max_interval))
+
+    def budget_s(self, step_times: Sequence[float]) -> float:
+        """The wall budget of one period: ``budget`` if set, else H · min_j t_j."""
+        times = validate_step_times(step_times)
+        return float(self.budget) if self.budget is not None else self.interval * min(times)
+
+    def steps(self, step_times: Sequence[float]) -> Tuple[int, ...]:
+        """τ_i = clip(floor(budget / t_i), min_steps, max_steps) for each worker's step time t_i."""
+        times = validate_step_times(step_times)
+        budget = self.budget_s(times)
+        cap = self.max_steps if self.max_steps is not None else math.inf
+        out = []
+        for t in times:
+            fit = math.floor(budget / t * (1.0 + _EPS))
+            out.append(int(min(cap, max(self.min_steps, fit))))
+        return tuple(out)
