@@ -170,8 +170,12 @@ def _clock_callback(tf_keras: Any, clock: Dict[str, Any], cfg: Config, out: Text
     class Clock(tf_keras.callbacks.Callback):
         _supports_tf_logs = True
 
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            clock["base"] = clock["steps"][-1] if clock["steps"] else 0
+
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            clock["ends"].append(time.perf_counter())
+            clock["ends"].append(time.perf_counter())  # a call's end: batch is its last step
+            clock["steps"].append(clock["base"] + batch + 1)
 
         def on_train_end(self, logs: Any = None) -> None:
             clock["train_end"] = time.perf_counter()
@@ -188,19 +192,23 @@ def _clock_callback(tf_keras: Any, clock: Dict[str, Any], cfg: Config, out: Text
 
 
 def _timing(clock: Dict[str, Any], cfg: Config) -> Dict[str, Any]:
-    """first_step_s, last_step_end_s, train_end_s and (``--step_times``) the per-step figures."""
+    """first_step_s, first_call_steps, last_step_end_s, train_end_s and (``--step_times``) the per-step
+    figures. A call of the train function runs one step or several (``steps_per_execution``, the graph
+    loop's steps up to the next sync): per-step times divide each call's time by its steps."""
     import numpy as np
 
     t0, ends, rec = clock["t0"], clock["ends"], {}
-    if ends:  # fit start to the end of the first step (tracing, set-up): what no overlap can hide
+    if ends:  # fit start to the end of the first call (tracing, set-up): what no overlap can hide
         rec["first_step_s"] = round(ends[0] - t0, 3)
+        rec["first_call_steps"] = int(clock["steps"][0])
         rec["last_step_end_s"] = round(ends[-1] - t0, 3)
     if "train_end" in clock:  # wall_s − this: fit's return path (tf-keras tears down its data handler)
         rec["train_end_s"] = round(clock["train_end"] - t0, 3)
     if cfg.step_times and len(ends) > 1:
-        spe = cfg.steps_per_execution
-        per_step = np.diff(ends) / spe
-        skip = min(max(1, 10 // spe), len(per_step) - 1)  # short runs: keep at least one sample
+        steps = np.asarray(clock["steps"], dtype=float)
+        per_step = np.diff(ends) / np.maximum(np.diff(steps), 1.0)
+        later = np.nonzero(steps[1:] > 10)[0]  # after step 10; short runs: keep at least one sample
+        skip = min(int(later[0]) if len(later) else 0, len(per_step) - 1)
         rec["step_ms"] = round(1000 * float(np.median(per_step[skip:])), 3)
         rec["step_ms_p90"] = round(1000 * float(np.percentile(per_step[skip:], 90)), 3)
         rec["startup_s"] = round(ends[0] - clock["t_strategy"], 3)
@@ -294,7 +302,7 @@ def _record(cfg: Config, run: Dict[str, Any]) -> Dict[str, Any]:
     if cfg.strategy in SYNC_STRATEGIES:
         stats = strategy.stats()
         record["interval"] = getattr(strategy, "interval", stats.get("interval"))
-        record["overlap"] = cfg.overlap
+        record["overlap"] = bool(strategy.overlap)
         record.update({k: stats[k] for k in SYNC_STATS if k in stats})
     record.update(_timing(run["clock"], cfg))
     if cfg.non_iid_classes:
@@ -366,7 +374,7 @@ def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] =
     import tf_keras
 
     out = out or sys.stdout
-    clock: Dict[str, Any] = {"t_strategy": time.perf_counter(), "ends": []}
+    clock: Dict[str, Any] = {"t_strategy": time.perf_counter(), "ends": [], "steps": [], "base": 0}
     strategy = make_strategy(cfg, tfc)  # before any op: logical devices / collective set-up
 
     from experiments.allreduce import time_allreduce

@@ -55,7 +55,7 @@ class Curve:
         multi: bool = False,
     ):
         self.strategy, self.model, self.plain, self.data = strategy, model, plain, data
-        self.every, self.steps, self.spe, self.done = every, steps, spe, 0
+        self.every, self.steps, self.spe, self.done, self.base = every, steps, spe, 0, 0
         self.every_s, self.target, self.multi = float(every_s), target, multi
         self.points: List[Dict[str, float]] = []
         self.wall, self.paused, self.eval_syncs, self.eval_comm = 0.0, 0.0, 0, 0.0
@@ -119,11 +119,21 @@ class Curve:
         curve = self
 
         class EvalEvery(tf_keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+                curve.base = curve.done
+
             def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-                before, curve.done = curve.done, curve.done + curve.spe
+                before, curve.done = curve.done, curve.base + batch + 1  # batch: the call's last step
                 by_steps = curve.every and curve.done // curve.every > before // curve.every
                 if by_steps or curve.done == curve.steps or (curve.every_s and curve._due_by_time()):
                     curve.evaluate(curve.done)
+
+            def steps_to_next_stop(self) -> int:
+                """SkipCorrectStrategy's graph loop ends a call here, so evaluations land on every N-th step
+                (time-based evaluations come at call ends)."""
+                if not curve.every:
+                    return max(1, curve.steps - curve.done)
+                return curve.every - curve.done % curve.every
 
         return EvalEvery()
 

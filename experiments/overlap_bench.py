@@ -118,7 +118,7 @@ def sweep(fv: Any) -> Sweep:
         argv += [f"--learning_rate={fv.learning_rate}", "--strategy=skip_correct"]
         argv += [f"--non_iid_classes={fv.non_iid_classes}"] if split == "non_iid" else []
         argv += [f"--interval={NO_SYNC if variant == 'compute_only' else fv.interval}"]
-        argv += ["--overlap"] if variant == "overlap" else []
+        argv += ["--overlap"] if variant == "overlap" else ["--nooverlap"]
         return Launch(argv, workers=fv.workers, mbit=fv.bandwidth_mbit, topology=fv.topology)
 
     def describe(setting: str) -> Dict[str, Any]:

@@ -35,13 +35,13 @@ def pages() -> Dict[str, Page]:
         hybrid_pages,
         overlap_bench,
         ps_bench,
-        sc_speed_bench,
+        sc_speed_page,
         sim_pages,
         skip_correct_bench,
         unequal_bench,
     )
 
-    found = [overlap_bench.PAGE, sc_speed_bench.PAGE, *skip_correct_bench.PAGES]
+    found = [overlap_bench.PAGE, sc_speed_page.PAGE, *skip_correct_bench.PAGES]
     found += [ps_bench.PAGE, ps_bench.TRACE_PAGE, correction_bench.PAGE, comm_page.PAGE, allreduce_bench.PAGE]
     found += sim_pages.all_pages() + hybrid_pages.HYBRID + [calibration_page.PAGE, chaos_page.PAGE]
     found += [unequal_bench.PAGE]

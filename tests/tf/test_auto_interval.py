@@ -154,19 +154,20 @@ def test_adacomm_callback_follows_its_policy():
 
     class Rec(tf.keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            losses.append(float(logs["loss"]))
+            losses.append((batch, float(logs["loss"]), strategy.stats()["syncs"]))
 
     model.fit(x, y, batch_size=2 * B, epochs=1, verbose=0, callbacks=[cb, Rec()])
     p = cb.policy
     assert len(p.history) >= 2 and p.overhead_s > 0
     assert strategy.interval == p.interval == p.history[-1]
     # replay: the same losses at the same syncs give the same intervals (the all-reduced mean of
-    # identical numbers on the replicas is the number itself)
-    replay, h, k = AdaCommPolicy(initial_interval=4, max_interval=8), 4, 0
-    for loss in losses:
-        k += 1
-        if k >= h:
-            k, h = 0, replay.on_sync(loss, 0.1)
+    # identical numbers on the replicas is the number itself); every call ends at a sync (the graph loop)
+    replay, h, last, syncs = AdaCommPolicy(initial_interval=4, max_interval=8), 4, -1, 0
+    for batch, loss, n in losses:
+        assert batch - last == h or batch == 39, (batch, last, h)  # 40 steps: the last call ends the epoch
+        if n > syncs:
+            syncs, h = n, replay.on_sync(loss, 0.1)
+        last = batch
     assert replay.history == p.history
 
 

@@ -43,6 +43,7 @@ from tf_commopt._compat._gate import (  # noqa: F401
 from tf_commopt._compat.distribute import (
     container_strategy,
     device_iterators_without_autotune,
+    first_replica_spec,
     fresh_mirrored_strategy,
     host_variable,
     next_collective_key_base,
@@ -122,6 +123,7 @@ __all__ = [
     "ps_cluster_spec",
     "no_autotune",
     "device_iterators_without_autotune",
+    "first_replica_spec",
     "require_internals",
     "num_workers",
     "worker_index",

@@ -141,6 +141,9 @@ INTERNALS: List[Tuple[Any, str]] = [
     (_SetBy(parameter_server_strategy_v2.ParameterServerStrategyV2.__init__), "_cluster_resolver"),
     # device_iterators_without_autotune: the per-device datasets of tf.distribute's input iterators
     (multi_device_iterator_ops, "_create_device_dataset"),
+    # first_replica_spec (distribute/graph_loop.py): one replica's element spec of a distributed iterator
+    (values, "PerReplicaSpec"),
+    (_SetBy(values.PerReplicaSpec.__init__), "_value_specs"),
 ]
 
 

@@ -22,6 +22,7 @@ from tf_commopt._compat._gate import (
     multi_device_iterator_ops,
     parameter_server_strategy_v2,
     resource_variable_ops,
+    values,
 )
 from tf_commopt.errors import TfCommoptError
 
@@ -193,6 +194,20 @@ def device_iterators_without_autotune() -> None:
     create_device_dataset._tf_commopt_no_autotune = True  # type: ignore[attr-defined]
     create_device_dataset.__wrapped__ = original  # type: ignore[attr-defined]
     multi_device_iterator_ops._create_device_dataset = create_device_dataset
+
+
+def first_replica_spec(spec: Any) -> Any:
+    """One replica's element spec from a distributed iterator's ``element_spec``: every ``PerReplicaSpec``
+    (several local replicas) replaced by its first replica's spec; anything else unchanged.
+
+    >>> first_replica_spec(tf.TensorSpec([None, 3]))
+    TensorSpec(shape=(None, 3), dtype=tf.float32, name=None)
+    """
+
+    def one(s: Any) -> Any:
+        return s._value_specs[0] if isinstance(s, values.PerReplicaSpec) else s
+
+    return tf.nest.map_structure(one, spec)
 
 
 # ---- the parameter-server strategy (distribute/ps/) -------------------------------------------------------

@@ -54,6 +54,7 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from tf_commopt import _compat
+from tf_commopt.distribute import keras_fit
 from tf_commopt.errors import InputError
 
 __all__ = ["install", "adopt_callers", "refuse_keras3", "KERAS3_MESSAGE", "TENSORBOARD_MESSAGE"]
@@ -280,40 +281,13 @@ def _adopt_model(model: Any, tk: Any) -> None:
                     _accept_backup_and_restore(cb)
                 elif isinstance(cb, tk.callbacks.TensorBoard) and not _tensorboard_installed():
                     raise InputError(TENSORBOARD_MESSAGE, where="TensorBoard")
-            if strategy.overlap:
-                # overlap=True: the averaging still in flight is applied when training ends (local, no
-                # communication), before tf-keras tears down its data handler
-                try:
-                    bound = fit_signature.bind(self, *args, **kwargs)
-                except TypeError:  # let tf-keras report a bad call
-                    return original_fit(self, *args, **kwargs)
-                drain = _drain_callback(tk, strategy)
-                given = bound.arguments.get("callbacks")
-                if isinstance(given, tk.callbacks.CallbackList):
-                    given.append(drain)
-                else:
-                    bound.arguments["callbacks"] = list(given or []) + [drain]
-                history = original_fit(*bound.args, **bound.kwargs)
-                strategy.extended.drain()  # nothing left unless training ended without on_train_end
-                return history
+            return keras_fit.fit(self, strategy, original_fit, fit_signature, args, kwargs, tk)
         return original_fit(self, *args, **kwargs)
 
     _bind(model, "fit", fit)
     optimizer = getattr(model, "optimizer", None)  # compile under the scope: the model's optimizer too
     if isinstance(optimizer, (tk.optimizer.Optimizer, tk.optimizer_v2.OptimizerV2)):
         _adopt_optimizer(optimizer, tk)
-
-
-def _drain_callback(tk: Any, strategy: Any) -> Any:
-    """A callback whose ``on_train_end`` applies the overlapped averaging still in flight."""
-
-    class _DrainOverlap(tk.callbacks.Callback):
-        _supports_tf_logs = True
-
-        def on_train_end(self, logs: Any = None) -> None:
-            strategy.extended.drain()
-
-    return _DrainOverlap()
 
 
 def _accept_backup_and_restore(callback: Any) -> None:

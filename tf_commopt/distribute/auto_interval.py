@@ -80,6 +80,9 @@ class AdaCommCallback(Callback):
         self._syncs = None
         strategy.set_interval(initial_interval)
 
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._syncs = self.strategy.stats()["syncs"]  # a call may end at a sync (the graph loop)
+
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         syncs = self.strategy.stats()["syncs"]
         if self._syncs is None or syncs != self._syncs:

@@ -166,6 +166,13 @@ class IntervalState:
             return tf.identity(h)
 
     # ---- eager -------------------------------------------------------------------------------------
+    def next_interval(self, steps_done: int) -> int:
+        """H of the step after ``steps_done`` (this strategy's step count), read eagerly: the probe H
+        while an ``AutoInterval`` measures, else the current H (1 during its warm-up)."""
+        if self.auto and int(self.chosen.numpy()) == 0 and steps_done + 1 > self.warmup_steps:
+            return self.probe_interval
+        return int(self.interval.numpy())
+
     def set(self, interval: int) -> None:
         """Set H from outside (``strategy.set_interval``): an "auto" selection still under way ends here,
         the caller's H wins."""

@@ -91,8 +91,10 @@ class _SkipCorrectMixin:
         average_optimizer_state: bool,
         correction_lr: str = "effective",
         overlap: bool = False,
+        graph_loop: bool = True,
     ) -> None:
         self._sc_overlap = bool(overlap)
+        self.graph_loop = bool(graph_loop)
         self._sc_overlappers: Dict[int, OverlapAverager] = {}
         self._sc_correction_lr = correction_lr
         self._sc_correction = correction

@@ -99,6 +99,7 @@ def _validated(
     average_optimizer_state: Any,
     correction_lr: Any,
     overlap: Any,
+    graph_loop: Any = True,
 ) -> Dict[str, Any]:
     """The StrategyExtended's keyword arguments from the constructor's, each checked (one-line InputError
     naming the argument)."""
@@ -116,6 +117,7 @@ def _validated(
             correction_lr, where="SkipCorrectStrategy(correction_lr=...)"
         ),
         overlap=validate_overlap(overlap, where="SkipCorrectStrategy(overlap=...)"),
+        graph_loop=validate_overlap(graph_loop, where="SkipCorrectStrategy(graph_loop=...)"),
     )
 
 
@@ -151,6 +153,11 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             snapshot; Overlap-Local-SGD, :mod:`tf_commopt.distribute.overlap`). An ``AutoInterval`` then
             chooses H so that communication is hidden. ``sync()``, Keras evaluate/save and the end of
             ``fit`` apply an in-flight average first.
+        graph_loop: ``model.fit`` runs the local steps up to each sync as one traced call (tf-keras's
+            ``steps_per_execution`` set to the steps to the next sync while ``fit`` runs; callbacks' batch
+            hooks then see every call's end) when the model was compiled with the default
+            ``steps_per_execution=1`` (:mod:`tf_commopt.distribute.graph_loop`); ``False``: one step per
+            call.
         target_ratio, max_interval, auto_warmup_steps, auto_probe_interval, auto_measure_syncs: shorthand
             for ``interval="auto"``: they build ``AutoInterval(target_ratio, max_interval, warmup_steps,
             probe_interval, measure_syncs)``; unused with a fixed H; an error next to an ``AutoInterval``.
@@ -169,6 +176,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         correction_lr: str = "effective",
         overlap: bool = False,
         *,
+        graph_loop: bool = True,
         target_ratio: Optional[float] = None,
         max_interval: Optional[int] = None,
         auto_warmup_steps: Optional[int] = None,
@@ -183,7 +191,14 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             auto_measure_syncs=auto_measure_syncs,
         )
         sc = _validated(
-            interval, shorthand, correction, warmup_steps, average_optimizer_state, correction_lr, overlap
+            interval,
+            shorthand,
+            correction,
+            warmup_steps,
+            average_optimizer_state,
+            correction_lr,
+            overlap,
+            graph_loop,
         )
         _check_keras()
         require_internals("SkipCorrectStrategy")

@@ -70,6 +70,12 @@ class SkipCorrectTelemetry(_Base):
         self._writer = None
         self._epoch_start: Dict[str, float] = {}
 
+    @property
+    def needs_every_step(self) -> bool:
+        """True while an ``interval_policy`` waits for its step: ``model.fit`` then runs one step per call
+        (no graph loop, :mod:`tf_commopt.distribute.graph_loop`), so H is set at the step asked for."""
+        return self._policy is not None and not self._policy_done
+
     def _strat(self) -> Any:
         if self._strategy is None:
             self._strategy = self.model.distribute_strategy
