@@ -31,6 +31,10 @@ def _fit(strategy, signal_before_step, steps=40, exit_code=None, every=8):
             if batch + 1 == signal_before_step:
                 os.kill(os.getpid(), signal.SIGTERM)
 
+        def steps_to_next_stop(self):  # the graph loop starts a call at the signal's step
+            t = int(model.optimizer.iterations.numpy())
+            return signal_before_step - 1 - t if signal_before_step - 1 > t else steps
+
     cb = save_on_preemption(lambda m, step: saved.append(step), every=every, exit_code=exit_code)
     before = signal.getsignal(signal.SIGTERM)
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[Kill(), cb])
