@@ -12,7 +12,9 @@ link: B for N = 2, so T >= B x 8 / R. Two facts make this a two-sided check:
   carries at least the payload, so every rank's time is at least (2(N-1)/N x B - burst) x 8 / R — a
   hard lower bound (rank r's data only flows once rank r asks for it: TF's RecvBuf is pulled);
 * TCP/IP/Ethernet headers (1514 wire bytes per 1448 payload bytes) plus the ACKs of the reverse flow
-  cost ~7 %, and TF's gRPC ring adds its own overhead; 30 % above B x 8 / R is the allowed slack.
+  cost ~7 %, and TF's gRPC ring adds its own overhead: the fastest repeat must come within 50 % of
+  B x 8 / R (a shaper set in the wrong unit is 8x off; waiting for a core on a loaded machine only
+  slows some repeats, so the median is printed, not asserted).
 
 The second test holds the bucket small: a ~200 KB sync after idle local steps must not pass at full
 speed (a 256 KiB bucket lets 0.2 MB at 20 Mbit/s through in ~5 ms, where 80 ms are needed).
@@ -89,12 +91,12 @@ def _check(capsys, label, megabytes, mbit, repeats, idle_s, slack, min_fraction=
         f"{fastest * 1e3:.1f} ms < {min_fraction} x {bound * 1e3:.1f} ms: "
         f"the shaper let a burst of {burst} B through"
     )
-    assert slowest <= slack * bound, f"{slowest:.3f} s > {slack} x the {bound:.3f} s bound"
+    assert fastest <= slack * bound, f"fastest {fastest:.3f} s > {slack} x the {bound:.3f} s bound"
 
 
 def test_4mb_allreduce_runs_at_the_link_rate(capsys):
-    """4 MB float32 at 50 Mbit/s per link: B x 8 / R = 0.64 s; measured within 30 % of it."""
-    _check(capsys, "4 MB at the link rate", 4, 50, repeats=3, idle_s=0.3, slack=1.3)
+    """4 MB float32 at 50 Mbit/s per link: B x 8 / R = 0.64 s; the fastest repeat within 50 % of it."""
+    _check(capsys, "4 MB at the link rate", 4, 50, repeats=3, idle_s=0.3, slack=1.5)
 
 
 def test_small_sync_after_idle_is_not_faster_than_the_rate(capsys):

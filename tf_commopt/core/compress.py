@@ -31,8 +31,6 @@ Example:
     (20000000, 40000000)
 """
 
-from __future__ import annotations
-
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 import numpy as np

@@ -31,8 +31,6 @@ Example:
     ([2.0, 2.0, 6.0, 6.0], [0.5, -0.5, 0.5, -0.5])
 """
 
-from __future__ import annotations
-
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from tf_commopt.core import compress
