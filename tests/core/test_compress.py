@@ -14,7 +14,14 @@
 import numpy as np
 import pytest
 
-from tests.tf.sc_reference import _NumpyOpt, make_batches, run_gradient_rule, run_rule, softmax_grads
+from tests.tf.sc_reference import (
+    _NumpyOpt,
+    least_squares,
+    make_batches,
+    run_gradient_rule,
+    run_rule,
+    softmax_grads,
+)
 from tf_commopt.core import compress
 from tf_commopt.errors import InputError
 
@@ -149,19 +156,6 @@ def _softmax_drive(w0, b0, batches, interval, rule, make_opt, clr):
 
 
 # ---------------------------------------------------------------- least squares, step by step
-def least_squares(r, features=6, rows=16, seed=0):
-    rng = np.random.RandomState(seed)
-    truth = [rng.randn(features) + 2 * i for i in range(r)]
-    cache = {}
-
-    def grad(i, x, t):
-        if (i, t) not in cache:
-            a = rng.randn(rows, features)
-            cache[(i, t)] = (a, a @ truth[i] + 0.1 * rng.randn(rows))
-        a, b = cache[(i, t)]
-        return a.T @ (a @ x - b) / rows
-
-    return grad
 
 
 def drive(grad, r, interval, periods, rule, lr, codec):

@@ -11,8 +11,8 @@
 import numpy as np
 import pytest
 
-from tests.core.test_compress import REF, least_squares
-from tests.tf.sc_reference import make_batches, run_gradient_rule, run_rule, softmax_grads
+from tests.core.test_compress import REF
+from tests.tf.sc_reference import least_squares, make_batches, run_gradient_rule, run_rule, softmax_grads
 from tf_commopt.core import hierarchical as hier
 from tf_commopt.errors import InputError
 

@@ -13,7 +13,14 @@
 import numpy as np
 import pytest
 
-from tests.tf.sc_reference import _NumpyOpt, make_batches, run_gradient_rule, run_rule, softmax_grads
+from tests.tf.sc_reference import (
+    _NumpyOpt,
+    least_squares,
+    make_batches,
+    run_gradient_rule,
+    run_rule,
+    softmax_grads,
+)
 from tf_commopt.core import unequal
 from tf_commopt.errors import InputError
 
@@ -84,22 +91,6 @@ def reference(x0, grad, steps_of_period, periods, rule, lr, weights=None):
     return trace, synced
 
 
-def least_squares(r, features=5, rows=16, seed=0):
-    """Worker i's mini-batch least-squares gradient at its t-th step (different data per worker)."""
-    rng = np.random.RandomState(seed)
-    truth = [rng.randn(features) + 2 * i for i in range(r)]
-    cache = {}
-
-    def grad(i, x, t):
-        if (i, t) not in cache:
-            a = rng.randn(rows, features)
-            cache[(i, t)] = (a, a @ truth[i] + 0.1 * rng.randn(rows))
-        a, b = cache[(i, t)]
-        return a.T @ (a @ x - b) / rows
-
-    return grad
-
-
 def by_worker(trace):
     out = {}
     for n, i, x, d in trace:
@@ -121,10 +112,10 @@ def by_worker(trace):
 def test_unequal_counts_match_the_gradient_space_reference(rule, taus):
     r = len(taus(0))
     for weights in (None, unequal.batch_weights([16 * (i + 1) for i in range(r)])):
-        grad = least_squares(r)
+        grad = least_squares(r, features=5)
         x0 = np.zeros(5)
         got_trace, got = drive(x0, grad, taus, 6, rule, lr=0.02, weights=weights)
-        grad = least_squares(r)  # the same batches again
+        grad = least_squares(r, features=5)  # the same batches again
         want_trace, want = reference(x0, grad, taus, 6, rule, lr=0.02, weights=weights)
         for i, steps in by_worker(want_trace).items():
             mine = by_worker(got_trace)[i]

@@ -282,3 +282,20 @@ def run_overlap_rule(
             )
         )
     return history
+
+
+def least_squares(r: int, features: int = 6, rows: int = 16, seed: int = 0):
+    """Worker i's mini-batch least-squares gradient at its t-th step, ``grad(i, x, t)`` (different data
+    per worker, each batch drawn once and kept)."""
+    rng = np.random.RandomState(seed)
+    truth = [rng.randn(features) + 2 * i for i in range(r)]
+    cache = {}
+
+    def grad(i, x, t):
+        if (i, t) not in cache:
+            a = rng.randn(rows, features)
+            cache[(i, t)] = (a, a @ truth[i] + 0.1 * rng.randn(rows))
+        a, b = cache[(i, t)]
+        return a.T @ (a @ x - b) / rows
+
+    return grad
