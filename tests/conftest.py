@@ -24,12 +24,24 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 TIERS = ("core", "tf", "cluster")
 
 
+SHARED_CLUSTERS = {"sc_cluster", "sc_cluster_again"}  # session fixtures of tests/cluster/conftest.py
+
+
+def _xdist_group(item) -> str:
+    """The unit pytest-xdist hands to one worker (``--dist loadgroup``): a module, so that its module
+    fixtures are built once; every test on the shared 2-worker clusters together, so they are built once."""
+    if SHARED_CLUSTERS & set(getattr(item, "fixturenames", ())):
+        return "sc_cluster"
+    return item.nodeid.split("::")[0]
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = str(item.fspath)
         for tier in TIERS:
             if f"{os.sep}tests{os.sep}{tier}{os.sep}" in path:
                 item.add_marker(getattr(pytest.mark, tier))
+        item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
     if "bench" not in (config.option.markexpr or ""):  # timings run only when asked for: -m bench
         benches = [item for item in items if item.get_closest_marker("bench")]
         if benches:

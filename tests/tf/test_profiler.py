@@ -185,3 +185,17 @@ def test_capacity_and_roofline_are_positive():
         device_capacity("/CPU:0", kind="fft")
     with pytest.raises(InputError, match="no such device"):
         device_capacity("/GPU:0")
+
+
+def test_calibration_with_every_layer_measured_zero_splits_by_activation_bytes():
+    from tf_commopt.core.costgraph import CostGraph, Node
+    from tf_commopt.tf.op_costs import CostEstimateWarning
+    from tf_commopt.tf.profiler import _scaled
+
+    g = CostGraph([Node("a", 0.0, 0.0, 0, 100), Node("b", 0.0, 0.0, 0, 300)], [("a", "b")], name="m")
+    with pytest.warns(CostEstimateWarning, match="every per-layer time measured 0 ms"):
+        s = _scaled(g, 8.0, 4.0)
+    assert [(n.forward_ms, n.backward_ms) for n in s.nodes.values()] == [(2.0, 1.0), (6.0, 3.0)]
+    measured = CostGraph([Node("a", 1.0, 3.0, 0, 100), Node("b", 3.0, 1.0, 0, 300)], [("a", "b")], name="m")
+    s = _scaled(measured, 8.0, 4.0)  # measured times: their proportions
+    assert [(n.forward_ms, n.backward_ms) for n in s.nodes.values()] == [(2.0, 3.0), (6.0, 1.0)]

@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import statistics
+import warnings
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 import tensorflow as tf
@@ -38,6 +39,7 @@ from tf_commopt.tf.capacity import (
     time_keras_model,
 )
 from tf_commopt.tf.keras_walk import LayerCall, layer_calls
+from tf_commopt.tf.op_costs import CostEstimateWarning
 from tf_commopt.tf.slowdown import clear_slowdowns, get_slowdown, set_slowdown, slowdowns, slowed
 from tf_commopt.tf.timing import (
     KeepState,
@@ -160,17 +162,32 @@ def profile_keras_model(
     return _scaled(g, whole[0], max(whole[1] - whole[0], 0.0))
 
 
+def _shares(times: List[float], fallback: List[float]) -> List[float]:
+    """Each node's share of a total: its measured time, or (when every measured time is 0, e.g. all below
+    the empty-call overhead on a loaded machine) its ``fallback`` weight (activation bytes)."""
+    weights = times if sum(times) > 0 else fallback
+    total = sum(weights)
+    return [w / total if total > 0 else 1.0 / len(weights) for w in weights]
+
+
 def _scaled(g: CostGraph, forward_ms: float, backward_ms: float) -> CostGraph:
     """``g`` with forward (backward) times scaled to add up to ``forward_ms`` (``backward_ms``)."""
-    sf = sum(n.forward_ms for n in g.nodes.values())
-    sb = sum(n.backward_ms for n in g.nodes.values())
-    kf = forward_ms / sf if sf > 0 else 0.0
-    kb = backward_ms / sb if sb > 0 else 0.0
-    nodes = [
-        Node(n.name, n.forward_ms * kf, n.backward_ms * kb, n.param_bytes, n.activation_bytes, n.label)
-        for n in g.nodes.values()
+    nodes = list(g.nodes.values())
+    size = [float(n.activation_bytes) for n in nodes]
+    fwd = _shares([n.forward_ms for n in nodes], size)
+    bwd = _shares([n.backward_ms for n in nodes], size)
+    if nodes and (sum(n.forward_ms for n in nodes) <= 0 or sum(n.backward_ms for n in nodes) <= 0):
+        warnings.warn(
+            f"model {g.name!r}: every per-layer time measured 0 ms; the whole model's time is split "
+            "by activation bytes instead",
+            CostEstimateWarning,
+            stacklevel=3,
+        )
+    out = [
+        Node(n.name, forward_ms * f, backward_ms * b, n.param_bytes, n.activation_bytes, n.label)
+        for n, f, b in zip(nodes, fwd, bwd)
     ]
-    return CostGraph(nodes, g.edges, name=g.name)
+    return CostGraph(out, g.edges, name=g.name)
 
 
 def _time_layer(c: LayerCall, rng: tf.random.Generator, factor: float, repeats: int, warmup: int):
