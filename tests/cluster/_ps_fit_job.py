@@ -121,15 +121,25 @@ class Recorder:
 
 def main(argv):
     from tf_commopt.distribute import ps
-    from tf_commopt.errors import InputError
 
     ps.serve_unless_chief()
     import tensorflow as tf
-    import tf_keras
 
     strategy = tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
     x, y = data()
-    if argv[1] == "exact":
+    for mode in argv[1:2] if argv[1] == "kill" else argv[1:]:  # "exact auto": both on one cluster
+        run_mode(mode, argv, strategy, x, y)
+
+
+def run_mode(mode, argv, strategy, x, y):
+    """Run one mode of the job on the cluster's chief and print its records."""
+    import tensorflow as tf
+    import tf_keras
+
+    from tf_commopt.distribute import ps
+    from tf_commopt.errors import InputError
+
+    if mode == "exact":
         for k, (name, kwargs, h, spe, epochs, corr) in enumerate(SETTINGS):
             rec = {"name": name, "kwargs": kwargs, "interval": h, "spe": spe}
             # 1. model.fit on arrays (wrapped instance)
@@ -201,7 +211,7 @@ def main(argv):
                 t3.run_round(steps=q["steps"])
                 rec["run_round"].append({"weights": weights(model3)})
             print("RESULT " + json.dumps(rec), flush=True)
-    elif argv[1] == "auto":
+    elif mode == "auto":
         t = ps.ParameterServerSkipCorrect(
             interval="auto", strategy=strategy, round_timeout_s=60, max_interval=4
         )
@@ -247,7 +257,7 @@ def main(argv):
             traces=t.auto_traces if hasattr(t, "auto_traces") else None,
         )
         print("RESULT " + json.dumps(rec), flush=True)
-    elif argv[1] == "kill":
+    elif mode == "kill":
         epochs = int(argv[2])
         t = ps.ParameterServerSkipCorrect(interval=2, strategy=strategy, round_timeout_s=60)
         model = ps.wrap(build(t, 7, "adam", {"learning_rate": 0.05}))

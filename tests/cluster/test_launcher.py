@@ -193,7 +193,9 @@ def _netns():
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-# pairs of tasks: task 2k sends N bytes to task 2k+1, all pairs at once; receivers report their rate
+# pairs of tasks: task 2k+1 sends N bytes to task 2k, all pairs at once (the senders connect, then wait
+# for each other at a barrier of files in argv[2], so that a slow process start does not stagger the flows);
+# receivers report their rate
 PAIR_FLOW = """
 import json, os, socket, sys, time
 c = json.loads(os.environ["TF_CONFIG"]); i = c["task"]["index"]; addrs = c["cluster"]["worker"]
@@ -215,20 +217,25 @@ else:
             s = socket.create_connection((host, int(port))); break
         except OSError:
             time.sleep(0.02)
+    open(os.path.join(sys.argv[2], f"ready-{i}"), "w").close()
+    while len(os.listdir(sys.argv[2])) < len(addrs) // 2:
+        time.sleep(0.002)
     s.sendall(b"x" * N); s.close()
     print("sent", N)
 """
 
 
 @pytest.mark.skipif(not HAVE_NET, reason="needs root, ip and tc")
-def test_shaping_switch_is_per_link_shared_is_one_segment():
+def test_shaping_switch_is_per_link_shared_is_one_segment(tmp_path):
     """Two flows between disjoint pairs (1->0, 3->2): a switch carries both at the cap, a shared segment
     carries their sum at the cap."""
     cap, nbytes = 40.0, 3_000_000
     rates, total = {}, {}
     for topology in ("switch", "shared"):
+        barrier = tmp_path / topology
+        barrier.mkdir()
         r = run_cluster(
-            [PY, "-c", PAIR_FLOW, str(nbytes)],
+            [PY, "-c", PAIR_FLOW, str(nbytes), str(barrier)],
             workers=4,
             bandwidth_mbit=cap,
             topology=topology,
@@ -253,8 +260,8 @@ def test_shaping_switch_is_per_link_shared_is_one_segment():
     assert 0.6 * cap < total["shared"] < 1.15 * cap  # one segment: the sum is capped
 
 
-def test_unshaped_cluster_is_much_faster_than_a_cap():
-    r = run_cluster([PY, "-c", PAIR_FLOW, "3000000"], workers=2, echo=False, timeout=60)
+def test_unshaped_cluster_is_much_faster_than_a_cap(tmp_path):
+    r = run_cluster([PY, "-c", PAIR_FLOW, "3000000", str(tmp_path)], workers=2, echo=False, timeout=60)
     assert r.returncode == 0, r.message
     assert float(r.outputs["worker:0"][-1].split()[1]) > 200
 

@@ -13,6 +13,7 @@ import signal
 import sys
 
 import numpy as np
+import pytest
 
 from tf_commopt.cluster import run_cluster
 
@@ -152,8 +153,15 @@ def _run(mode, timeout=200):
     return r, _records(r.outputs["chief:0"], "RESULT")
 
 
-def test_fit_equals_run_round_dataset_fn_and_numpy():
-    r, recs = _run(["exact"])
+@pytest.fixture(scope="module")
+def exact_and_auto():
+    """One cluster runs the job's ``exact`` settings, then its ``auto`` one: (run, records by mode)."""
+    r, recs = _run(["exact", "auto"], timeout=300)
+    return r, {"exact": recs[:-1], "auto": recs[-1:]}
+
+
+def test_fit_equals_run_round_dataset_fn_and_numpy(exact_and_auto):
+    r, recs = exact_and_auto[0], exact_and_auto[1]["exact"]
     assert [q["name"] for q in recs] == [s[0] for s in job.SETTINGS]
     # correction="auto": vrl for plain SGD, gradient otherwise; the last setting asks for none at H = 1
     assert [q["correction"] for q in recs] == ["vrl", "gradient", "gradient", "none"]
@@ -234,8 +242,8 @@ def test_fit_equals_run_round_dataset_fn_and_numpy():
     assert "compiled metric(s) auc are stateful and not computed" in chief
 
 
-def test_fit_interval_auto_cuts_rounds_at_epoch_ends():
-    r, (rec,) = _run(["auto"])
+def test_fit_interval_auto_cuts_rounds_at_epoch_ends(exact_and_auto):
+    r, (rec,) = exact_and_auto[0], exact_and_auto[1]["auto"]
     errors = _records(r.outputs["chief:0"], "ERRORS")[0]
     for where, msg in errors.items():  # bad input to fit: one line starting with the argument's name
         assert msg and msg.startswith(where if where != "dataset" else "x") and "\n" not in msg, (where, msg)
