@@ -1,4 +1,4 @@
-"""Chaos on a 4-worker skip-and-correct run (H = 8, momentum 0.9) under ``tf_commopt.cluster
+"""Chaos on a 2-worker skip-and-correct run (H = 8, momentum 0.9) under ``tf_commopt.cluster
 --max-restarts 3``: workers SIGKILLed at moments the test controls (inside a backup write, inside a sync)
 and at a random one (seeded; the seed is in the failure message), and a SIGTERM to one worker. Each run
 must end with the uninterrupted run's final weights (deterministic data order, backups at the same
@@ -15,7 +15,7 @@ import pytest
 
 from experiments.chaos_bench import Kill, chaos_plan, final_weights, max_weight_diff, run_with_faults
 
-WORKERS, H, EVERY, STEPS_PER_EPOCH, EPOCHS = 4, 8, 16, 40, 3
+WORKERS, H, EVERY, STEPS_PER_EPOCH, EPOCHS = 2, 8, 16, 40, 3
 ARGV = [
     "--strategy=skip_correct",
     f"--interval={H}",

@@ -153,7 +153,8 @@ def _profile_table(mode: str, fit_on: str, stages: int, out: Dict[str, Any], row
             se = stage_errors(est, meas, stages, method=METHOD, bandwidth_gbps=BANDWIDTH_GBPS)
             out[f"{model}.{mode}.{tag}"] = {"layer": le, "stage": se}
             rows.append(_layer_record(model, mode, tag, r, le, se, out))
-            label = tag if tag == "datasheet" else f"fit: {_describe(r)}"
+            on = "" if fit_on == "loo" else f" on {fit_on}"
+            label = tag if tag == "datasheet" else f"fit{on}: {_describe(r)}"
             print(
                 f"| {model} | {label} | {le['weighted']:.0%} | {le['median']:.0%} | {_fmt(le['total'])} | "
                 f"{', '.join(_fmt(x) for x in se['rel_err'])} | {se['max_abs_err']:.0%} | {se['share_err']:.1%} |"
