@@ -29,6 +29,7 @@ setup(
         "test": [
             "pytest",
             "pytest-timeout",
+            "pytest-xdist",
             "hypothesis",
             "pyyaml",
             "ruff==0.17.6",  # pinned: ruff format's output changes between releases

@@ -2,8 +2,9 @@
 
 Tiers (pytest.ini): ``core`` (tests/core: pure Python, in process), ``tf`` (tests/tf: one process, 4
 logical CPU devices, see tests/tf/conftest.py), ``cluster`` (tests/cluster: separate processes). Tests
-marked ``bench`` (timings, printed, never asserted) run only when asked for: ``pytest -m bench -s``.
-A ``core`` test that starts a process fails (call the CLI's ``main(argv)`` or
+marked ``bench`` (timings, printed, never asserted) run only when asked for: ``pytest -m bench -s -n 0``.
+The suite runs on two pytest-xdist workers (pytest.ini); a module is the unit a worker takes (``-n 0``
+runs everything in this process). A ``core`` test that starts a process fails (call the CLI's ``main(argv)`` or
 ``tests.inprocess.run_module`` instead), and so does one that imports TensorFlow when this process has not
 loaded it (``pytest tests/core``; in a full run tests/core/test_purity.py and ``run_module`` check it).
 """
