@@ -113,18 +113,18 @@ def test_runner_finishes_with_the_accuracy_of_an_uninterrupted_run_after_a_worke
         "--momentum=0",
         "--learning_rate=0.1",
         "--model=mlp",
-        "--steps=800",
+        "--steps=400",
         "--batch_size=64",
     ]
     th, lines, box = _start(cmd, "fit-kill", tolerate_worker_failures=True)
-    lines.wait_for("[chief:0] round 21/200", 150, th)
+    lines.wait_for("[chief:0] round 21/100", 150, th)
     os.kill(_pid("fit-kill", "worker", 1), signal.SIGKILL)
     th.join(200)
     killed = box["r"]
     assert killed.ok, f"{killed.message}\n" + "\n".join(lines.lines[-20:])
     assert killed.worker_failures == ["worker:1 exit 137"] and killed.restarts == 0
     rk = json.loads([line for line in killed.outputs["chief:0"] if line.startswith("{")][-1])
-    assert rk["lost_workers"] == [1] and rk["steps"] == 800
+    assert rk["lost_workers"] == [1] and rk["steps"] == 400
     ref = run_cluster(
         cmd, workers=2, ps=1, chief=True, timeout=240, echo=False, cwd=ROOT, env={"TF_CPP_MIN_LOG_LEVEL": "2"}
     )
