@@ -25,14 +25,16 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 TIERS = ("core", "tf", "cluster")
 
 
-SHARED_CLUSTERS = {"sc_cluster", "sc_cluster_again"}  # session fixtures of tests/cluster/conftest.py
+# session fixtures of the tier conftests -> the one unit of work of every test that uses them
+SHARED = {"sc_cluster": "sc_cluster", "sc_cluster_again": "sc_cluster", "keras3_jobs": "keras3_jobs"}
 
 
 def _xdist_group(item) -> str:
     """The unit pytest-xdist hands to one worker (``--dist loadgroup``): a module, so that its module
-    fixtures are built once; every test on the shared 2-worker clusters together, so they are built once."""
-    if SHARED_CLUSTERS & set(getattr(item, "fixturenames", ())):
-        return "sc_cluster"
+    fixtures are built once; the tests of a session fixture (``SHARED``) together, so it is built once."""
+    for name in getattr(item, "fixturenames", ()):
+        if name in SHARED:
+            return SHARED[name]
     return item.nodeid.split("::")[0]
 
 
