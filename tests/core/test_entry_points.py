@@ -64,6 +64,7 @@ CASES = [  # (module, bad arguments, text the one line must contain)
     ("experiments.train", ["--compression=bf16", "--strategy=ssgd"], "--compression"),
     ("experiments.train", ["--compression=bf16", "--strategy=skip_correct", "--overlap"], "--compression"),
     ("experiments.train", ["--non_iid_classes=-1"], "--non_iid_classes"),
+    ("tf_commopt.cluster", ["--hosts", "2", "--workers", "3", "--", "true"], "--hosts"),
 ]
 
 
