@@ -119,7 +119,7 @@ def _reduce(
     sums = fused_reduce(ext, tf.distribute.ReduceOp.SUM, [[w for w, _ in row] for row in rounded] + extras)
     wire_sums, extra_sums = sums[: len(vs)], sums[len(vs) :]
     n_local = len(vs[0])
-    ok = _all_finite(wire_sums)
+    ok = _all_finite(wire_sums) if wire == tf.float16 else None
 
     def compressed() -> List[Any]:
         out = [tf.cast(s, v.dtype) for srow, vrow in zip(wire_sums, vs) for s, v in zip(srow, vrow)]
@@ -134,7 +134,9 @@ def _reduce(
         out += [tf.zeros_like(v) for row in vs for v in row]
         return out
 
-    flat = tf.cond(ok, compressed, fallback)
+    # bf16 has float32's range: a non-finite sum means a non-finite model, which an exact sum keeps, so
+    # only fp16 carries the fallback (the branch costs graph-building time)
+    flat = tf.cond(ok, compressed, fallback) if wire == tf.float16 else compressed()
     m = len(vs) * n_local
     rows = [[flat[p * m + j * n_local + i] for i in range(n_local)] for p in range(3) for j in range(len(vs))]
     n = len(vs)
