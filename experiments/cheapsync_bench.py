@@ -147,14 +147,14 @@ def setting_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 PAGE = Page(
     "cheapsync",
-    "Cheaper syncs: compressed model deltas on 2 hosts x 2 workers",
-    "Skip-and-correct (vrl or gradient, as `--correction=auto` picks for the optimizer) at the same H on 4 "
-    "workers placed as 2 hosts of 2 (`tf_commopt.cluster --hosts 2 --tasks-per-host 2`: host mates talk "
-    "unshaped, the hosts through the capped link): `flat` sends float32 models, `bf16` / `fp16` the "
-    "period's model delta in 16 bits with error feedback (`--compression`). Wall time is the runner's "
+    "Cheaper syncs: compressed model deltas on hosts of several workers",
+    "Skip-and-correct (vrl or gradient, as `--correction=auto` picks for the optimizer) at the same H on "
+    "workers placed as hosts of several workers (`tf_commopt.cluster --hosts --tasks-per-host`, the settings "
+    "table says how many: host mates talk unshaped, the hosts through the capped link): `flat` sends "
+    "float32 models, `bf16` / `fp16` the period's model delta in half precision with error feedback (`--compression`). Wall time is the runner's "
     "training time (start-up excluded); sync s is the summed time of the syncs; bytes/worker is what one "
-    "worker put into the syncs' all-reduces; MB on the slow link is derived from it (ring: 2(N-1)/N of it "
-    "crosses the hosts' link in each direction). The syncs include the run's last, out-of-rhythm average "
+    "worker put into the syncs' all-reduces; MB on the slow link is derived from it, as a ring "
+    "all-reduce moves it across the hosts' link in each direction (the bench module's docstring). The syncs include the run's last, out-of-rhythm average "
     "before evaluation, which is float32 in every variant. Wall time includes the first call (graph "
     "building), which compression lengthens. Medians of the repeats, variants interleaved; ratios "
     "are to flat's medians. Two-level averaging is not in the strategy yet, so it is not measured here.",
