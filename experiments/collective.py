@@ -114,6 +114,7 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
         max_interval=cfg.max_interval,
         auto_probe_interval=cfg.auto_probe_interval,
         overlap=cfg.overlap,
+        compression=cfg.compression or None,
     )
     if multi:
         return SkipCorrectStrategy(
@@ -303,6 +304,8 @@ def _record(cfg: Config, run: Dict[str, Any]) -> Dict[str, Any]:
         stats = strategy.stats()
         record["interval"] = getattr(strategy, "interval", stats.get("interval"))
         record["overlap"] = bool(strategy.overlap)
+        record["compression"] = strategy.compression or ""
+        record["sync_payload_bytes"] = stats["sync_payload_bytes"]
         record.update({k: stats[k] for k in SYNC_STATS if k in stats})
     record.update(_timing(run["clock"], cfg))
     if cfg.non_iid_classes:

@@ -68,6 +68,7 @@ class Config:
     backup_every: int = 0
     steps_per_execution: int = 1
     overlap: bool = False
+    compression: str = ""
     non_iid_classes: int = 0
     step_times: bool = False
     proc_stats: bool = False
@@ -113,6 +114,8 @@ HELP: Dict[str, str] = {
     "compile(steps_per_execution=...))",
     "overlap": "skip_correct/local_sgd: run each sync's all-reduce in the background while the replicas "
     "keep stepping; the stale average is applied at the next sync",
+    "compression": "skip_correct/local_sgd: bf16 or fp16: each sync sends the model delta in that dtype with "
+    "error feedback (half the bytes); empty = float32",
     "non_iid_classes": "0: iid shards; k > 0: label-skewed shards, each worker's (local replicas: each "
     "replica's) mostly holding k labels",
     "step_times": "add step_ms, step_ms_p90 (per-step wall time after step 10) and startup_s "
@@ -198,6 +201,13 @@ def validate(cfg: Config) -> Config:
         raise InputError(
             f"overlaps the syncs of skip_correct/local_sgd; --strategy={cfg.strategy} has none",
             where="--overlap",
+        )
+    _choice(cfg.compression, ("", "bf16", "fp16"), "compression", "--compression")
+    if cfg.compression and (cfg.strategy not in SYNC_STRATEGIES or cfg.overlap):
+        raise InputError(
+            f"compresses the blocking syncs of skip_correct/local_sgd; not with --strategy={cfg.strategy}"
+            + (" --overlap" if cfg.overlap else ""),
+            where="--compression",
         )
     if cfg.non_iid_classes and cfg.backup_dir:
         raise InputError(

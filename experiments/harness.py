@@ -57,6 +57,7 @@ class Launch:
     workers: int = 2
     mbit: Optional[float] = None
     topology: str = "switch"
+    tasks_per_host: int = 1  # consecutive tasks sharing a host (unshaped between them)
     ps: int = 0
     chief: bool = False
     module: str = RUNNER
@@ -162,6 +163,7 @@ def cluster_lines(run: Launch) -> tuple:
         echo=run.kill_worker_on is not None,
         stream=killer if run.kill_worker_on else None,
         tolerate_worker_failures=run.kill_worker_on is not None,
+        tasks_per_host=run.tasks_per_host,
     )
     return r, killer.killed_at
 

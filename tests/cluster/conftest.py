@@ -18,6 +18,7 @@ from tests.cluster.workers import WorkerRun, run_workers
 FIRST = [
     "sc",
     "overlap",
+    "compressed",
     "mixed",
     "restore:first",
     "backup:whole:sgd",

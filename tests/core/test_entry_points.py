@@ -60,7 +60,11 @@ CASES = [  # (module, bad arguments, text the one line must contain)
     ("experiments.train", ["--optimizer=lamb"], "--optimizer"),
     ("experiments.train", ["--unknown_flag=1"], "unknown_flag"),
     ("experiments.train", ["--overlap", "--strategy=ssgd"], "--overlap"),
+    ("experiments.train", ["--compression=int8", "--strategy=skip_correct"], "--compression"),
+    ("experiments.train", ["--compression=bf16", "--strategy=ssgd"], "--compression"),
+    ("experiments.train", ["--compression=bf16", "--strategy=skip_correct", "--overlap"], "--compression"),
     ("experiments.train", ["--non_iid_classes=-1"], "--non_iid_classes"),
+    ("tf_commopt.cluster", ["--hosts", "2", "--workers", "3", "--", "true"], "--hosts"),
 ]
 
 

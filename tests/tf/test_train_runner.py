@@ -89,6 +89,19 @@ def test_skip_correct_strategies_run_or_say_what_is_missing():
     rec = _run(strategy="local_sgd", replicas=2, model="mlp", steps=4, interval=2).record
     assert {"interval", "syncs", "comm_s", "compute_s", "bytes_communicated"} <= set(rec)
     assert rec["interval"] == 2 and rec["strategy"] == "local_sgd"
+    assert rec["compression"] == "" and rec["sync_payload_bytes"] == rec["params"] * 4
+    rec = _run(
+        strategy="skip_correct",
+        replicas=2,
+        model="mlp",
+        steps=4,
+        interval=2,
+        compression="bf16",
+        correction="vrl",
+    ).record
+    assert rec["compression"] == "bf16" and rec["sync_payload_bytes"] == rec["params"] * 2
+    # two scheduled syncs in bf16, the final out-of-rhythm average (evaluation) in float32
+    assert rec["bytes_communicated"] == 2 * rec["params"] * 2 + rec["params"] * 4
 
 
 def test_cli_prints_progress_summary_and_json_last(tmp_path):

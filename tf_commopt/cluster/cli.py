@@ -49,6 +49,19 @@ def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ps", type=int, default=0, help="parameter-server tasks")
     p.add_argument("--chief", action="store_true", help="add a chief task")
     p.add_argument(
+        "--hosts",
+        type=int,
+        default=None,
+        help="hosts of --tasks-per-host workers each (sets --workers to their product)",
+    )
+    p.add_argument(
+        "--tasks-per-host",
+        type=int,
+        default=1,
+        help="consecutive tasks sharing one host: one address, unshaped between them; hosts are joined "
+        "by the --bandwidth-mbit links (TF_COMMOPT_HOST tells each task its host)",
+    )
+    p.add_argument(
         "--bandwidth-mbit",
         type=_positive_float("Mbit/s"),
         default=None,
@@ -134,8 +147,19 @@ def _split(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
 def _parse(parser: argparse.ArgumentParser, opts: List[str], command: List[str]) -> argparse.Namespace:
     """The parsed flags; UsageError for anything wrong with the command line."""
     args = parser.parse_args(opts)
+    args.workers_given = any(o == "--workers" or o.startswith("--workers=") for o in opts)
     if not command:
         raise UsageError("missing COMMAND: give it after --, e.g. -- python -m experiments.train")
+    if args.tasks_per_host < 1:
+        raise UsageError(f"argument --tasks-per-host: must be >= 1, got {args.tasks_per_host}")
+    if args.hosts is not None:
+        if args.hosts < 1:
+            raise UsageError(f"argument --hosts: must be >= 1, got {args.hosts}")
+        if args.workers_given and args.workers != args.hosts * args.tasks_per_host:
+            raise UsageError(
+                f"argument --hosts: {args.hosts} hosts x {args.tasks_per_host} tasks is not --workers {args.workers}"
+            )
+        args.workers = args.hosts * args.tasks_per_host
     if args.workers < 1:
         raise UsageError(f"argument --workers: must be >= 1, got {args.workers}")
     if args.ps < 0:
@@ -197,6 +221,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             restart_workers=args.restart_workers,
             max_restarts=args.max_restarts,
             fail_fast=args.fail_fast,
+            tasks_per_host=args.tasks_per_host,
         )
     except (InputError, ClusterError) as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")

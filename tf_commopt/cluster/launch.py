@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, TextIO
 
-from tf_commopt.cluster.layout import Layout, pick_ports, plan_layout, task_env, tf_configs
+from tf_commopt.cluster.layout import HOST_ENV, Layout, pick_ports, plan_layout, task_env, tf_configs
 from tf_commopt.cluster.netns import open_network
 from tf_commopt.cluster.policy import RestartGroup, failure_policy
 from tf_commopt.cluster.procs import KILL_GRACE_S, TaskSpec
@@ -104,7 +104,15 @@ def _validate(
     topology: str,
     timeout: Optional[float],
     threads_per_task: Optional[int],
+    tasks_per_host: int = 1,
 ) -> None:
+    if not _is_int(tasks_per_host, 1):
+        raise InputError(f"must be an integer >= 1, got {tasks_per_host!r}", where="--tasks-per-host")
+    if tasks_per_host > 1 and bandwidth_mbit is not None and topology != "switch":
+        raise InputError(
+            "several tasks per host need --topology switch (shared shapes every task's traffic)",
+            where="--tasks-per-host",
+        )
     if not command or not all(isinstance(c, str) for c in command):
         raise InputError("missing COMMAND (give it after --)", where="command")
     if not _is_int(workers, 1):
@@ -164,7 +172,12 @@ def _task_specs(
     layout: Layout, configs: List[dict], net, command: Sequence[str], env: Dict[str, str], cwd: Optional[str]
 ) -> List[TaskSpec]:
     return [
-        TaskSpec(name, net.wrap(host, list(command)), dict(env, TF_CONFIG=json.dumps(cfg)), cwd)
+        TaskSpec(
+            name,
+            net.wrap(host, list(command)),
+            dict(env, TF_CONFIG=json.dumps(cfg), **{HOST_ENV: str(host)}),
+            cwd,
+        )
         for name, host, cfg in zip(layout.names, layout.host_of, configs)
     ]
 
@@ -219,6 +232,7 @@ def run_cluster(
     shaping: Optional[ShapingOptions] = None,
     max_restarts: int = 0,
     fail_fast: bool = False,
+    tasks_per_host: int = 1,
 ) -> ClusterResult:
     """Run ``command`` once per task of a local TF_CONFIG cluster and wait for it to finish.
 
@@ -252,6 +266,9 @@ def run_cluster(
             again (same TF_CONFIG), at most this many times; the training script resumes from its
             backup (tasks given no backup directory get ``$TF_COMMOPT_BACKUP_DIR``, a temporary one).
         fail_fast: end at the first failing task on any cluster (parameter-server clusters too).
+        tasks_per_host: consecutive tasks (chief, workers, ps in that order) that share one host: one
+            address, traffic between them unshaped (the host's loopback), the host's link shaped with
+            ``bandwidth_mbit`` (``topology="switch"``). Every task gets ``TF_COMMOPT_HOST`` = its host.
 
     Returns:
         A ClusterResult; task failures are reported in it, not raised.
@@ -261,9 +278,9 @@ def run_cluster(
         KeyboardInterrupt / SystemExit(143): on Ctrl-C / SIGTERM, after every task is killed (on SIGTERM
         the tasks first get SIGTERM and up to :data:`TERM_GRACE_S` to save and exit) and the network removed.
     """
-    _validate(command, workers, ps, bandwidth_mbit, topology, timeout, threads_per_task)
+    _validate(command, workers, ps, bandwidth_mbit, topology, timeout, threads_per_task, tasks_per_host)
     policy = failure_policy(ps, chief, tolerate_worker_failures, restart_workers, max_restarts, fail_fast)
-    layout = plan_layout(workers, ps, chief)
+    layout = plan_layout(workers, ps, chief, tasks_per_host)
     sup = Supervisor(policy, (stream or sys.stdout) if echo else None)
     configs: List[dict] = []
     net, backup, stop_grace = None, None, KILL_GRACE_S

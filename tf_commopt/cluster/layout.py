@@ -1,8 +1,9 @@
 """Who runs where: the tasks of a cluster, the host of each, their ports, TF_CONFIG and environment.
 
 A :class:`Layout` lists the tasks (``chief:0``, ``worker:0..``, ``ps:0..``, in that order) and the host
-each runs on (an index into the network's hosts). :func:`plan_layout` puts every task on its own host;
-a layout with several tasks per host gives them one address (and different ports).
+each runs on (an index into the network's hosts). :func:`plan_layout` puts every task on its own host,
+or ``tasks_per_host`` consecutive tasks on one host: they get one address (and different ports), and
+each task is told its host in ``$TF_COMMOPT_HOST`` (:data:`HOST_ENV`).
 
 Example:
     >>> lay = plan_layout(workers=2, ps=1, chief=True)
@@ -20,7 +21,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tf_commopt.threads import thread_env
 
-__all__ = ["Layout", "plan_layout", "pick_ports", "tf_configs", "task_env"]
+__all__ = ["HOST_ENV", "Layout", "plan_layout", "pick_ports", "tf_configs", "task_env"]
+
+HOST_ENV = "TF_COMMOPT_HOST"
+"""The environment variable holding a task's host index (tasks with the same value share a host)."""
 
 
 @dataclass(frozen=True)
@@ -46,17 +50,20 @@ class Layout:
         return max(self.host_of) + 1 if self.host_of else 0
 
 
-def plan_layout(workers: int, ps: int, chief: bool) -> Layout:
-    """The tasks of a cluster, one host each (``chief:0`` first, then workers, then ps tasks).
+def plan_layout(workers: int, ps: int, chief: bool, tasks_per_host: int = 1) -> Layout:
+    """The tasks of a cluster (``chief:0`` first, then workers, then ps tasks), ``tasks_per_host``
+    consecutive tasks on each host (the last host may have fewer).
 
     Example:
         >>> plan_layout(2, 0, False).host_of
         (0, 1)
+        >>> plan_layout(4, 0, False, tasks_per_host=2).host_of
+        (0, 0, 1, 1)
     """
     tasks = [("chief", 0)] if chief else []
     tasks += [("worker", i) for i in range(workers)]
     tasks += [("ps", i) for i in range(ps)]
-    return Layout(tuple(tasks), tuple(range(len(tasks))))
+    return Layout(tuple(tasks), tuple(i // tasks_per_host for i in range(len(tasks))))
 
 
 def pick_ports(n: int) -> List[int]:

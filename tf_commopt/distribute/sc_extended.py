@@ -35,7 +35,7 @@ from tf_commopt._compat import (
 )
 from tf_commopt._compat import mirrored_strategy as _ms
 from tf_commopt._compat import values as _values
-from tf_commopt.distribute import _keras_hooks, averaging
+from tf_commopt.distribute import _keras_hooks, averaging, compressed_sync
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_policy import AutoInterval
 from tf_commopt.distribute.interval_state import IntervalState
@@ -92,7 +92,10 @@ class _SkipCorrectMixin:
         correction_lr: str = "effective",
         overlap: bool = False,
         graph_loop: bool = True,
+        compression: Optional[str] = None,
     ) -> None:
+        self.compression = compression  # None, "bf16" or "fp16": the scheduled syncs' wire dtype
+        self.sync_payload_bytes = 0  # one replica's bytes in a scheduled sync (set when it is traced)
         self._sc_overlap = bool(overlap)
         self.graph_loop = bool(graph_loop)
         self._sc_overlappers: Dict[int, OverlapAverager] = {}
@@ -170,7 +173,9 @@ class _SkipCorrectMixin:
             rule = _corr.resolve_correction(self._sc_correction, type(optimizer).__name__, beta, nesterov)
             self._sc_internal = True
             try:
-                state = SkipCorrectState(container_strategy(self), list(var_list), rule, optimizer)
+                state = SkipCorrectState(
+                    container_strategy(self), list(var_list), rule, optimizer, compression=self.compression
+                )
             finally:
                 self._sc_internal = False
             self._sc_states[id(optimizer)] = state
@@ -212,7 +217,10 @@ class _SkipCorrectMixin:
     def _sc_prepare_grads(self, strategy: Any, optimizer: Any, var_list: Sequence[Any], grads: Sequence[Any]):
         """Cross-replica: R·g_i − Δ_i per replica (local phase) or the SUM all-reduce (warm-up)."""
         state = self._sc_state(optimizer, var_list)
-        return local_gradients(self, state, optimizer, var_list, grads, self._sc_warmup)
+        if state.compression is None:
+            return local_gradients(self, state, optimizer, var_list, grads, self._sc_warmup)
+        with tf.control_dependencies([compressed_sync.anchor_op(state, optimizer, self._sc_warmup)]):
+            return local_gradients(self, state, optimizer, var_list, grads, self._sc_warmup)
 
     @_no_autograph
     def _sc_after_step(self, strategy: Any, optimizer: Any, var_list: Sequence[Any]) -> None:
@@ -264,11 +272,15 @@ class _SkipCorrectMixin:
             if self._sc_correction_lr == "effective":
                 lr = lr / (1.0 - optimizer_momentum(optimizer))
         n = len(state.variables)
+        self.sync_payload_bytes = compressed_sync.payload_bytes(variables, n, state.rule, state.compression)
         if self._sc_overlap:  # apply the in-flight mean, snapshot and launch the next one (overlap.py)
             scale = tf.cast(k, tf.float64) * (tf.cast(lr, tf.float64) if lr is not None else 1.0)
             dt, bg = self._sc_overlapper(state, variables, n).sync(scale)
             self.telemetry.add_sync(dt, background=bg)
             return dt, bg
+        if state.compression is not None:
+            dt = compressed_sync.average(self, variables, state, n_trainable=n, local_steps=k, lr=lr)
+            return dt, dt
         dt = averaging.average(self, variables, state=state, n_trainable=n, local_steps=k, lr=lr)
         return dt, dt
 
@@ -374,6 +386,7 @@ class _SkipCorrectMixin:
                         if all(v is not e for e in extras):
                             extras.append(v)
         averaging.average(self, trainable + extras)
+        compressed_sync.mark_stale(states)  # x₀ is this average now: taken at the next local step
         self.telemetry.reset_clock()
 
 

@@ -53,6 +53,7 @@ from tf_commopt._compat import (
     require_internals,
     strategy_cluster_resolver,
 )
+from tf_commopt.core.compress import validate_compression
 from tf_commopt.core.interval import validate_interval
 from tf_commopt.distribute import _keras_hooks
 from tf_commopt.distribute import correction as _corr
@@ -100,6 +101,7 @@ def _validated(
     correction_lr: Any,
     overlap: Any,
     graph_loop: Any = True,
+    compression: Any = None,
 ) -> Dict[str, Any]:
     """The StrategyExtended's keyword arguments from the constructor's, each checked (one-line InputError
     naming the argument)."""
@@ -107,6 +109,11 @@ def _validated(
         raise InputError(
             f"must be a non-negative integer, got {warmup_steps!r}",
             where="SkipCorrectStrategy(warmup_steps=...)",
+        )
+    if compression is not None and overlap is True:
+        raise InputError(
+            "compression with overlap=True is not supported yet; use one of them",
+            where="SkipCorrectStrategy(compression=...)",
         )
     return dict(
         interval=resolve_interval(interval, shorthand, owner="SkipCorrectStrategy"),
@@ -118,6 +125,7 @@ def _validated(
         ),
         overlap=validate_overlap(overlap, where="SkipCorrectStrategy(overlap=...)"),
         graph_loop=validate_overlap(graph_loop, where="SkipCorrectStrategy(graph_loop=...)"),
+        compression=validate_compression(compression, where="SkipCorrectStrategy(compression=...)"),
     )
 
 
@@ -158,6 +166,11 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             hooks then see every call's end) when the model was compiled with the default
             ``steps_per_execution=1`` (:mod:`tf_commopt.distribute.graph_loop`); ``False``: one step per
             call.
+        compression: ``None`` (default: float32 syncs), ``"bf16"`` or ``"fp16"``: each scheduled sync sends
+            the period's model delta x_i − x₀ (x₀ the last global model; and ``gradient``'s G_i) rounded to
+            that dtype, with error feedback (the rounding residual kept per replica, in checkpoints, and
+            added to the next delta): half the bytes (:mod:`tf_commopt.distribute.compressed_sync`,
+            docs/skip_correct.md "Compressed syncs"). Averaged non-trainable state stays float32.
         target_ratio, max_interval, auto_warmup_steps, auto_probe_interval, auto_measure_syncs: shorthand
             for ``interval="auto"``: they build ``AutoInterval(target_ratio, max_interval, warmup_steps,
             probe_interval, measure_syncs)``; unused with a fixed H; an error next to an ``AutoInterval``.
@@ -177,6 +190,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         overlap: bool = False,
         *,
         graph_loop: bool = True,
+        compression: Optional[str] = None,
         target_ratio: Optional[float] = None,
         max_interval: Optional[int] = None,
         auto_warmup_steps: Optional[int] = None,
@@ -199,6 +213,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             correction_lr,
             overlap,
             graph_loop,
+            compression,
         )
         _check_keras()
         require_internals("SkipCorrectStrategy")
@@ -228,6 +243,11 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
     def overlap(self) -> bool:
         """True when syncs are overlapped with local steps (``overlap=True``)."""
         return self.extended._sc_overlap
+
+    @property
+    def compression(self) -> Optional[str]:
+        """The wire dtype of the scheduled syncs' deltas: None, ``"bf16"`` or ``"fp16"``."""
+        return self.extended.compression
 
     @property
     def correction(self) -> str:
@@ -263,7 +283,9 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             self.extended.sync_now()
 
     def stats(self) -> Dict[str, Any]:
-        """Telemetry: interval, steps, syncs, comm_s, compute_s, bytes_communicated (this process).
+        """Telemetry: interval, steps, syncs, comm_s, compute_s, bytes_communicated (this process),
+        ``compression`` and ``sync_payload_bytes`` (one replica's bytes in one scheduled sync: the
+        trainable deltas in the wire dtype, doubled for ``gradient``, plus averaged state in float32).
 
         With ``interval="auto"`` also: ``interval_chosen`` (0/1), ``interval_t_comm_s`` and
         ``interval_t_comp_s`` (the timings averaged over workers, from which H was chosen),
@@ -276,6 +298,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         e = self.extended
         out: Dict[str, Any] = e.interval_state.as_dict()
         out.update(e.telemetry.as_dict())
+        out.update(compression=e.compression, sync_payload_bytes=e.sync_payload_bytes)
         return out
 
     def reset_step_clock(self) -> None:

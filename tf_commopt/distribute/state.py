@@ -5,7 +5,8 @@ The state is a checkpointable child of the optimizer (``skip_correct_state``), s
 counter t is the optimizer's own ``iterations``; here we add k (local steps since the last scheduled
 sync), H (with an ``AutoInterval`` also whether H was chosen and the t_comm/t_comp it was chosen from,
 so a restored run keeps it), and Δ_i (and G_i) stacked over all replicas into one ``[R, ...]`` tensor
-per variable (gathered across workers on a cluster). Restoring into a strategy with a different number
+per variable (gathered across workers on a cluster). With ``compression`` also the error-feedback
+residuals e_i (and r_i) stacked the same way, and the anchor x₀ (the last global model, one copy). Restoring into a strategy with a different number
 of replicas is an InputError.
 
 Example:
@@ -39,8 +40,16 @@ def _pass_through(error: Exception) -> Exception:
 class SkipCorrectState(_trackable.Trackable):
     """Δ_i per trainable variable (one component per replica) and the local-step counter k."""
 
-    def __init__(self, strategy: Any, variables: Sequence[Any], rule: str, optimizer: Any = None):
+    def __init__(
+        self,
+        strategy: Any,
+        variables: Sequence[Any],
+        rule: str,
+        optimizer: Any = None,
+        compression: Optional[str] = None,
+    ):
         self._strategy = strategy
+        self.compression = compression  # None, "bf16" or "fp16" (distribute/compressed_sync.py)
         self.rule = rule  # the resolved correction: "vrl", "gradient" or "none"
         self.variables = list(variables)
         self._optimizer_ref = weakref.ref(optimizer) if optimizer is not None else (lambda: None)
@@ -55,6 +64,18 @@ class SkipCorrectState(_trackable.Trackable):
             self.deltas = self._per_replica_zeros("delta")
         if rule == "gradient":
             self.grad_sums = self._per_replica_zeros("grad_sum")
+        self.residuals: Optional[List[Any]] = None  # compression: e_i, what rounding dropped (per replica)
+        self.grad_residuals: Optional[List[Any]] = None  # compression + "gradient": r_i
+        self.anchors: Optional[List[Any]] = None  # compression: x₀, the model after the last averaging
+        if compression is not None:
+            self.residuals = self._per_replica_zeros("residual")
+            self.anchors = self._per_replica_zeros("anchor")
+            if rule == "gradient":
+                self.grad_residuals = self._per_replica_zeros("grad_residual")
+            with tf.device("/CPU:0"):  # 1: take x₀ from the model at the next local step
+                self.anchor_stale = resource_variable_ops.ResourceVariable(
+                    tf.constant(1, tf.int64), name="skip_correct/anchor_stale", trainable=False
+                )
 
     def _per_replica_zeros(self, what: str) -> List[Any]:
         with self._strategy.scope():
@@ -84,6 +105,11 @@ class SkipCorrectState(_trackable.Trackable):
         if self.grad_sums is None:
             return None
         return [list(d.values) for d in self.grad_sums]
+
+    @staticmethod
+    def components(per_replica: Optional[List[Any]]) -> Optional[List[List[Any]]]:
+        """rows[j][i]: component i (local replica) of per-replica state variable j (None stays None)."""
+        return None if per_replica is None else [list(d.values) for d in per_replica]
 
     def delta_numpy(self) -> List[np.ndarray]:
         """Δ of every variable as a numpy array [local replicas, *shape] (eager)."""
@@ -157,6 +183,14 @@ class SkipCorrectState(_trackable.Trackable):
         if self.grad_sums is not None:
             for j, rows in enumerate(self._stacked_all(self.grad_sums)):
                 out["grad_sum_%d" % j] = rows
+        for prefix, per_replica in (("residual", self.residuals), ("grad_residual", self.grad_residuals)):
+            if per_replica is not None:
+                for j, rows in enumerate(self._stacked_all(per_replica)):
+                    out["%s_%d" % (prefix, j)] = rows
+        for j, a in enumerate(self.anchors or []):  # x₀ is the same on every replica: one copy
+            out["anchor_%d" % j] = a.values[0].read_value()
+        if self.anchors is not None:
+            out["anchor_stale"] = self.anchor_stale.read_value()
         return out
 
     def _restore_from_tensors(self, restored_tensors: Dict[str, Any]) -> Any:
@@ -207,4 +241,28 @@ class SkipCorrectState(_trackable.Trackable):
                 for i, c in enumerate(d.values):
                     with tf.device(c.device):
                         ops.append(c.assign(rows[off + i]))
+        ops.extend(self._restore_compression(restored_tensors, off))
         return tf.group(ops)
+
+    def _restore_compression(self, restored: Dict[str, Any], off: int) -> List[Any]:
+        """The residuals and x₀ of a compressed run. A checkpoint without them (written uncompressed)
+        restores zero residuals and takes x₀ from the model at the next local step."""
+        if self.anchors is None:
+            return []
+        ops = []
+        complete = all("anchor_%d" % j in restored for j in range(len(self.anchors)))
+        for prefix, per_replica in (("residual", self.residuals), ("grad_residual", self.grad_residuals)):
+            for j, d in enumerate(per_replica or []):
+                rows = restored.get("%s_%d" % (prefix, j))
+                complete = complete and rows is not None
+                for i, c in enumerate(d.values):
+                    with tf.device(c.device):
+                        ops.append(c.assign(rows[off + i] if rows is not None else tf.zeros_like(c)))
+        for j, a in enumerate(self.anchors):
+            if "anchor_%d" % j in restored:
+                for c in a.values:
+                    with tf.device(c.device):
+                        ops.append(c.assign(restored["anchor_%d" % j]))
+        stale = restored.get("anchor_stale") if complete else None
+        ops.append(self.anchor_stale.assign(stale if stale is not None else tf.constant(1, tf.int64)))
+        return ops
