@@ -76,12 +76,13 @@ def _zeros_like_spec(outputs: Any) -> Optional[Any]:
     return tf.nest.pack_sequence_as(outputs, [tf.zeros(t.shape, t.dtype) for t in flat])
 
 
-def _loop_function(step: Any, steps_var: Any, before_trace: Any = None) -> Any:
+def _loop_function(step: Any, steps_var: Any, before_trace: Any = None, idle: Any = None) -> Any:
     """``steps_var`` steps of the traced single-step function ``step`` per call (the last step's logs).
 
     The step is traced once and appears once in the graph (placing and optimizing the call's graph is
     part of the first call): the loop's initial logs are zeros shaped like the step's outputs; a step
-    whose outputs have no static shape runs once before the loop instead."""
+    whose outputs have no static shape runs once before the loop instead. ``idle`` = (is_idle,
+    idle_step): a step where ``is_idle()`` holds is ``idle_step(last outputs)`` instead (period="time")."""
 
     def train_function(iterator: Any) -> Any:
         n = tf.cast(steps_var.read_value(), tf.int32)
@@ -93,8 +94,10 @@ def _loop_function(step: Any, steps_var: Any, before_trace: Any = None) -> Any:
         if init is None:
             init, start = concrete(iterator), tf.constant(1)
 
-        def body(i: tf.Tensor, _: Any) -> Any:
-            return i + 1, concrete(iterator)
+        def body(i: tf.Tensor, out: Any) -> Any:
+            if idle is None:
+                return i + 1, concrete(iterator)
+            return i + 1, tf.cond(idle[0](), lambda: idle[1](out), lambda: concrete(iterator))
 
         _, outputs = tf.while_loop(lambda i, _: i < n, body, (start, init), parallel_iterations=1)
         return outputs
@@ -157,11 +160,19 @@ class GraphLoop:
         self._prebuild()
         if m.train_function is None or m.train_function is not m.__dict__.get(_LOOP):
             step = m.make_train_function(force=True)  # tf-keras's single-step function (spe is 1 here)
-            loop = _loop_function(step, m.steps_per_execution, self._build_compiled)
+            loop = _loop_function(step, m.steps_per_execution, self._build_compiled, self._idle_hooks())
             m.train_function = loop
             object.__setattr__(m, _LOOP, loop)
         self._user_spe = 1
         self.update()
+
+    def _idle_hooks(self) -> Any:
+        """period="time": the loop skips the steps at which every local replica is idle."""
+        ext = self.strategy.extended
+        state = ext.correction_state(self.model.optimizer)
+        if ext.time_period is None or state is None:
+            return None
+        return ext.time_period.idle_hooks(self.model.optimizer, state, ext._sc_warmup)
 
     def end(self) -> None:
         """Give the model its ``steps_per_execution`` back."""

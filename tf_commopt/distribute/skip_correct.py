@@ -54,6 +54,7 @@ from tf_commopt._compat import (
     strategy_cluster_resolver,
 )
 from tf_commopt.core.interval import validate_interval
+from tf_commopt.core.period import TimeBudget, resolve_period
 from tf_commopt.distribute import _keras_hooks
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_policy import AutoInterval, resolve_interval
@@ -61,7 +62,13 @@ from tf_commopt.distribute.overlap import validate_overlap
 from tf_commopt.distribute.sc_extended import MultiWorkerSkipCorrectExtended, SkipCorrectExtended
 from tf_commopt.errors import InputError
 
-__all__ = ["SkipCorrectStrategy", "SkipCorrectExtended", "MultiWorkerSkipCorrectExtended", "AutoInterval"]
+__all__ = [
+    "SkipCorrectStrategy",
+    "SkipCorrectExtended",
+    "MultiWorkerSkipCorrectExtended",
+    "AutoInterval",
+    "TimeBudget",
+]
 
 
 def _tf_config_has_cluster() -> bool:
@@ -100,6 +107,7 @@ def _validated(
     correction_lr: Any,
     overlap: Any,
     graph_loop: Any = True,
+    period: Any = "steps",
 ) -> Dict[str, Any]:
     """The StrategyExtended's keyword arguments from the constructor's, each checked (one-line InputError
     naming the argument)."""
@@ -108,8 +116,19 @@ def _validated(
             f"must be a non-negative integer, got {warmup_steps!r}",
             where="SkipCorrectStrategy(warmup_steps=...)",
         )
+    resolved = resolve_interval(interval, shorthand, owner="SkipCorrectStrategy")
+    budget = resolve_period(period, where="SkipCorrectStrategy(period=...)")
+    if budget is not None and not isinstance(resolved, int):
+        raise InputError(
+            "period='time' needs a fixed integer interval", where="SkipCorrectStrategy(period=...)"
+        )
+    if budget is not None and overlap:
+        raise InputError(
+            "period='time' does not overlap syncs; use overlap=False", where="SkipCorrectStrategy(period=...)"
+        )
     return dict(
-        interval=resolve_interval(interval, shorthand, owner="SkipCorrectStrategy"),
+        interval=resolved,
+        period=budget,
         correction=_corr.validate_correction(correction, where="SkipCorrectStrategy(correction=...)"),
         warmup_steps=warmup_steps,
         average_optimizer_state=bool(average_optimizer_state),
@@ -158,6 +177,12 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             hooks then see every call's end) when the model was compiled with the default
             ``steps_per_execution=1`` (:mod:`tf_commopt.distribute.graph_loop`); ``False``: one step per
             call.
+        period: ``"steps"`` (default: every replica takes H local steps per period) or ``"time"`` (every
+            replica steps for the wall time the fastest needs for H steps, so a worker k times slower
+            takes about H/k; the sync averages normalised updates, FedNova's rule, and equal speeds give
+            the ``"steps"`` rule exactly; :mod:`tf_commopt.distribute.unequal_sync`), or a
+            :class:`~tf_commopt.core.period.TimeBudget` (its options: ``min_steps``, fixed
+            ``step_times``). Needs a fixed integer ``interval`` and ``overlap=False``.
         target_ratio, max_interval, auto_warmup_steps, auto_probe_interval, auto_measure_syncs: shorthand
             for ``interval="auto"``: they build ``AutoInterval(target_ratio, max_interval, warmup_steps,
             probe_interval, measure_syncs)``; unused with a fixed H; an error next to an ``AutoInterval``.
@@ -177,6 +202,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         overlap: bool = False,
         *,
         graph_loop: bool = True,
+        period: Union[str, TimeBudget] = "steps",
         target_ratio: Optional[float] = None,
         max_interval: Optional[int] = None,
         auto_warmup_steps: Optional[int] = None,
@@ -199,6 +225,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             correction_lr,
             overlap,
             graph_loop,
+            period,
         )
         _check_keras()
         require_internals("SkipCorrectStrategy")
@@ -212,6 +239,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         else:
             extended = SkipCorrectExtended(self, devices=devices, **sc)
         super().__init__(extended)
+        extended._sc_build_period()
         _keras_hooks.install(SkipCorrectStrategy)
 
     @property
@@ -228,6 +256,11 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
     def overlap(self) -> bool:
         """True when syncs are overlapped with local steps (``overlap=True``)."""
         return self.extended._sc_overlap
+
+    @property
+    def period(self) -> str:
+        """``"steps"`` or ``"time"`` (the options: ``extended.time_period.budget``)."""
+        return "time" if self.extended.time_period is not None else "steps"
 
     @property
     def correction(self) -> str:
@@ -276,6 +309,8 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         e = self.extended
         out: Dict[str, Any] = e.interval_state.as_dict()
         out.update(e.telemetry.as_dict())
+        if e.time_period is not None:
+            out.update(e.time_period.as_dict())
         return out
 
     def reset_step_clock(self) -> None:

@@ -1,0 +1,168 @@
+"""SkipCorrectStrategy(period="time") against an independent numpy reference of the unequal-count rule,
+step by step, with fixed step-time tables (so the counts are known); equal speeds == period="steps"."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.tf.sc_reference import _NumpyOpt, make_batches, softmax_grads, softmax_step
+from tf_commopt.core import unequal
+from tf_commopt.core.period import TimeBudget
+from tf_commopt.distribute import SkipCorrectStrategy
+from tf_commopt.errors import InputError
+
+B, F, C, LR = 5, 3, 4, 0.2
+
+
+def _init():
+    rng = np.random.RandomState(7)
+    return rng.randn(F, C).astype(np.float32) * 0.3, rng.randn(C).astype(np.float32) * 0.1
+
+
+def reference(w0, b0, batches, h, taus, correction, make_opt, clr=LR):
+    """Period of H global steps; replica i applies only the last τ_i; at k == H FedNova's normalised
+    average x⁺ = x₀ − mean(τ)·mean_i (x₀ − x_i)/τ_i; vrl Δ_i += (d_i − mean d)/clr; gradient
+    Δ_i = G_i/τ_i − mean_j G_j/τ_j. Written from docs/skip_correct.md. Per step: (xs, deltas)."""
+    r = len(taus)
+    x0 = [w0.astype(np.float64), b0.astype(np.float64)]
+    xs = [[p.copy() for p in x0] for _ in range(r)]
+    ds = [[np.zeros_like(p) for p in x0] for _ in range(r)]
+    gs = [[np.zeros_like(p) for p in x0] for _ in range(r)]
+    opts = [make_opt() for _ in range(r)]
+    k, history, syncs = 0, [], []
+    for row in batches:
+        for i in range(r):
+            if k < h - taus[i]:
+                continue  # idle
+            g = softmax_grads(xs[i][0], xs[i][1], *row[i])
+            for p, name in enumerate("wb"):
+                gs[i][p] += g[p]
+                xs[i][p] = opts[i].step(name, xs[i][p], g[p] - ds[i][p])
+            opts[i].done_step()
+        k += 1
+        if k == h:
+            tau_eff = sum(taus) / r
+            for p in range(2):
+                d = [(x0[p] - xs[i][p]) / taus[i] for i in range(r)]
+                d_bar = sum(d) / r
+                new = x0[p] - tau_eff * d_bar
+                if correction == "vrl":
+                    for i in range(r):
+                        ds[i][p] = ds[i][p] + (d[i] - d_bar) / clr
+                elif correction == "gradient":
+                    m = [gs[i][p] / taus[i] for i in range(r)]
+                    for i in range(r):
+                        ds[i][p] = m[i] - sum(m) / r
+                        gs[i][p] = np.zeros_like(gs[i][p])
+                syncs.append((p, [x[p].copy() for x in xs], x0[p].copy(), new))
+                x0[p] = new
+                for i in range(r):
+                    xs[i][p] = new.copy()
+            k = 0
+        history.append(([x[0].copy() for x in xs], [x[1].copy() for x in xs], [d[0].copy() for d in ds]))
+    return history, syncs
+
+
+def _run(strategy, batches, w0, b0, make_opt, r, on_step=None):
+    with strategy.scope():
+        w, b = tf.Variable(w0), tf.Variable(b0)
+        opt = make_opt()
+    step = softmax_step(strategy, w, b, opt, r * B)
+    for t, row in enumerate(batches):
+        step(row)
+        if on_step is not None:
+            on_step(t, w, b, opt)
+    return w, b, opt
+
+
+CASES = [
+    # (replicas, H, step times, counts TimePeriod gives)
+    (2, 4, (0.01, 0.02), (4, 2)),
+    (4, 4, (0.01, 0.02, 0.03, 0.015), (4, 2, 1, 2)),
+    (4, 5, (0.03, 0.01, 0.01, 0.02), (1, 5, 5, 2)),
+]
+
+
+@pytest.mark.parametrize("correction,optimizer", [("vrl", "sgd"), ("gradient", "momentum"), ("none", "sgd")])
+@pytest.mark.parametrize("r,h,times,counts", CASES)
+def test_unequal_counts_match_numpy_every_step(r, h, times, counts, correction, optimizer):
+    assert TimeBudget(step_times=times).counts(h) == counts
+    w0, b0 = _init()
+    steps = 3 * h + 2  # three syncs and a period under way
+    batches = make_batches(steps, r, B, F, C, seed=r + h)
+    if optimizer == "sgd":
+        make_tf, make_np = (lambda: tf.keras.optimizers.SGD(LR)), (lambda: _NumpyOpt("sgd", LR))
+    else:
+        make_tf = lambda: tf.keras.optimizers.SGD(LR, momentum=0.5)  # noqa: E731
+        make_np = lambda: _NumpyOpt("sgd", LR, momentum=0.5)  # noqa: E731
+    ref, syncs = reference(w0, b0, batches, h, counts, correction, make_np)
+    strategy = SkipCorrectStrategy(
+        interval=h,
+        correction=correction,
+        period=TimeBudget(step_times=times),
+        devices=["/cpu:%d" % i for i in range(r)],
+    )
+
+    def check(t, w, b, opt):
+        rw, rb, rdw = ref[t]
+        for i in range(r):
+            np.testing.assert_allclose(
+                w.values[i].numpy(), rw[i], rtol=1e-5, atol=1e-5, err_msg=f"w {t + 1} {i}"
+            )
+            np.testing.assert_allclose(
+                b.values[i].numpy(), rb[i], rtol=1e-5, atol=1e-5, err_msg=f"b {t + 1} {i}"
+            )
+        if correction != "none":
+            dw = strategy.extended.correction_state(opt).delta_numpy()[0]
+            np.testing.assert_allclose(dw, np.stack(rdw), rtol=1e-4, atol=1e-4, err_msg=f"delta {t + 1}")
+            np.testing.assert_allclose(dw.sum(axis=0), 0.0, atol=1e-4)
+
+    _run(strategy, batches, w0, b0, make_tf, r, check)
+    st = strategy.stats()
+    assert st["period_steps"] == list(counts) and st["syncs"] == 3
+    assert st["real_steps"] == [3 * c + max(0, 2 - (h - c)) for c in counts]
+    # the reference's syncs are core/unequal.py's rule too (a second, independent statement of it)
+    for _, xs, x0, new in syncs:
+        np.testing.assert_allclose(unequal.normalised_average(x0, xs, list(counts)), new, rtol=1e-12)
+    # not a trivial case: the normalised average differs from the plain mean
+    p, xs, x0, new = syncs[0]
+    assert np.abs(new - sum(xs) / r).max() > 1e-4
+
+
+@pytest.mark.parametrize("correction,momentum", [("vrl", 0.0), ("gradient", 0.9)])
+def test_equal_speeds_are_the_step_rule_bit_for_bit(correction, momentum):
+    r, h = 4, 3
+    w0, b0 = _init()
+    batches = make_batches(2 * h + 1, r, B, F, C, seed=3)
+    out = []
+    for period in (
+        "steps",
+        TimeBudget(step_times=(0.02,) * r),
+        TimeBudget(step_times=(0.02, 0.02, 0.021, 0.02)),
+    ):
+        strategy = SkipCorrectStrategy(
+            interval=h, correction=correction, period=period, devices=["/cpu:%d" % i for i in range(r)]
+        )
+        w, b, opt = _run(strategy, batches, w0, b0, lambda: tf.keras.optimizers.SGD(LR, momentum=momentum), r)
+        out.append(([c.numpy() for c in w.values], strategy.extended.correction_state(opt).delta_numpy()[0]))
+    for i in range(r):
+        np.testing.assert_array_equal(out[0][0][i], out[1][0][i])
+    np.testing.assert_array_equal(out[0][1], out[1][1])
+    # a 5% slower replica still takes H = 3 steps (floor(3 · 0.02/0.021) = 2 would differ: check it does)
+    assert TimeBudget(step_times=(0.02, 0.02, 0.021, 0.02)).counts(h) == (3, 3, 2, 3)
+    assert np.abs(out[0][0][0] - out[2][0][0]).max() > 0
+
+
+def test_bad_period_arguments_are_one_line_errors():
+    with pytest.raises(InputError, match=r"period=\.\.\.\): must be 'steps', 'time' or a TimeBudget"):
+        SkipCorrectStrategy(interval=4, period="wall")
+    with pytest.raises(InputError, match="fixed integer interval"):
+        SkipCorrectStrategy(interval="auto", period="time")
+    with pytest.raises(InputError, match="does not overlap"):
+        SkipCorrectStrategy(interval=4, period="time", overlap=True)
+    with pytest.raises(InputError, match="3 step times for 2 replicas"):
+        SkipCorrectStrategy(
+            interval=4, period=TimeBudget(step_times=(1.0, 1.0, 1.0)), devices=["/cpu:0", "/cpu:1"]
+        )
+    with pytest.raises(InputError, match=r"step_times=\.\.\.\)\[1\]: must be a finite number"):
+        TimeBudget(step_times=(1.0, -1.0))
