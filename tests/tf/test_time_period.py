@@ -19,10 +19,12 @@ def _init():
     return rng.randn(F, C).astype(np.float32) * 0.3, rng.randn(C).astype(np.float32) * 0.1
 
 
-def reference(w0, b0, batches, h, taus, correction, make_opt, clr=LR):
+def reference(w0, b0, batches, h, taus, correction, make_opt, clr=LR, mean_after=()):
     """Period of H global steps; replica i applies only the last τ_i; at k == H FedNova's normalised
     average x⁺ = x₀ − mean(τ)·mean_i (x₀ − x_i)/τ_i; vrl Δ_i += (d_i − mean d)/clr; gradient
-    Δ_i = G_i/τ_i − mean_j G_j/τ_j. Written from docs/skip_correct.md. Per step: (xs, deltas)."""
+    Δ_i = G_i/τ_i − mean_j G_j/τ_j. Written from docs/skip_correct.md. Per step: (xs, deltas).
+    ``mean_after``: steps after which every replica's model is set to the replicas' mean
+    (``strategy.sync()`` mid-period; Δ_i, G_i, x₀ and k are kept)."""
     r = len(taus)
     x0 = [w0.astype(np.float64), b0.astype(np.float64)]
     xs = [[p.copy() for p in x0] for _ in range(r)]
@@ -59,6 +61,11 @@ def reference(w0, b0, batches, h, taus, correction, make_opt, clr=LR):
                 for i in range(r):
                     xs[i][p] = new.copy()
             k = 0
+        if len(history) + 1 in mean_after:
+            for p in range(2):
+                mean = sum(x[p] for x in xs) / r
+                for x in xs:
+                    x[p] = mean.copy()
         history.append(([x[0].copy() for x in xs], [x[1].copy() for x in xs], [d[0].copy() for d in ds]))
     return history, syncs
 
@@ -166,3 +173,77 @@ def test_bad_period_arguments_are_one_line_errors():
         )
     with pytest.raises(InputError, match=r"step_times=\.\.\.\)\[1\]: must be a finite number"):
         TimeBudget(step_times=(1.0, -1.0))
+
+
+def test_checkpoint_mid_period_restores_x0_counts_and_corrections(tmp_path):
+    r, h, times, counts = 4, 4, (0.01, 0.02, 0.03, 0.015), (4, 2, 1, 2)
+    w0, b0 = _init()
+    batches = make_batches(3 * h + 2, r, B, F, C, seed=5)
+    split = h + 2  # k = 2 of 4: the replicas differ from x₀
+    ref, _ = reference(w0, b0, batches, h, counts, "vrl", lambda: _NumpyOpt("sgd", LR), mean_after=(split,))
+    devices = ["/cpu:%d" % i for i in range(r)]
+    first = SkipCorrectStrategy(
+        interval=h, correction="vrl", period=TimeBudget(step_times=times), devices=devices
+    )
+    w, b, opt = _run(first, batches[:split], w0, b0, lambda: tf.keras.optimizers.SGD(LR), r)
+    first.sync()  # as model.save_weights does: every replica holds the mean (x₀, Δ_i, k are kept)
+    path = tf.train.Checkpoint(w=w, b=b, opt=opt).save(str(tmp_path / "ckpt"))
+    x0_saved = first.extended.time_period.x0[id(first.extended.correction_state(opt))][0].values[0].numpy()
+    assert np.abs(x0_saved - w.values[0].numpy()).max() > 1e-4  # mid-period: x₀ is not the model
+    np.testing.assert_allclose(x0_saved, ref[h - 1][0][0], rtol=1e-5, atol=1e-5)  # the model at the sync
+
+    second = SkipCorrectStrategy(
+        interval=h, correction="vrl", period=TimeBudget(step_times=times), devices=devices
+    )
+    with second.scope():
+        w2, b2 = tf.Variable(np.zeros_like(w0)), tf.Variable(np.zeros_like(b0))
+        opt2 = tf.keras.optimizers.SGD(LR)
+    tf.train.Checkpoint(w=w2, b=b2, opt=opt2).restore(path)
+    step = softmax_step(second, w2, b2, opt2, r * B)
+    for t in range(split, len(batches)):
+        step(batches[t])
+        for i in range(r):
+            np.testing.assert_allclose(
+                w2.values[i].numpy(), ref[t][0][i], rtol=1e-5, atol=1e-5, err_msg=f"{t + 1}"
+            )
+    np.testing.assert_allclose(
+        second.extended.correction_state(opt2).delta_numpy()[0], np.stack(ref[-1][2]), rtol=1e-4, atol=1e-4
+    )
+
+
+def test_fit_history_callbacks_and_measured_counts():
+    """model.fit on 2 replicas: fixed counts (4, 2) with an epoch end inside a period (History,
+    callbacks and counters right), then measured times (equal replicas in one process: every count H)."""
+    r, h = 2, 4
+    x = np.random.RandomState(0).randn(96, F).astype(np.float32)
+    y = (np.arange(96) % C).astype(np.int32)
+    for period, counts in ((TimeBudget(step_times=(0.01, 0.02)), [4, 2]), ("time", [4, 4])):
+        strategy = SkipCorrectStrategy(interval=h, period=period, devices=["/cpu:%d" % i for i in range(r)])
+        with strategy.scope():
+            model = tf.keras.Sequential([tf.keras.layers.Dense(C, input_shape=(F,))])
+            model.compile(
+                tf.keras.optimizers.SGD(0.1),
+                tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"],
+            )
+        ends = []
+
+        class Count(tf.keras.callbacks.Callback):
+            def __init__(self, out):
+                super().__init__()
+                self.out = out
+
+            def on_train_batch_end(self, batch, logs=None):
+                self.out.append((batch, float(logs["loss"])))
+
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8)
+        hist = model.fit(ds, epochs=2, steps_per_epoch=6, callbacks=[Count(ends)], verbose=0)
+        st = strategy.stats()
+        assert len(hist.history["loss"]) == 2 and all(np.isfinite(hist.history["loss"]))
+        assert st["steps"] == 12 and st["syncs"] == 3 and st["period_steps"] == counts
+        # calls end at syncs and at the epoch end: batches 3, 5 | 1, 5 (tf-keras: a call's last step)
+        assert [b for b, _ in ends] == [3, 5, 1, 5] and all(loss > 0 for _, loss in ends)
+        if period == "time":
+            assert st["real_steps"] == [12, 12] and all(t > 0 for t in st["period_step_times_s"])
+        else:
+            assert st["real_steps"] == [12, 6]
