@@ -114,6 +114,7 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
         max_interval=cfg.max_interval,
         auto_probe_interval=cfg.auto_probe_interval,
         overlap=cfg.overlap,
+        period=cfg.period,
     )
     if multi:
         return SkipCorrectStrategy(
@@ -303,6 +304,10 @@ def _record(cfg: Config, run: Dict[str, Any]) -> Dict[str, Any]:
         stats = strategy.stats()
         record["interval"] = getattr(strategy, "interval", stats.get("interval"))
         record["overlap"] = bool(strategy.overlap)
+        if cfg.period == "time":  # this worker's local steps and the counts of the last period
+            record.update(
+                period="time", real_steps=stats["real_steps"][0], period_steps=stats["period_steps"]
+            )
         record.update({k: stats[k] for k in SYNC_STATS if k in stats})
     record.update(_timing(run["clock"], cfg))
     if cfg.non_iid_classes:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.tf.sc_reference import _NumpyOpt, make_batches, softmax_grads, softmax_step
+from tests.tf.sc_reference import _NumpyOpt, make_batches, run_time_rule, softmax_step
 from tf_commopt.core import unequal
 from tf_commopt.core.period import TimeBudget
 from tf_commopt.distribute import SkipCorrectStrategy
@@ -17,57 +17,6 @@ B, F, C, LR = 5, 3, 4, 0.2
 def _init():
     rng = np.random.RandomState(7)
     return rng.randn(F, C).astype(np.float32) * 0.3, rng.randn(C).astype(np.float32) * 0.1
-
-
-def reference(w0, b0, batches, h, taus, correction, make_opt, clr=LR, mean_after=()):
-    """Period of H global steps; replica i applies only the last τ_i; at k == H FedNova's normalised
-    average x⁺ = x₀ − mean(τ)·mean_i (x₀ − x_i)/τ_i; vrl Δ_i += (d_i − mean d)/clr; gradient
-    Δ_i = G_i/τ_i − mean_j G_j/τ_j. Written from docs/skip_correct.md. Per step: (xs, deltas).
-    ``mean_after``: steps after which every replica's model is set to the replicas' mean
-    (``strategy.sync()`` mid-period; Δ_i, G_i, x₀ and k are kept)."""
-    r = len(taus)
-    x0 = [w0.astype(np.float64), b0.astype(np.float64)]
-    xs = [[p.copy() for p in x0] for _ in range(r)]
-    ds = [[np.zeros_like(p) for p in x0] for _ in range(r)]
-    gs = [[np.zeros_like(p) for p in x0] for _ in range(r)]
-    opts = [make_opt() for _ in range(r)]
-    k, history, syncs = 0, [], []
-    for row in batches:
-        for i in range(r):
-            if k < h - taus[i]:
-                continue  # idle
-            g = softmax_grads(xs[i][0], xs[i][1], *row[i])
-            for p, name in enumerate("wb"):
-                gs[i][p] += g[p]
-                xs[i][p] = opts[i].step(name, xs[i][p], g[p] - ds[i][p])
-            opts[i].done_step()
-        k += 1
-        if k == h:
-            tau_eff = sum(taus) / r
-            for p in range(2):
-                d = [(x0[p] - xs[i][p]) / taus[i] for i in range(r)]
-                d_bar = sum(d) / r
-                new = x0[p] - tau_eff * d_bar
-                if correction == "vrl":
-                    for i in range(r):
-                        ds[i][p] = ds[i][p] + (d[i] - d_bar) / clr
-                elif correction == "gradient":
-                    m = [gs[i][p] / taus[i] for i in range(r)]
-                    for i in range(r):
-                        ds[i][p] = m[i] - sum(m) / r
-                        gs[i][p] = np.zeros_like(gs[i][p])
-                syncs.append((p, [x[p].copy() for x in xs], x0[p].copy(), new))
-                x0[p] = new
-                for i in range(r):
-                    xs[i][p] = new.copy()
-            k = 0
-        if len(history) + 1 in mean_after:
-            for p in range(2):
-                mean = sum(x[p] for x in xs) / r
-                for x in xs:
-                    x[p] = mean.copy()
-        history.append(([x[0].copy() for x in xs], [x[1].copy() for x in xs], [d[0].copy() for d in ds]))
-    return history, syncs
 
 
 def _run(strategy, batches, w0, b0, make_opt, r, on_step=None):
@@ -102,7 +51,7 @@ def test_unequal_counts_match_numpy_every_step(r, h, times, counts, correction, 
     else:
         make_tf = lambda: tf.keras.optimizers.SGD(LR, momentum=0.5)  # noqa: E731
         make_np = lambda: _NumpyOpt("sgd", LR, momentum=0.5)  # noqa: E731
-    ref, syncs = reference(w0, b0, batches, h, counts, correction, make_np)
+    ref, syncs = run_time_rule(w0, b0, batches, h, counts, correction, make_np, LR)
     strategy = SkipCorrectStrategy(
         interval=h,
         correction=correction,
@@ -180,7 +129,9 @@ def test_checkpoint_mid_period_restores_x0_counts_and_corrections(tmp_path):
     w0, b0 = _init()
     batches = make_batches(3 * h + 2, r, B, F, C, seed=5)
     split = h + 2  # k = 2 of 4: the replicas differ from x₀
-    ref, _ = reference(w0, b0, batches, h, counts, "vrl", lambda: _NumpyOpt("sgd", LR), mean_after=(split,))
+    ref, _ = run_time_rule(
+        w0, b0, batches, h, counts, "vrl", lambda: _NumpyOpt("sgd", LR), LR, mean_after=(split,)
+    )
     devices = ["/cpu:%d" % i for i in range(r)]
     first = SkipCorrectStrategy(
         interval=h, correction="vrl", period=TimeBudget(step_times=times), devices=devices

@@ -81,11 +81,14 @@ def _loop_function(step: Any, steps_var: Any, before_trace: Any = None, idle: An
 
     The step is traced once and appears once in the graph (placing and optimizing the call's graph is
     part of the first call): the loop's initial logs are zeros shaped like the step's outputs; a step
-    whose outputs have no static shape runs once before the loop instead. ``idle`` = (is_idle,
-    idle_step): a step where ``is_idle()`` holds is ``idle_step(last outputs)`` instead (period="time")."""
+    whose outputs have no static shape runs once before the loop instead. ``idle(n)`` (period="time")
+    counts the call's leading steps at which no local replica works without running them and returns
+    how many steps are left to run."""
 
     def train_function(iterator: Any) -> Any:
         n = tf.cast(steps_var.read_value(), tf.int32)
+        if idle is not None:
+            n = idle(n)
         # one trace of the step, called as that concrete function: calling the tf.function itself inside
         # the loop's body graph (another outer graph, another cache key) would trace the step again
         concrete = step.get_concrete_function(iterator)
@@ -94,10 +97,8 @@ def _loop_function(step: Any, steps_var: Any, before_trace: Any = None, idle: An
         if init is None:
             init, start = concrete(iterator), tf.constant(1)
 
-        def body(i: tf.Tensor, out: Any) -> Any:
-            if idle is None:
-                return i + 1, concrete(iterator)
-            return i + 1, tf.cond(idle[0](), lambda: idle[1](out), lambda: concrete(iterator))
+        def body(i: tf.Tensor, _: Any) -> Any:
+            return i + 1, concrete(iterator)
 
         _, outputs = tf.while_loop(lambda i, _: i < n, body, (start, init), parallel_iterations=1)
         return outputs

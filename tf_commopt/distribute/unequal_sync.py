@@ -280,28 +280,28 @@ class TimePeriodState:
             return tf.group(self.comp_s.assign(0.0), self.timed.assign(0))
 
     # ---- the graph loop's idle steps --------------------------------------------------------------
-    def idle_hooks(self, optimizer: Any, state: Any, warmup_steps: int) -> Tuple[Any, Any]:
-        """(is_idle(), idle_step(outputs)) for the graph loop: a step at which every local replica is idle
-        is not run; it only counts (t, k, the strategy's steps) and keeps the last outputs."""
+    def idle_hooks(self, optimizer: Any, state: Any, warmup_steps: int) -> Any:
+        """``skip(n)`` for the graph loop: of a call's ``n`` steps, the leading ones at which every local
+        replica is idle (k < H − max τ_i: they come first in a period, and a call never crosses a sync)
+        are only counted (t, k, the strategy's steps), not run. Returns the steps left to run."""
         h = tf.constant(self.h, tf.int64)
         tel = self.ext.telemetry
 
-        def is_idle() -> tf.Tensor:
+        def skip(n: tf.Tensor) -> tf.Tensor:
             t = tf.cast(optimizer.iterations, tf.int64) + 1
             k = state.local_steps.read_value()
             busiest = tf.reduce_max(tf.stack(self._local_counts()))
-            return tf.logical_and(t > warmup_steps, k < h - busiest)
-
-        def idle_step(outputs: Any) -> Any:
+            m = tf.clip_by_value(h - busiest - k, 0, tf.cast(n, tf.int64))
+            m = tf.where(t > warmup_steps, m, tf.zeros_like(m))
             ops = [
-                optimizer.iterations.assign_add(1, read_value=False),
-                state.local_steps.assign_add(1, read_value=False),
-                tel.steps.assign_add(1, read_value=False),
+                optimizer.iterations.assign_add(tf.cast(m, optimizer.iterations.dtype), read_value=False),
+                state.local_steps.assign_add(m, read_value=False),
+                tel.steps.assign_add(m, read_value=False),
             ]
             with tf.control_dependencies(ops):
-                return tf.nest.map_structure(tf.identity, outputs)
+                return n - tf.cast(m, n.dtype)
 
-        return is_idle, idle_step
+        return skip
 
     # ---- checkpoints and stats --------------------------------------------------------------------
     def checkpoint_tensors(self, state: Any) -> Dict[str, tf.Tensor]:
