@@ -312,7 +312,10 @@ def timeperiod(out_dir: str) -> None:
         model.compile(
             tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         )
-    exact = _time_fit(strategy, model, _own_rows(make_batches(steps, R, B, F, C, seed=23), B).repeat(), steps)
+    # sharding OFF: each worker batches its rows with the GLOBAL batch size and reads B rows per step
+    exact = _time_fit(
+        strategy, model, _own_rows(make_batches(steps, R, B, F, C, seed=23), R * B).repeat(), steps
+    )
     opt = model.optimizer
     exact.update(
         w=model.layers[0].kernel.values[0].numpy(),
@@ -324,14 +327,14 @@ def timeperiod(out_dir: str) -> None:
     strategy = new_strategy(SkipCorrectStrategy, interval=h, period="time")
     with strategy.scope():
         model = tf.keras.Sequential(
-            [tf.keras.layers.Dense(256, activation="relu", input_shape=(256,)), tf.keras.layers.Dense(10)]
+            [tf.keras.layers.Dense(1024, activation="relu", input_shape=(512,)), tf.keras.layers.Dense(10)]
         )
         model.compile(tf.keras.optimizers.SGD(0.01), "mse")
     slow_train_step(model, 2.0 if TASK == 1 else 1.0)
     rng = np.random.RandomState(TASK)
-    x, y = rng.rand(256, 256).astype(np.float32), rng.rand(256, 10).astype(np.float32)
+    x, y = rng.rand(256, 512).astype(np.float32), rng.rand(256, 10).astype(np.float32)
     measured = _time_fit(
-        strategy, model, tf.data.Dataset.from_tensor_slices((x, y)).batch(64).repeat(), 6 * h
+        strategy, model, tf.data.Dataset.from_tensor_slices((x, y)).batch(128).repeat(), 6 * h
     )
     measured["kernel"] = model.layers[1].kernel.values[0].numpy()[:4, 0]
     emit("timeperiod", exact=exact, measured=measured)

@@ -81,26 +81,33 @@ def _loop_function(step: Any, steps_var: Any, before_trace: Any = None, idle: An
 
     The step is traced once and appears once in the graph (placing and optimizing the call's graph is
     part of the first call): the loop's initial logs are zeros shaped like the step's outputs; a step
-    whose outputs have no static shape runs once before the loop instead. ``idle(n)`` (period="time")
-    counts the call's leading steps at which no local replica works without running them and returns
-    how many steps are left to run."""
+    whose outputs have no static shape runs once before the loop instead.
+
+    ``idle(n)`` (period="time"): counts the call's leading steps at which no local replica works without
+    running them and returns how many are left (at least one). The workers then run different numbers
+    of loop iterations, and a collective's rendezvous is keyed by its loop iteration, so the call's last
+    step — the one that syncs — runs after the loop, in the function's own frame, on every worker."""
 
     def train_function(iterator: Any) -> Any:
         n = tf.cast(steps_var.read_value(), tf.int32)
-        if idle is not None:
-            n = idle(n)
         # one trace of the step, called as that concrete function: calling the tf.function itself inside
         # the loop's body graph (another outer graph, another cache key) would trace the step again
         concrete = step.get_concrete_function(iterator)
         init = _zeros_like_spec(concrete.structured_outputs)
         start = tf.constant(0)
+        last_apart = idle is not None and init is not None
         if init is None:
             init, start = concrete(iterator), tf.constant(1)
+        if last_apart:
+            n = idle(n) - 1
 
         def body(i: tf.Tensor, _: Any) -> Any:
             return i + 1, concrete(iterator)
 
         _, outputs = tf.while_loop(lambda i, _: i < n, body, (start, init), parallel_iterations=1)
+        if last_apart:
+            with tf.control_dependencies(tf.nest.flatten(outputs)):
+                outputs = concrete(iterator)
         return outputs
 
     return _LoopFunction(tf.function(train_function, autograph=False, reduce_retracing=True), before_trace)

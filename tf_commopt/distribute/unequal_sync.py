@@ -14,7 +14,8 @@ model at the last sync, is kept per variable and checkpointed. When every τ_i e
 ``averaging.average``, so equal counts are ``period="steps"`` bit for bit.
 
 The counts: :class:`~tf_commopt.core.period.TimeBudget` with fixed ``step_times`` gives them once; else
-each worker's mean seconds per local step of the period (its own clock, syncs excluded) is agreed at
+each worker's mean seconds per local step (its own clock from the start of a call or the previous step
+to the step's end, syncs excluded; each earlier period weighted half as much as the next) is agreed at
 every sync in one small SUM all-reduce (a one-hot row per replica) and
 :meth:`~tf_commopt.core.period.TimePeriod.steps` gives the next period's τ_i on every worker.
 
@@ -72,7 +73,7 @@ class TimePeriodState:
             "skip_correct/step_times",
         )
         self.comp_s = host_variable(0.0, tf.float64, "skip_correct/period_comp_s")
-        self.timed = host_variable(0, tf.int64, "skip_correct/period_timed_steps")
+        self.timed = host_variable(0.0, tf.float64, "skip_correct/period_timed_steps")
         self.taken = host_variable(np.zeros(self.n_local, np.int64), tf.int64, "skip_correct/real_steps")
         self.x0: Dict[int, List[Any]] = {}  # id(state) -> one mirrored variable per state variable
         self._masks: Dict[Any, Tuple[List[tf.Tensor], List[Any]]] = {}
@@ -157,7 +158,7 @@ class TimePeriodState:
         if self.measured:
             timed = tf.logical_and(local_phase, step_dt > 0.0)
             self.comp_s.assign_add(tf.where(timed, step_dt, tf.constant(0.0, tf.float64)))
-            self.timed.assign_add(tf.cast(timed, tf.int64))
+            self.timed.assign_add(tf.cast(timed, tf.float64))
 
     # ---- the sync ---------------------------------------------------------------------------------
     @_no_autograph
@@ -253,8 +254,8 @@ class TimePeriodState:
     def _refresh(self) -> tf.Tensor:
         """Agree on the seconds per step of the period that ended (one SUM all-reduce of one-hot rows)
         and set the next period's counts (:meth:`TimeBudget.counts`); a worker with no timed step keeps
-        the old table."""
-        mine = self.comp_s.read_value() / tf.cast(tf.maximum(self.timed.read_value(), 1), tf.float64)
+        its old entry (no counts until every worker has one)."""
+        mine = self.comp_s.read_value() / tf.maximum(self.timed.read_value(), 1e-9)
         mine = tf.where(self.timed.read_value() > 0, mine, tf.constant(0.0, tf.float64))
         rows = []
         for i, d in enumerate(self.ext.worker_devices):
@@ -264,6 +265,7 @@ class TimePeriodState:
         agreed = averaging.components(
             self.ext.reduce_to(tf.distribute.ReduceOp.SUM, value, destinations=value)
         )[0]
+        agreed = tf.where(agreed > 0.0, agreed, self.times.read_value())
         budget, h = self.budget, self.h
 
         def policy(times: np.ndarray) -> np.ndarray:
@@ -276,14 +278,15 @@ class TimePeriodState:
                 return tf.constant(0, tf.int64)
 
         done = tf.cond(tf.reduce_all(agreed > 0.0), update, lambda: tf.constant(0, tf.int64))
-        with tf.control_dependencies([done]):
-            return tf.group(self.comp_s.assign(0.0), self.timed.assign(0))
+        with tf.control_dependencies([done]):  # older periods count half as much at every sync
+            return tf.group(self.comp_s.assign(self.comp_s * 0.5), self.timed.assign(self.timed * 0.5))
 
     # ---- the graph loop's idle steps --------------------------------------------------------------
     def idle_hooks(self, optimizer: Any, state: Any, warmup_steps: int) -> Any:
         """``skip(n)`` for the graph loop: of a call's ``n`` steps, the leading ones at which every local
         replica is idle (k < H − max τ_i: they come first in a period, and a call never crosses a sync)
-        are only counted (t, k, the strategy's steps), not run. Returns the steps left to run."""
+        are only counted (t, k, the strategy's steps), not run — all but the call's last step, which runs
+        (undone on idle replicas) so that a call always ends with a step. Returns the steps left to run."""
         h = tf.constant(self.h, tf.int64)
         tel = self.ext.telemetry
 
@@ -291,13 +294,16 @@ class TimePeriodState:
             t = tf.cast(optimizer.iterations, tf.int64) + 1
             k = state.local_steps.read_value()
             busiest = tf.reduce_max(tf.stack(self._local_counts()))
-            m = tf.clip_by_value(h - busiest - k, 0, tf.cast(n, tf.int64))
+            m = tf.clip_by_value(h - busiest - k, 0, tf.maximum(tf.cast(n, tf.int64) - 1, 0))
             m = tf.where(t > warmup_steps, m, tf.zeros_like(m))
             ops = [
                 optimizer.iterations.assign_add(tf.cast(m, optimizer.iterations.dtype), read_value=False),
                 state.local_steps.assign_add(m, read_value=False),
                 tel.steps.assign_add(m, read_value=False),
             ]
+            if self.measured:  # the first step's clock starts here: the gap since the last call is no step's
+                with tf.control_dependencies(ops):
+                    ops.append(tel.last_end.assign(tf.timestamp(), read_value=False))
             with tf.control_dependencies(ops):
                 return n - tf.cast(m, n.dtype)
 
