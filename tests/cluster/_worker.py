@@ -21,7 +21,7 @@ and prints ``RESULT <scenario> <json>`` after each. A scenario is a name and ``:
 * ``auto``: model.fit with ``interval="auto"``; the strategy's stats.
 * ``timeperiod``: ``period="time"``: model.fit of softmax regression with fixed step times (counts 4
   and 2, H = 4, this worker's own data): the model and Δ after 12 steps; then a larger model with
-  worker 1 slowed 2x (``experiments.slow``) and measured step times: the counts and real steps.
+  worker 1 slowed 4x (``experiments.slow``) and measured step times: the counts and real steps.
 
 Numpy references live in the tests; the workers only record what TensorFlow did.
 """
@@ -330,7 +330,7 @@ def timeperiod(out_dir: str) -> None:
             [tf.keras.layers.Dense(1024, activation="relu", input_shape=(512,)), tf.keras.layers.Dense(10)]
         )
         model.compile(tf.keras.optimizers.SGD(0.01), "mse")
-    slow_train_step(model, 2.0 if TASK == 1 else 1.0)
+    slow_train_step(model, 4.0 if TASK == 1 else 1.0)
     rng = np.random.RandomState(TASK)
     x, y = rng.rand(256, 512).astype(np.float32), rng.rand(256, 10).astype(np.float32)
     measured = _time_fit(

@@ -1,5 +1,5 @@
 """period="time" on a real 2-worker cluster: the graph loop skips a worker's idle steps (it reads fewer
-batches) and the result is the numpy rule's; with worker 1 slowed 2x and measured times it takes fewer
+batches) and the result is the numpy rule's; with worker 1 slowed 4x and measured times it takes fewer
 steps per period."""
 
 import numpy as np

@@ -178,8 +178,8 @@ class GraphLoop:
         """period="time": the loop skips the steps at which every local replica is idle."""
         ext = self.strategy.extended
         state = ext.correction_state(self.model.optimizer)
-        if ext.time_period is None or state is None:
-            return None
+        if ext.time_period is None or state is None or _compat.num_workers(ext) <= 1:
+            return None  # one worker: its fastest replica takes every step, nothing to skip
         return ext.time_period.idle_hooks(self.model.optimizer, state, ext._sc_warmup)
 
     def end(self) -> None:

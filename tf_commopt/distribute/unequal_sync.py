@@ -108,13 +108,16 @@ class TimePeriodState:
         watched += list(state.grad_sums or [])
         snaps = []
         for i, flag in enumerate(idle):
-            row = []
-            for v in watched:
-                c = v.values[i]
-                with tf.device(c.device):
-                    empty = tf.zeros([0], c.dtype)
-                    row.append(tf.cond(flag, lambda c=c: tf.identity(c.read_value()), lambda e=empty: e))
-            snaps.append(row)
+            comps = [v.values[i] for v in watched]
+
+            def copy(comps: List[Any] = comps) -> List[tf.Tensor]:
+                return [tf.identity(c.read_value()) for c in comps]
+
+            def nothing(comps: List[Any] = comps) -> List[tf.Tensor]:
+                return [tf.zeros([0], c.dtype) for c in comps]
+
+            with tf.device(comps[0].device):
+                snaps.append(tf.cond(flag, copy, nothing))  # one cond per replica, empty when it works
         self._masks[tf.compat.v1.get_default_graph()] = (idle, [watched, snaps])
 
     @_no_autograph
@@ -124,16 +127,13 @@ class TimePeriodState:
         idle, (watched, snaps) = self._masks.pop(tf.compat.v1.get_default_graph())
         ops = []
         for i, flag in enumerate(idle):
-            for v, snap in zip(watched, snaps[i]):
-                c = v.values[i]
-                with tf.device(c.device):
-                    ops.append(
-                        tf.cond(
-                            flag,
-                            lambda c=c, s=snap: c.assign(tf.reshape(s, tf.shape(c)), read_value=False),
-                            tf.no_op,
-                        )
-                    )
+            comps = [v.values[i] for v in watched]
+
+            def put_back(comps: List[Any] = comps, saved: List[Any] = snaps[i]) -> Any:
+                return tf.group([c.assign(tf.reshape(s, tf.shape(c))) for c, s in zip(comps, saved)])
+
+            with tf.device(comps[0].device):
+                ops.append(tf.cond(flag, put_back, tf.no_op))
         with tf.control_dependencies(ops):
             active = tf.stack([tf.cast(tf.logical_not(f), tf.int64) for f in idle])
             ops.append(self.taken.assign_add(active, read_value=False))
@@ -154,7 +154,8 @@ class TimePeriodState:
             with tf.control_dependencies(ops):
                 return tf.constant(0, tf.int64)
 
-        tf.cond(local_phase, lambda: tf.constant(0, tf.int64), follow)
+        if self.ext._sc_warmup > 0:
+            tf.cond(local_phase, lambda: tf.constant(0, tf.int64), follow)
         if self.measured:
             timed = tf.logical_and(local_phase, step_dt > 0.0)
             self.comp_s.assign_add(tf.where(timed, step_dt, tf.constant(0.0, tf.float64)))
