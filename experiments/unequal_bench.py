@@ -279,14 +279,15 @@ def goal_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 TTA_PAGE = Page(
     "unequal_tta",
     "Workers of different speeds: time to accuracy",
-    "Four workers on a shaped local cluster, some computing 2x slower (`--slow_workers`, workers 1 and 3), "
+    "Four workers on a shaped local cluster, some computing 2x slower (`--slow_workers`, the odd-numbered "
+    "workers first), "
     "IID or label-skewed shards: synchronous SGD, step-based skip-and-correct (every worker H local steps "
     "per period, so the fast ones wait at each sync) and time-based skip-and-correct (`--period=time`: "
     "every worker steps for the time the fastest needs for H steps, FedNova-normalised sync) at the same H. "
     "Each run evaluates the averaged model every few training seconds (evaluation time excluded) and "
     "records the training seconds to the first evaluation at or above the target accuracy and the final "
-    "test accuracy; medians over the repeats, the variants interleaved. The runs' real steps are worker "
-    "0's (a fast worker).",
+    "test accuracy; medians over the repeats, the variants interleaved. The real steps are those of the "
+    "first worker (a fast one; the steps column counts global steps).",
     [
         Table(
             "Setting",
@@ -309,7 +310,7 @@ TTA_PAGE = Page(
                 ("final accuracy", "test_accuracy", "%"),
                 ("training s", "train_s", ".1f"),
                 ("syncs", "syncs", "g"),
-                ("worker 0 real steps", "real_steps", "g"),
+                ("first worker's real steps", "real_steps", "g"),
             ],
         ),
         Table(
