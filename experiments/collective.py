@@ -115,6 +115,7 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
         auto_probe_interval=cfg.auto_probe_interval,
         overlap=cfg.overlap,
         compression=cfg.compression or None,
+        period=cfg.period,
     )
     if multi:
         return SkipCorrectStrategy(
@@ -306,6 +307,10 @@ def _record(cfg: Config, run: Dict[str, Any]) -> Dict[str, Any]:
         record["overlap"] = bool(strategy.overlap)
         record["compression"] = strategy.compression or ""
         record["sync_payload_bytes"] = stats["sync_payload_bytes"]
+        if cfg.period == "time":  # this worker's local steps and the counts of the last period
+            record.update(
+                period="time", real_steps=stats["real_steps"][0], period_steps=stats["period_steps"]
+            )
         record.update({k: stats[k] for k in SYNC_STATS if k in stats})
     record.update(_timing(run["clock"], cfg))
     if cfg.non_iid_classes:

@@ -56,6 +56,7 @@ class Config:
     momentum: float = 0.9
     optimizer: str = "sgd"
     interval: Union[int, str] = 4
+    period: str = "steps"
     correction: str = "auto"
     warmup_steps: int = 0
     correction_lr: str = "effective"
@@ -95,6 +96,9 @@ HELP: Dict[str, str] = {
     "momentum": "SGD momentum",
     "optimizer": f"{', '.join(OPTIMIZERS)} (tf-keras defaults, --learning_rate; --momentum is SGD's)",
     "interval": "skip_correct/local_sgd: steps between averagings, or 'auto'",
+    "period": "skip_correct/local_sgd: steps (every worker takes --interval local steps per period) or time "
+    "(every worker steps for the time the fastest needs for --interval steps, so a slower worker takes "
+    "fewer; the sync averages normalised updates)",
     "correction": "skip_correct: auto (vrl for plain SGD, gradient otherwise), gradient, vrl or none "
     "(local_sgd forces none)",
     "warmup_steps": "skip_correct/local_sgd: synchronous steps before skipping",
@@ -222,7 +226,25 @@ def validate(cfg: Config) -> Config:
     _choice(cfg.interval_search, ("", "adacomm", "grid"), "interval search", "--interval_search")
     if cfg.interval_search and (cfg.strategy != "skip_correct" or cfg.interval == "auto"):
         raise InputError("needs --strategy=skip_correct and an integer --interval", where="--interval_search")
+    _check_period(cfg)
     return cfg
+
+
+def _check_period(cfg: Config) -> None:
+    _choice(cfg.period, ("steps", "time"), "period", "--period")
+    if cfg.period == "steps":
+        return
+    if cfg.strategy not in SYNC_STRATEGIES:
+        raise InputError(
+            f"--strategy={cfg.strategy} has no local steps; needs skip_correct or local_sgd", where="--period"
+        )
+    for bad, why in (
+        (cfg.interval == "auto", "an integer --interval"),
+        (cfg.overlap, "no --overlap"),
+        (bool(cfg.interval_search), "no --interval_search"),
+    ):
+        if bad:
+            raise InputError(f"--period=time needs {why}", where="--period")
 
 
 # ------------------------------------------------------------------------------------------------ flags

@@ -45,7 +45,7 @@ def pages() -> Dict[str, Page]:
     found = [overlap_bench.PAGE, sc_speed_page.PAGE, *skip_correct_bench.PAGES]
     found += [ps_bench.PAGE, ps_bench.TRACE_PAGE, correction_bench.PAGE, comm_page.PAGE, allreduce_bench.PAGE]
     found += sim_pages.all_pages() + hybrid_pages.HYBRID + [calibration_page.PAGE, chaos_page.PAGE]
-    found += [unequal_bench.PAGE, cheapsync_bench.PAGE]
+    found += [unequal_bench.PAGE, unequal_bench.TTA_PAGE, cheapsync_bench.PAGE]
     return {p.name: p for p in found}
 
 

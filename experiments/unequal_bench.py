@@ -1,4 +1,6 @@
-"""Workers of different speeds: is the emulated slowdown right? Page: docs/results/unequal.md.
+"""Workers of different speeds: the slowdown emulation (page docs/results/unequal.md) and time to
+accuracy of SSGD, step-based and time-based skip-and-correct (``--sweep=tta``, page
+docs/results/unequal_tta.md).
 
 A sweep of runner launches on ``--workers`` processes, each variant one ``--slow_workers`` setting
 (``equal``: none; ``slow1x2``: worker 1 computes 2x slower, ...), skip-and-correct at a fixed H so that
@@ -6,9 +8,15 @@ most steps are local (no wait for a peer). Every task's record is kept (``--step
 90th-percentile wall time per step after the first ten). The page compares each worker's median step
 time with the same worker's in the equal run: a worker slowed k x should take about k x.
 
+The ``tta`` sweep: a setting is ``MBIT:DATA:SLOWED`` (link rate, ``iid`` or ``skew`` shards, how many
+workers compute 2x slower: workers 1 and 3 first), the variants ``ssgd``, ``sc_steps`` (every worker H
+local steps per period) and ``sc_time`` (``--period=time``) at the same H; every run evaluates every
+``--eval_every_s`` training seconds and records its time to ``--target_accuracy`` and final accuracy.
+
 Example:
     python -m experiments.unequal_bench --repeats=1 --steps=60 --out=/tmp/unequal.jsonl
     python -m experiments.unequal_bench --out=docs/results/unequal.jsonl && python -m experiments.report unequal
+    python -m experiments.unequal_bench --sweep=tta --settings=100:iid:0,100:iid:2 --out=docs/results/unequal_tta.jsonl
 """
 
 from __future__ import annotations
@@ -17,18 +25,42 @@ from typing import Any, Dict, List, Optional
 
 from experiments import _cli
 from experiments.harness import Launch, Sweep, run_sweep
-from experiments.page import Page, Table, median
+from experiments.page import Page, Table, median, verdict
 from experiments.slow import parse_slow_workers
 
 VARIANTS = {"equal": "", "slow1x2": "1:2.0", "slow1x1.5": "1:1.5"}
+TTA_VARIANTS = {
+    "ssgd": ["--strategy=ssgd"],
+    "sc_steps": ["--strategy=skip_correct", "--period=steps"],
+    "sc_time": ["--strategy=skip_correct", "--period=time"],
+}
+SLOWED = {0: "", 1: "1:2.0", 2: "1:2.0,3:2.0"}  # how many of the workers compute 2x slower
+TTA_KEEP = (
+    "wall_s",
+    "train_s",
+    "eval_s",
+    "time_to_target_s",
+    "steps_to_target",
+    "test_accuracy",
+    "steps",
+    "syncs",
+    "comm_s",
+    "real_steps",
+    "period_steps",
+    "cluster_wall_s",
+)
 
 
 def define(fv: Any) -> None:
     from absl import flags
 
     d = dict(flag_values=fv)
-    flags.DEFINE_list("variants", ["equal", "slow1x2"], f"any of {', '.join(VARIANTS)}", **d)
-    flags.DEFINE_integer("workers", 2, "worker processes", **d)
+    flags.DEFINE_enum("sweep", "emulation", ["emulation", "tta"], "which bench", **d)
+    flags.DEFINE_list("variants", ["equal", "slow1x2"], f"emulation: any of {', '.join(VARIANTS)}", **d)
+    flags.DEFINE_list("settings", ["100:iid:0", "100:iid:2"], "tta: MBIT:iid|skew:SLOWED (0, 1 or 2)", **d)
+    flags.DEFINE_float("target_accuracy", 0.85, "tta: the test accuracy to reach", **d)
+    flags.DEFINE_float("eval_every_s", 3.0, "tta: evaluate every this many training seconds", **d)
+    flags.DEFINE_integer("workers", 2, "worker processes (tta: 4 unless given)", **d)
     flags.DEFINE_float("bandwidth_mbit", 0.0, "shape each link to this rate (0 = no shaping)", **d)
     flags.DEFINE_integer("steps", 120, "steps per run", **d)
     flags.DEFINE_integer("interval", 16, "H of skip-and-correct (most steps local)", **d)
@@ -70,8 +102,57 @@ def sweep(fv: Any) -> Sweep:
     return Sweep("unequal", [setting], fv.variants, fv.repeats, launch, extra=extra, reduce=run_row)
 
 
+def parse_setting(text: str) -> Dict[str, Any]:
+    """``"100:skew:2"`` -> {"mbit": 100.0, "data": "skew", "slowed": 2} (one line naming what is wrong).
+
+    >>> parse_setting("10:iid:1")
+    {'mbit': 10.0, 'data': 'iid', 'slowed': 1}
+    """
+    parts = text.split(":")
+    try:
+        mbit, data, slowed = float(parts[0]), parts[1], int(parts[2])
+    except (ValueError, IndexError):
+        _cli.fail(f"--settings: {text!r}: expected MBIT:iid|skew:SLOWED")
+    if len(parts) != 3 or mbit < 0 or data not in ("iid", "skew") or slowed not in SLOWED:
+        _cli.fail(f"--settings: {text!r}: expected MBIT >= 0, iid or skew, SLOWED 0, 1 or 2")
+    return {"mbit": mbit, "data": data, "slowed": slowed}
+
+
+def tta_sweep(fv: Any) -> Sweep:
+    """Settings x {ssgd, sc_steps, sc_time} on 4 workers, time to the target accuracy."""
+    settings = {s: parse_setting(s) for s in fv.settings}
+    workers = fv.workers if fv["workers"].present else 4  # the emulation's default is 2
+    if workers < 4:
+        _cli.fail(f"--workers: the tta sweep slows workers 1 and 3, needs >= 4, got {workers}")
+
+    def launch(setting: str, variant: str) -> Launch:
+        st = settings[setting]
+        argv = [f"--model={fv.model}", f"--steps={fv.steps}", f"--batch_size={fv.batch_size}"]
+        argv += [f"--interval={fv.interval}", *TTA_VARIANTS[variant]]
+        argv += [f"--eval_every_s={fv.eval_every_s:g}", f"--target_accuracy={fv.target_accuracy:g}"]
+        if st["data"] == "skew":
+            argv.append("--non_iid_classes=2")
+        if SLOWED[st["slowed"]]:
+            argv.append(f"--slow_workers={SLOWED[st['slowed']]}")
+        return Launch(argv, workers=workers, mbit=st["mbit"] or None)
+
+    extra = {k: getattr(fv, k) for k in ("model", "interval", "steps", "batch_size")}
+    extra["workers"] = workers
+    extra.update(target_accuracy=fv.target_accuracy, eval_every_s=fv.eval_every_s)
+    return Sweep(
+        "unequal_tta",
+        list(settings),
+        list(TTA_VARIANTS),
+        fv.repeats,
+        launch,
+        extra=extra,
+        keep=TTA_KEEP,
+        describe=lambda s: dict(settings[s], slow_workers=SLOWED[settings[s]["slowed"]]),
+    )
+
+
 def _body(fv: Any) -> int:
-    run_sweep(sweep(fv), fv.out, _cli.command(fv))
+    run_sweep(tta_sweep(fv) if fv.sweep == "tta" else sweep(fv), fv.out, _cli.command(fv))
     return 0
 
 
@@ -134,6 +215,113 @@ PAGE = Page(
                 ("ms/step p90", "step_ms_p90", ".2f"),
                 ("ratio to equal", "ratio", ".2f"),
                 ("repeats", "repeats", "d"),
+            ],
+        ),
+    ],
+)
+
+
+# ---------------------------------------------------------------------------------------- the tta page
+def _where(r: Dict[str, Any]) -> str:
+    return f"{r['mbit']:g} Mbit/s, {r['data']}, {r['slowed']} slowed"
+
+
+def _med(runs: List[Dict[str, Any]], key: str) -> Any:
+    vals = [x.get(key) for x in runs if x.get(key) is not None]
+    return median(vals) if vals else None
+
+
+def tta_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per (setting, variant): medians over the repeats (time to target over the runs that
+    reached it, with how many did)."""
+    out = []
+    for r in records:
+        for v, runs in r["runs"].items():
+            reached = [x for x in runs if x.get("time_to_target_s") is not None]
+            out.append(
+                dict(
+                    setting=_where(r),
+                    variant=v,
+                    reached=f"{len(reached)}/{len(runs)}",
+                    time_to_target_s=_med(reached, "time_to_target_s"),
+                    steps_to_target=_med(reached, "steps_to_target"),
+                    test_accuracy=_med(runs, "test_accuracy"),
+                    train_s=_med(runs, "train_s"),
+                    syncs=_med(runs, "syncs"),
+                    real_steps=_med(runs, "real_steps"),
+                )
+            )
+    return out
+
+
+def goal_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Time-based against step-based skip-and-correct per setting: the ratio of the median times to target
+    and the accuracy difference; the goal is <= 0.7 and within 0.5 points with slowed workers, <= 1 with
+    none (a ratio needs every run of both to reach the target)."""
+    out = []
+    for r in records:
+        runs = r["runs"]
+        if "sc_time" not in runs or "sc_steps" not in runs:
+            continue
+        t_time, t_steps = ([x.get("time_to_target_s") for x in runs[v]] for v in ("sc_time", "sc_steps"))
+        ratio = None
+        if t_time and t_steps and None not in t_time + t_steps:
+            ratio = median(t_time) / median(t_steps)
+        acc = _med(runs["sc_time"], "test_accuracy"), _med(runs["sc_steps"], "test_accuracy")
+        diff = 100 * (acc[0] - acc[1]) if None not in acc else None
+        bound = 0.7 if r["slowed"] else 1.0
+        ok = None if ratio is None or diff is None else ratio <= bound and (not r["slowed"] or diff >= -0.5)
+        bound_text = f"≤ {bound:g}" + (", accuracy ≥ −0.5" if r["slowed"] else "")
+        out.append(dict(setting=_where(r), ratio=ratio, bound=bound_text, acc_diff=diff, goal=verdict(ok)))
+    return out
+
+
+TTA_PAGE = Page(
+    "unequal_tta",
+    "Workers of different speeds: time to accuracy",
+    "Four workers on a shaped local cluster, some computing 2x slower (`--slow_workers`, the odd-numbered "
+    "workers first), "
+    "IID or label-skewed shards: synchronous SGD, step-based skip-and-correct (every worker H local steps "
+    "per period, so the fast ones wait at each sync) and time-based skip-and-correct (`--period=time`: "
+    "every worker steps for the time the fastest needs for H steps, FedNova-normalised sync) at the same H. "
+    "Each run evaluates the averaged model every few training seconds (evaluation time excluded) and "
+    "records the training seconds to the first evaluation at or above the target accuracy and the final "
+    "test accuracy; medians over the repeats, the variants interleaved. The real steps are those of the "
+    "first worker (a fast one; the steps column counts global steps).",
+    [
+        Table(
+            "Setting",
+            lambda recs: recs[:1],
+            [
+                (k, k, "g")
+                for k in ("workers", "interval", "steps", "batch_size", "target_accuracy", "eval_every_s")
+            ]
+            + [("model", "model", "")],
+        ),
+        Table(
+            "Time to target and final accuracy",
+            tta_rows,
+            [
+                ("setting", "setting", ""),
+                ("variant", "variant", ""),
+                ("reached", "reached", ""),
+                ("s to target", "time_to_target_s", ".1f"),
+                ("steps to target", "steps_to_target", "g"),
+                ("final accuracy", "test_accuracy", "%"),
+                ("training s", "train_s", ".1f"),
+                ("syncs", "syncs", "g"),
+                ("first worker's real steps", "real_steps", "g"),
+            ],
+        ),
+        Table(
+            "Goal: time-based / step-based skip-and-correct",
+            goal_rows,
+            [
+                ("setting", "setting", ""),
+                ("time to target ratio", "ratio", ".2f"),
+                ("goal", "bound", ""),
+                ("accuracy difference (points)", "acc_diff", "+.1f"),
+                ("verdict", "goal", ""),
             ],
         ),
     ],

@@ -20,6 +20,9 @@ and prints ``RESULT <scenario> <json>`` after each. A scenario is a name and ``:
 * ``collectives``: the collective ops TensorFlow's debugger saw execute inside the step functions of
   model.fit and of a custom loop, per stage (enables the debugger: run it last).
 * ``auto``: model.fit with ``interval="auto"``; the strategy's stats.
+* ``timeperiod``: ``period="time"``: model.fit of softmax regression with fixed step times (counts 4
+  and 2, H = 4, this worker's own data): the model and Δ after 12 steps; then a larger model with
+  worker 1 slowed 4x (``experiments.slow``) and measured step times: the counts and real steps.
 
 Numpy references live in the tests; the workers only record what TensorFlow did.
 """
@@ -311,6 +314,55 @@ def auto(out_dir: str) -> None:
     emit("auto", **strategy.stats())
 
 
+def _time_fit(strategy, model, data, steps):
+    model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0)
+    return strategy.stats()
+
+
+def timeperiod(out_dir: str) -> None:
+    from experiments.slow import slow_train_step
+    from tf_commopt.core.period import TimeBudget
+
+    h, steps = 4, 12
+    strategy = new_strategy(SkipCorrectStrategy, interval=h, period=TimeBudget(step_times=(0.01, 0.02)))
+    w0, b0 = _initial_weights()
+    with strategy.scope():
+        init = tf.keras.initializers.Constant
+        dense = tf.keras.layers.Dense(
+            C, input_shape=(F,), kernel_initializer=init(w0), bias_initializer=init(b0)
+        )
+        model = tf.keras.Sequential([dense])
+        model.compile(
+            tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
+    # sharding OFF: each worker batches its rows with the GLOBAL batch size and reads B rows per step
+    exact = _time_fit(
+        strategy, model, _own_rows(make_batches(steps, R, B, F, C, seed=23), R * B).repeat(), steps
+    )
+    opt = model.optimizer
+    exact.update(
+        w=model.layers[0].kernel.values[0].numpy(),
+        b=model.layers[0].bias.values[0].numpy(),
+        d=strategy.extended.correction_state(opt).delta_numpy()[0][0],
+        iterations=int(opt.iterations.numpy()),
+    )
+    h = 8
+    strategy = new_strategy(SkipCorrectStrategy, interval=h, period="time")
+    with strategy.scope():
+        model = tf.keras.Sequential(
+            [tf.keras.layers.Dense(1024, activation="relu", input_shape=(512,)), tf.keras.layers.Dense(10)]
+        )
+        model.compile(tf.keras.optimizers.SGD(0.01), "mse")
+    slow_train_step(model, 4.0 if TASK == 1 else 1.0)
+    rng = np.random.RandomState(TASK)
+    x, y = rng.rand(256, 512).astype(np.float32), rng.rand(256, 10).astype(np.float32)
+    measured = _time_fit(
+        strategy, model, tf.data.Dataset.from_tensor_slices((x, y)).batch(128).repeat(), 6 * h
+    )
+    measured["kernel"] = model.layers[1].kernel.values[0].numpy()[:4, 0]
+    emit("timeperiod", exact=exact, measured=measured)
+
+
 def collectives(out_dir: str) -> None:
     """Stages of model.fit and of a custom loop (H = 4; the local-step counter carries over from fit to
     the loop): the collective ops executed inside the step functions during each stage."""
@@ -443,7 +495,8 @@ if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 PID: every thread's stack (a hung cluster)
     _BARRIERS["dir"] = sys.argv[1]
     scenarios = {
-        f.__name__: f for f in (sc, overlap, compressed, mixed, restore, backup, auto, collectives, hybrid)
+        f.__name__: f
+        for f in (sc, overlap, compressed, mixed, restore, backup, auto, timeperiod, collectives, hybrid)
     }
     for arg in sys.argv[2:]:
         name, *params = arg.split(":")

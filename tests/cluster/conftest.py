@@ -19,6 +19,7 @@ FIRST = [
     "sc",
     "overlap",
     "compressed",
+    "timeperiod",
     "mixed",
     "restore:first",
     "backup:whole:sgd",

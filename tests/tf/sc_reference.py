@@ -299,3 +299,72 @@ def least_squares(r: int, features: int = 6, rows: int = 16, seed: int = 0):
         return a.T @ (a @ x - b) / rows
 
     return grad
+
+
+def run_time_rule(w0, b0, batches, h, taus, correction, make_opt, clr, mean_after=()):
+    """period="time" (docs/skip_correct.md, "Workers of different speeds"), float64. A period is H
+    global steps; replica i applies only the last τ_i; at k == H FedNova's normalised average x⁺ = x₀ − mean(τ)·mean_i (x₀ − x_i)/τ_i; vrl Δ_i += (d_i − mean d)/clr; gradient
+    Δ_i = G_i/τ_i − mean_j G_j/τ_j. Per step: (xs, deltas).
+    ``mean_after``: steps after which every replica's model is set to the replicas' mean
+    (``strategy.sync()`` mid-period; Δ_i, G_i, x₀ and k are kept)."""
+    r = len(taus)
+    x0 = [w0.astype(np.float64), b0.astype(np.float64)]
+    xs = [[p.copy() for p in x0] for _ in range(r)]
+    ds = [[np.zeros_like(p) for p in x0] for _ in range(r)]
+    gs = [[np.zeros_like(p) for p in x0] for _ in range(r)]
+    opts = [make_opt() for _ in range(r)]
+    k, history, syncs = 0, [], []
+    for row in batches:
+        for i in range(r):
+            if k < h - taus[i]:
+                continue  # idle
+            g = softmax_grads(xs[i][0], xs[i][1], *row[i])
+            for p, name in enumerate("wb"):
+                gs[i][p] += g[p]
+                xs[i][p] = opts[i].step(name, xs[i][p], g[p] - ds[i][p])
+            opts[i].done_step()
+        k += 1
+        if k == h:
+            tau_eff = sum(taus) / r
+            for p in range(2):
+                d = [(x0[p] - xs[i][p]) / taus[i] for i in range(r)]
+                d_bar = sum(d) / r
+                new = x0[p] - tau_eff * d_bar
+                if correction == "vrl":
+                    for i in range(r):
+                        ds[i][p] = ds[i][p] + (d[i] - d_bar) / clr
+                elif correction == "gradient":
+                    m = [gs[i][p] / taus[i] for i in range(r)]
+                    for i in range(r):
+                        ds[i][p] = m[i] - sum(m) / r
+                        gs[i][p] = np.zeros_like(gs[i][p])
+                syncs.append((p, [x[p].copy() for x in xs], x0[p].copy(), new))
+                x0[p] = new
+                for i in range(r):
+                    xs[i][p] = new.copy()
+            k = 0
+        if len(history) + 1 in mean_after:
+            for p in range(2):
+                mean = sum(x[p] for x in xs) / r
+                for x in xs:
+                    x[p] = mean.copy()
+        history.append(([x[0].copy() for x in xs], [x[1].copy() for x in xs], [d[0].copy() for d in ds]))
+    return history, syncs
+
+
+def arrange_real_batches(own, h, taus, steps):
+    """``own[i]`` = replica i's batches in the order it reads them; at global step t a replica that is
+    idle reads nothing (the graph loop skips the step): the rows ``run_time_rule`` takes, idle slots None."""
+    taken = [0] * len(taus)
+    rows = []
+    for t in range(steps):
+        k = t % h
+        row = []
+        for i, tau in enumerate(taus):
+            if k < h - tau:
+                row.append(None)
+            else:
+                row.append(own[i][taken[i]])
+                taken[i] += 1
+        rows.append(row)
+    return rows

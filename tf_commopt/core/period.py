@@ -33,7 +33,7 @@ from typing import Optional, Sequence, Tuple
 from tf_commopt.core.interval import first_iteration_interval, validate_max_interval
 from tf_commopt.errors import InputError
 
-__all__ = ["TimePeriod", "validate_step_times"]
+__all__ = ["TimePeriod", "TimeBudget", "resolve_period", "validate_step_times"]
 
 _EPS = 1e-9  # 0.08 / 0.02 is 3.9999999999999996: a count that fits exactly is not lost to rounding
 
@@ -127,3 +127,63 @@ class TimePeriod:
             fit = math.floor(budget / t * (1.0 + _EPS))
             out.append(int(min(cap, max(self.min_steps, fit))))
         return tuple(out)
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """The options of ``SkipCorrectStrategy(period="time")`` (``period="time"`` is ``TimeBudget()``).
+
+    Every period, worker i takes τ_i = :meth:`TimePeriod.steps` local steps (the fastest H, a worker k
+    times slower about H/k) from a table of per-replica seconds per step that every worker holds.
+
+    Attributes:
+        min_steps: the fewest local steps a replica takes per period (1..H).
+        step_times: fixed seconds per step, one per replica of the cluster (global replica order): the
+            counts are then fixed and nothing is measured (tests, known hardware). None: measured — the
+            first period is H steps everywhere; at every sync each worker's mean seconds per local step
+            of that period travel in one small all-reduce and set the next period's counts.
+
+    >>> TimeBudget(step_times=(0.01, 0.02)).counts(4)
+    (4, 2)
+    >>> TimeBudget(min_steps=0)
+    Traceback (most recent call last):
+    ...
+    tf_commopt.errors.InputError: TimeBudget(min_steps=...): must be an integer >= 1, got 0
+    """
+
+    min_steps: int = 1
+    step_times: Optional[Tuple[float, ...]] = None
+
+    def __post_init__(self) -> None:
+        _positive_int(self.min_steps, "TimeBudget(min_steps=...)")
+        if self.step_times is not None:
+            object.__setattr__(
+                self, "step_times", validate_step_times(self.step_times, where="TimeBudget(step_times=...)")
+            )
+
+    def policy(self, interval: int) -> TimePeriod:
+        """The :class:`TimePeriod` for H = ``interval`` (no replica takes more than H steps)."""
+        return TimePeriod(interval=interval, min_steps=min(self.min_steps, interval), max_steps=interval)
+
+    def counts(self, interval: int, step_times: Optional[Sequence[float]] = None) -> Tuple[int, ...]:
+        """τ_i for every replica from ``step_times`` (default: the fixed ``step_times``)."""
+        times = self.step_times if step_times is None else step_times
+        if times is None:
+            raise InputError("no step times: give step_times or measure them", where="TimeBudget.counts")
+        return self.policy(interval).steps(times)
+
+
+def resolve_period(period: object, where: str = "period") -> Optional[TimeBudget]:
+    """``"steps"`` -> None (every replica takes H steps), ``"time"`` -> ``TimeBudget()``, a ``TimeBudget``
+    as given; anything else is a one-line InputError.
+
+    >>> resolve_period("steps") is None, resolve_period("time")
+    (True, TimeBudget(min_steps=1, step_times=None))
+    """
+    if isinstance(period, TimeBudget):
+        return period
+    if period == "steps":
+        return None
+    if period == "time":
+        return TimeBudget()
+    raise InputError(f"must be 'steps', 'time' or a TimeBudget, got {period!r}", where=where)

@@ -7,8 +7,8 @@ Example:
     ...     model = make_model(); model.compile("sgd", "sparse_categorical_crossentropy")
     >>> model.fit(x, y, epochs=1)                                      # doctest: +SKIP
 
-Names (loaded on first use): ``SkipCorrectStrategy`` and its interval policy ``AutoInterval``
-(docs/skip_correct.md), ``GroupedHybridTrainer`` (a trainer with a strategy's surface) and ``Pipeline``
+Names (loaded on first use): ``SkipCorrectStrategy``, its interval policy ``AutoInterval`` and the
+options of its time-based period ``TimeBudget`` (docs/skip_correct.md), ``GroupedHybridTrainer`` (a trainer with a strategy's surface) and ``Pipeline``
 (docs/hybrid.md), ``ParameterServerSkipCorrect`` and ``serve_unless_chief``
 (docs/parameter_server.md).
 """
@@ -21,6 +21,7 @@ from typing import Any
 _LAZY = {
     "SkipCorrectStrategy": "tf_commopt.distribute.skip_correct",
     "AutoInterval": "tf_commopt.distribute.interval_policy",
+    "TimeBudget": "tf_commopt.core.period",
     "GroupedHybridTrainer": "tf_commopt.distribute.hybrid",
     "Pipeline": "tf_commopt.distribute.pipeline",
     "ParameterServerSkipCorrect": "tf_commopt.distribute.ps",

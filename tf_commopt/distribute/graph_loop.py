@@ -76,12 +76,17 @@ def _zeros_like_spec(outputs: Any) -> Optional[Any]:
     return tf.nest.pack_sequence_as(outputs, [tf.zeros(t.shape, t.dtype) for t in flat])
 
 
-def _loop_function(step: Any, steps_var: Any, before_trace: Any = None) -> Any:
+def _loop_function(step: Any, steps_var: Any, before_trace: Any = None, idle: Any = None) -> Any:
     """``steps_var`` steps of the traced single-step function ``step`` per call (the last step's logs).
 
     The step is traced once and appears once in the graph (placing and optimizing the call's graph is
     part of the first call): the loop's initial logs are zeros shaped like the step's outputs; a step
-    whose outputs have no static shape runs once before the loop instead."""
+    whose outputs have no static shape runs once before the loop instead.
+
+    ``idle(n)`` (period="time"): counts the call's leading steps at which no local replica works without
+    running them and returns how many are left (at least one). The workers then run different numbers
+    of loop iterations, and a collective's rendezvous is keyed by its loop iteration, so the call's last
+    step — the one that syncs — runs after the loop, in the function's own frame, on every worker."""
 
     def train_function(iterator: Any) -> Any:
         n = tf.cast(steps_var.read_value(), tf.int32)
@@ -90,13 +95,19 @@ def _loop_function(step: Any, steps_var: Any, before_trace: Any = None) -> Any:
         concrete = step.get_concrete_function(iterator)
         init = _zeros_like_spec(concrete.structured_outputs)
         start = tf.constant(0)
+        last_apart = idle is not None and init is not None
         if init is None:
             init, start = concrete(iterator), tf.constant(1)
+        if last_apart:
+            n = idle(n) - 1
 
         def body(i: tf.Tensor, _: Any) -> Any:
             return i + 1, concrete(iterator)
 
         _, outputs = tf.while_loop(lambda i, _: i < n, body, (start, init), parallel_iterations=1)
+        if last_apart:
+            with tf.control_dependencies(tf.nest.flatten(outputs)):
+                outputs = concrete(iterator)
         return outputs
 
     return _LoopFunction(tf.function(train_function, autograph=False, reduce_retracing=True), before_trace)
@@ -157,11 +168,19 @@ class GraphLoop:
         self._prebuild()
         if m.train_function is None or m.train_function is not m.__dict__.get(_LOOP):
             step = m.make_train_function(force=True)  # tf-keras's single-step function (spe is 1 here)
-            loop = _loop_function(step, m.steps_per_execution, self._build_compiled)
+            loop = _loop_function(step, m.steps_per_execution, self._build_compiled, self._idle_hooks())
             m.train_function = loop
             object.__setattr__(m, _LOOP, loop)
         self._user_spe = 1
         self.update()
+
+    def _idle_hooks(self) -> Any:
+        """period="time": the loop skips the steps at which every local replica is idle."""
+        ext = self.strategy.extended
+        state = ext.correction_state(self.model.optimizer)
+        if ext.time_period is None or state is None or _compat.num_workers(ext) <= 1:
+            return None  # one worker: its fastest replica takes every step, nothing to skip
+        return ext.time_period.idle_hooks(self.model.optimizer, state, ext._sc_warmup)
 
     def end(self) -> None:
         """Give the model its ``steps_per_execution`` back."""

@@ -35,6 +35,7 @@ from tf_commopt._compat import (
 )
 from tf_commopt._compat import mirrored_strategy as _ms
 from tf_commopt._compat import values as _values
+from tf_commopt.core.period import TimeBudget
 from tf_commopt.distribute import _keras_hooks, averaging, compressed_sync
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_policy import AutoInterval
@@ -43,6 +44,7 @@ from tf_commopt.distribute.local_step import local_gradients, no_aggregation
 from tf_commopt.distribute.overlap import OverlapAverager
 from tf_commopt.distribute.state import SkipCorrectState, _pass_through
 from tf_commopt.distribute.telemetry import Telemetry
+from tf_commopt.distribute.unequal_sync import TimePeriodState
 from tf_commopt.errors import InputError
 
 __all__ = ["SkipCorrectExtended", "MultiWorkerSkipCorrectExtended"]
@@ -93,9 +95,12 @@ class _SkipCorrectMixin:
         overlap: bool = False,
         graph_loop: bool = True,
         compression: Optional[str] = None,
+        period: Optional[TimeBudget] = None,
     ) -> None:
         self.compression = compression  # None, "bf16" or "fp16": the scheduled syncs' wire dtype
         self.sync_payload_bytes = 0  # one replica's bytes in a scheduled sync (set when it is traced)
+        self._sc_period = period  # None: every replica takes H steps; a TimeBudget: period="time"
+        self.time_period: Optional[TimePeriodState] = None  # built by _sc_build_period
         self._sc_overlap = bool(overlap)
         self.graph_loop = bool(graph_loop)
         self._sc_overlappers: Dict[int, OverlapAverager] = {}
@@ -149,6 +154,13 @@ class _SkipCorrectMixin:
                     seen.add(id(v))
         return out
 
+    def _sc_build_period(self) -> None:
+        """period="time": the count table and x₀ store (needs the replicas, so after construction)."""
+        if self._sc_period is not None and self.time_period is None:
+            self.time_period = TimePeriodState(
+                self, self._sc_period, int(self.interval_state.interval.numpy())
+            )
+
     # ---- state ------------------------------------------------------------------------------------
     @_no_autograph
     def _sc_state(self, optimizer: Any, var_list: Sequence[Any]) -> SkipCorrectState:
@@ -176,6 +188,8 @@ class _SkipCorrectMixin:
                 state = SkipCorrectState(
                     container_strategy(self), list(var_list), rule, optimizer, compression=self.compression
                 )
+                if self.time_period is not None:
+                    self.time_period.new_state(state)
             finally:
                 self._sc_internal = False
             self._sc_states[id(optimizer)] = state
@@ -217,6 +231,9 @@ class _SkipCorrectMixin:
     def _sc_prepare_grads(self, strategy: Any, optimizer: Any, var_list: Sequence[Any], grads: Sequence[Any]):
         """Cross-replica: R·g_i − Δ_i per replica (local phase) or the SUM all-reduce (warm-up)."""
         state = self._sc_state(optimizer, var_list)
+        if self.time_period is not None:  # which replicas are idle at this step, and copies of their state
+            local_phase = tf.cast(optimizer.iterations, tf.int64) + 1 > self._sc_warmup
+            self.time_period.before_apply(state, optimizer, state.local_steps.read_value(), local_phase)
         if state.compression is None:
             return local_gradients(self, state, optimizer, var_list, grads, self._sc_warmup)
         with tf.control_dependencies([compressed_sync.anchor_op(state, optimizer, self._sc_warmup)]):
@@ -227,7 +244,8 @@ class _SkipCorrectMixin:
         """Cross-replica: count the step; at k == H average (and correct)."""
         state = self._sc_states[id(optimizer)]
         t = tf.cast(optimizer.iterations, tf.int64)  # read after the optimizer's increment
-        with tf.control_dependencies([t]):  # the clock starts once this step's local update is done
+        undo = self.time_period.after_apply() if self.time_period is not None else []
+        with tf.control_dependencies([t] + undo):  # the clock starts once this step's local update is done
             self._sc_step_bookkeeping(optimizer, state, t)
 
     @_no_autograph
@@ -237,6 +255,8 @@ class _SkipCorrectMixin:
         steps = tel.steps.assign_add(1)
         local_phase = t > self._sc_warmup
         k = state.local_steps.read_value() + tf.cast(local_phase, tf.int64)
+        if self.time_period is not None:
+            self.time_period.after_step(state, local_phase, step_dt)
         do_sync = tf.logical_and(local_phase, k >= ivs.effective(steps))
         var_list = state.variables  # every variable of the state, also those without a gradient this step
         extras = self._sc_extra_vars(var_list, optimizer)
@@ -273,6 +293,9 @@ class _SkipCorrectMixin:
                 lr = lr / (1.0 - optimizer_momentum(optimizer))
         n = len(state.variables)
         self.sync_payload_bytes = compressed_sync.payload_bytes(variables, n, state.rule, state.compression)
+        if self.time_period is not None:  # normalised average of unequal step counts (unequal_sync.py)
+            dt = self.time_period.sync(state, variables, n, k, lr)
+            return dt, dt
         if self._sc_overlap:  # apply the in-flight mean, snapshot and launch the next one (overlap.py)
             scale = tf.cast(k, tf.float64) * (tf.cast(lr, tf.float64) if lr is not None else 1.0)
             dt, bg = self._sc_overlapper(state, variables, n).sync(scale)

@@ -55,6 +55,7 @@ from tf_commopt._compat import (
 )
 from tf_commopt.core.compress import validate_compression
 from tf_commopt.core.interval import validate_interval
+from tf_commopt.core.period import TimeBudget, resolve_period
 from tf_commopt.distribute import _keras_hooks
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_policy import AutoInterval, resolve_interval
@@ -62,7 +63,13 @@ from tf_commopt.distribute.overlap import validate_overlap
 from tf_commopt.distribute.sc_extended import MultiWorkerSkipCorrectExtended, SkipCorrectExtended
 from tf_commopt.errors import InputError
 
-__all__ = ["SkipCorrectStrategy", "SkipCorrectExtended", "MultiWorkerSkipCorrectExtended", "AutoInterval"]
+__all__ = [
+    "SkipCorrectStrategy",
+    "SkipCorrectExtended",
+    "MultiWorkerSkipCorrectExtended",
+    "AutoInterval",
+    "TimeBudget",
+]
 
 
 def _tf_config_has_cluster() -> bool:
@@ -102,6 +109,7 @@ def _validated(
     overlap: Any,
     graph_loop: Any = True,
     compression: Any = None,
+    period: Any = "steps",
 ) -> Dict[str, Any]:
     """The StrategyExtended's keyword arguments from the constructor's, each checked (one-line InputError
     naming the argument)."""
@@ -110,13 +118,29 @@ def _validated(
             f"must be a non-negative integer, got {warmup_steps!r}",
             where="SkipCorrectStrategy(warmup_steps=...)",
         )
+    resolved = resolve_interval(interval, shorthand, owner="SkipCorrectStrategy")
+    budget = resolve_period(period, where="SkipCorrectStrategy(period=...)")
+    if budget is not None and not isinstance(resolved, int):
+        raise InputError(
+            "period='time' needs a fixed integer interval", where="SkipCorrectStrategy(period=...)"
+        )
+    if budget is not None and overlap:
+        raise InputError(
+            "period='time' does not overlap syncs; use overlap=False", where="SkipCorrectStrategy(period=...)"
+        )
     if compression is not None and overlap is True:
         raise InputError(
             "compression with overlap=True is not supported yet; use one of them",
             where="SkipCorrectStrategy(compression=...)",
         )
+    if compression is not None and budget is not None:
+        raise InputError(
+            "compression with period='time' is not supported yet; use one of them",
+            where="SkipCorrectStrategy(compression=...)",
+        )
     return dict(
-        interval=resolve_interval(interval, shorthand, owner="SkipCorrectStrategy"),
+        interval=resolved,
+        period=budget,
         correction=_corr.validate_correction(correction, where="SkipCorrectStrategy(correction=...)"),
         warmup_steps=warmup_steps,
         average_optimizer_state=bool(average_optimizer_state),
@@ -171,6 +195,12 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             that dtype, with error feedback (the rounding residual kept per replica, in checkpoints, and
             added to the next delta): half the bytes (:mod:`tf_commopt.distribute.compressed_sync`,
             docs/skip_correct.md "Compressed syncs"). Averaged non-trainable state stays float32.
+        period: ``"steps"`` (default: every replica takes H local steps per period) or ``"time"`` (every
+            replica steps for the wall time the fastest needs for H steps, so a worker k times slower
+            takes about H/k; the sync averages normalised updates, FedNova's rule, and equal speeds give
+            the ``"steps"`` rule exactly; :mod:`tf_commopt.distribute.unequal_sync`), or a
+            :class:`~tf_commopt.core.period.TimeBudget` (its options: ``min_steps``, fixed
+            ``step_times``). Needs a fixed integer ``interval`` and ``overlap=False``.
         target_ratio, max_interval, auto_warmup_steps, auto_probe_interval, auto_measure_syncs: shorthand
             for ``interval="auto"``: they build ``AutoInterval(target_ratio, max_interval, warmup_steps,
             probe_interval, measure_syncs)``; unused with a fixed H; an error next to an ``AutoInterval``.
@@ -191,6 +221,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         *,
         graph_loop: bool = True,
         compression: Optional[str] = None,
+        period: Union[str, TimeBudget] = "steps",
         target_ratio: Optional[float] = None,
         max_interval: Optional[int] = None,
         auto_warmup_steps: Optional[int] = None,
@@ -214,6 +245,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             overlap,
             graph_loop,
             compression,
+            period,
         )
         _check_keras()
         require_internals("SkipCorrectStrategy")
@@ -227,6 +259,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         else:
             extended = SkipCorrectExtended(self, devices=devices, **sc)
         super().__init__(extended)
+        extended._sc_build_period()
         _keras_hooks.install(SkipCorrectStrategy)
 
     @property
@@ -248,6 +281,11 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
     def compression(self) -> Optional[str]:
         """The wire dtype of the scheduled syncs' deltas: None, ``"bf16"`` or ``"fp16"``."""
         return self.extended.compression
+
+    @property
+    def period(self) -> str:
+        """``"steps"`` or ``"time"`` (the options: ``extended.time_period.budget``)."""
+        return "time" if self.extended.time_period is not None else "steps"
 
     @property
     def correction(self) -> str:
@@ -299,6 +337,8 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         out: Dict[str, Any] = e.interval_state.as_dict()
         out.update(e.telemetry.as_dict())
         out.update(compression=e.compression, sync_payload_bytes=e.sync_payload_bytes)
+        if e.time_period is not None:
+            out.update(e.time_period.as_dict())
         return out
 
     def reset_step_clock(self) -> None:

@@ -177,6 +177,8 @@ class SkipCorrectState(_trackable.Trackable):
         }
         # H; with an AutoInterval also whether it was chosen and the agreed timings it was chosen from
         out.update(ext.interval_state.checkpoint_tensors())
+        if ext.time_period is not None:  # period="time": x₀ and the count table
+            out.update(ext.time_period.checkpoint_tensors(self))
         if self.deltas is not None:
             for j, rows in enumerate(self._stacked_all(self.deltas)):
                 out["delta_%d" % j] = rows
@@ -222,6 +224,8 @@ class SkipCorrectState(_trackable.Trackable):
         # a restored "auto" run keeps the H it chose (no new measurement); a checkpoint written before H
         # was chosen (or without the flag) measures again
         ops.extend(ext.interval_state.restore_ops(restored_tensors))
+        if ext.time_period is not None:
+            ops.extend(ext.time_period.restore_ops(self, restored_tensors))
         off = self._global_offset()
         for prefix, per_replica, hint in (
             ("delta", self.deltas, "written with correction 'none'?"),

@@ -1,0 +1,36 @@
+"""experiments.unequal_bench's tta sweep as data: its settings are checked before anything runs, and its
+launches are the runner flags the page describes (in process, nothing started)."""
+
+import pytest
+
+from tests.inprocess import run_module
+
+
+@pytest.mark.parametrize(
+    "setting,message",
+    [
+        ("100:iid", "--settings: '100:iid': expected MBIT:iid|skew:SLOWED"),
+        ("100:noniid:2", "--settings: '100:noniid:2': expected MBIT >= 0, iid or skew, SLOWED 0, 1 or 2"),
+        ("100:iid:3", "--settings: '100:iid:3': expected MBIT >= 0, iid or skew, SLOWED 0, 1 or 2"),
+    ],
+)
+def test_bad_settings_are_one_line(setting, message):
+    r = run_module("experiments.unequal_bench", ["--sweep=tta", f"--settings={setting}"])
+    assert r.code == 2 and r.err.count("\n") == 1 and message in r.err, r.err
+
+
+def test_the_sweep_launches_each_variant_at_the_same_interval():
+    from absl import flags
+
+    from experiments import unequal_bench
+
+    fv = flags.FlagValues()
+    unequal_bench.define(fv)
+    fv(["bench", "--sweep=tta", "--settings=10:skew:2", "--interval=8", "--model=mlp"])
+    sweep = unequal_bench.tta_sweep(fv)
+    argv = {v: sweep.launch("10:skew:2", v).argv for v in sweep.variants}
+    assert set(argv) == {"ssgd", "sc_steps", "sc_time"}
+    for a in argv.values():
+        assert "--interval=8" in a and "--non_iid_classes=2" in a and "--slow_workers=1:2.0,3:2.0" in a
+    assert "--period=time" in argv["sc_time"] and "--period=steps" in argv["sc_steps"]
+    assert sweep.launch("10:skew:2", "ssgd").workers == 4 and sweep.launch("10:skew:2", "ssgd").mbit == 10.0

@@ -1,0 +1,34 @@
+"""The runner's ``--period=steps|time`` (in process, logical CPUs)."""
+
+import io
+
+import pytest
+
+from experiments import train
+
+
+def test_time_period_runs_and_records_its_counts():
+    buf = io.StringIO()
+    cfg = train.Config(
+        strategy="skip_correct", model="mlp", seed=1, replicas=2, steps=8, interval=4, period="time"
+    )
+    rec = train.run(cfg, out=buf).record
+    # one process: every replica has the same measured step time, so every count is H
+    assert rec["period"] == "time" and rec["period_steps"] == [4, 4] and rec["real_steps"] == 8
+    assert rec["steps"] == 8
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--period=wall"], "--period: unknown period 'wall'"),
+        (["--period=time", "--strategy=ssgd"], "--period: --strategy=ssgd has no local steps"),
+        (["--period=time", "--interval=auto"], "--period: --period=time needs an integer --interval"),
+        (["--period=time", "--overlap"], "--period: --period=time needs no --overlap"),
+    ],
+)
+def test_bad_period_flags_are_one_line(flags, message, capsys):
+    argv = ["train", "--strategy=skip_correct", "--model=mlp", "--steps=2", *flags]
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"experiments.train: error: {message}"), err
