@@ -1,10 +1,10 @@
 """The clusters the cluster tests share (helpers: tests/cluster/workers.py).
 
-``sc_cluster`` runs every scenario of a first 2-worker cluster (plain, overlapped, mixed precision, the
-first halves of the save/restore and backup jobs), ``sc_cluster_again`` a second cluster after it (the
-restored halves, the hybrid, the collectives count); ``worker_cluster`` is ``run_workers`` for a test's
-own cluster. A test reads its scenario with ``run.results("sc")``: one dict per worker, lists as float64
-arrays, or a failure that shows the last lines of every task.
+``sc_cluster`` runs every scenario of a first 2-worker cluster (plain, overlapped, compressed, time periods,
+mixed precision, the first halves of the save/restore and backup jobs), ``sc_cluster_again`` a second
+cluster after it (the restored halves, the hybrid, the collectives count); ``worker_cluster`` is
+``run_workers`` for a test's own cluster. A test reads its scenario with ``run.results("sc")``: one dict
+per worker, lists as float64 arrays, or a failure that shows the last lines of every task.
 
 Example:
     def test_something(sc_cluster):

@@ -173,6 +173,8 @@ def test_bad_compression_is_one_line():
         SkipCorrectStrategy(compression="int8", devices=["/cpu:0"])
     with pytest.raises(InputError, match=r"compression with overlap=True is not supported"):
         SkipCorrectStrategy(compression="bf16", overlap=True, devices=["/cpu:0"])
+    with pytest.raises(InputError, match=r"compression with period='time' is not supported"):
+        SkipCorrectStrategy(interval=4, compression="bf16", period="time", devices=["/cpu:0"])
 
 
 def test_a_checkpoint_keeps_the_residuals_and_the_anchor(tmp_path):
