@@ -9,7 +9,9 @@ runs everything in this process). A ``core`` test that starts a process fails (c
 loaded it (``pytest tests/core``; in a full run tests/core/test_purity.py and ``run_module`` check it).
 """
 
+import functools
 import os
+import re
 import subprocess
 import sys
 
@@ -25,17 +27,24 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 TIERS = ("core", "tf", "cluster")
 
 
-# session fixtures of the tier conftests -> the one unit of work of every test that uses them
+# session fixtures of the tier conftests -> the one unit of work (pytest-xdist) of every test that uses them
 SHARED = {"sc_cluster": "sc_cluster", "sc_cluster_again": "sc_cluster", "keras3_jobs": "keras3_jobs"}
 
 
-def _xdist_group(item) -> str:
-    """The unit pytest-xdist hands to one worker (``--dist loadgroup``): a module, so that its module
-    fixtures are built once; the tests of a session fixture (``SHARED``) together, so it is built once."""
-    for name in getattr(item, "fixturenames", ()):
-        if name in SHARED:
-            return SHARED[name]
-    return item.nodeid.split("::")[0]
+@functools.lru_cache(maxsize=None)
+def unit_of(module: str) -> str:
+    """The unit of work pytest-xdist hands to one worker for a test module (a path from the root): the
+    module (its module fixtures are built once), or the ``SHARED`` session fixture its source names (built
+    once for all the modules that use it)."""
+    try:
+        with open(os.path.join(ROOT, module), encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return module
+    for name, unit in SHARED.items():
+        if re.search(rf"\b{name}\b", text):
+            return unit
+    return module
 
 
 def pytest_collection_modifyitems(config, items):
@@ -44,12 +53,27 @@ def pytest_collection_modifyitems(config, items):
         for tier in TIERS:
             if f"{os.sep}tests{os.sep}{tier}{os.sep}" in path:
                 item.add_marker(getattr(pytest.mark, tier))
-        item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
+        shared = [SHARED[n] for n in getattr(item, "fixturenames", ()) if n in SHARED]
+        module = item.nodeid.split("::")[0]
+        if shared and unit_of(module) != shared[0]:  # e.g. a fixture that uses a shared one, not named
+            raise pytest.UsageError(f"{module}: uses {shared[0]!r}; name it in the module's source")
     if "bench" not in (config.option.markexpr or ""):  # timings run only when asked for: -m bench
         benches = [item for item in items if item.get_closest_marker("bench")]
         if benches:
             config.hook.pytest_deselected(items=benches)
             items[:] = [item for item in items if not item.get_closest_marker("bench")]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist (``-n 2``, pytest.ini) schedules whole units (:func:`unit_of`), in collection order:
+    the cluster tier, heaviest, first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid.split("::")[0])
+
+    return UnitScheduling(config, log)
 
 
 def _no_process(*args, **kwargs):
