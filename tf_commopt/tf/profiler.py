@@ -174,9 +174,9 @@ def _scaled(g: CostGraph, forward_ms: float, backward_ms: float) -> CostGraph:
     """``g`` with forward (backward) times scaled to add up to ``forward_ms`` (``backward_ms``)."""
     nodes = list(g.nodes.values())
     size = [float(n.activation_bytes) for n in nodes]
-    fwd = _shares([n.forward_ms for n in nodes], size)
-    bwd = _shares([n.backward_ms for n in nodes], size)
-    if nodes and (sum(n.forward_ms for n in nodes) <= 0 or sum(n.backward_ms for n in nodes) <= 0):
+    fwd_ms, bwd_ms = [n.forward_ms for n in nodes], [n.backward_ms for n in nodes]
+    fwd, bwd = _shares(fwd_ms, size), _shares(bwd_ms, size)
+    if nodes and (sum(fwd_ms) <= 0 or sum(bwd_ms) <= 0):
         warnings.warn(
             f"model {g.name!r}: every per-layer time measured 0 ms; the whole model's time is split "
             "by activation bytes instead",

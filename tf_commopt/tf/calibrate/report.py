@@ -144,6 +144,7 @@ def _profile_table(mode: str, fit_on: str, stages: int, out: Dict[str, Any], row
         f"{stages}-stage errors (est vs meas) | max stage err | share err |"
     )
     print("|---|---|---|---|---|---|---|---|")
+    on = "" if fit_on == "loo" else f" on {fit_on}"  # as the page labels a roofline fitted on named models
     for model in MODELS:
         meas = load_profile(f"h200/{model}.{mode}")
         fitted = _fitted(out[f"fitted.{mode}.{model}"])
@@ -153,7 +154,6 @@ def _profile_table(mode: str, fit_on: str, stages: int, out: Dict[str, Any], row
             se = stage_errors(est, meas, stages, method=METHOD, bandwidth_gbps=BANDWIDTH_GBPS)
             out[f"{model}.{mode}.{tag}"] = {"layer": le, "stage": se}
             rows.append(_layer_record(model, mode, tag, r, le, se, out))
-            on = "" if fit_on == "loo" else f" on {fit_on}"
             label = tag if tag == "datasheet" else f"fit{on}: {_describe(r)}"
             print(
                 f"| {model} | {label} | {le['weighted']:.0%} | {le['median']:.0%} | {_fmt(le['total'])} | "
