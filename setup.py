@@ -22,7 +22,6 @@ setup(
         "networkx",
         "deap",
         "absl-py",
-        "portpicker",
         "matplotlib",
     ],
     extras_require={

@@ -255,9 +255,9 @@ def test_without_the_launcher_the_survivor_is_aborted_not_hung(tmp_path, capsys)
     collective health check aborts it. The bound asserted is 150 s; the tail of its log is printed."""
     import subprocess
 
-    import portpicker
+    from tf_commopt.cluster.layout import pick_ports
 
-    ports = [portpicker.pick_unused_port() for _ in range(2)]
+    ports = pick_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     backup = str(tmp_path / "backup")
     cmd = BASE[:]

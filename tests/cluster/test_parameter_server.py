@@ -14,10 +14,10 @@ import threading
 import time
 
 import numpy as np
-import portpicker
 import pytest
 
 from tf_commopt.cluster import run_cluster
+from tf_commopt.cluster.layout import pick_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -163,7 +163,7 @@ def test_worker_killed_mid_training_then_all_workers_lost():
     coordinator re-ran the lost shard); then SIGKILL worker 0: the chief stops with a one-line
     ClusterError after round_timeout_s, not a hang. (Own processes: tf_commopt.cluster ends the whole
     cluster as soon as any worker dies.)"""
-    ports = [portpicker.pick_unused_port() for _ in range(4)]
+    ports = pick_ports(4)
     cluster = {
         "chief": [f"127.0.0.1:{ports[0]}"],
         "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],

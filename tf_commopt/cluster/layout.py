@@ -15,7 +15,13 @@ Example:
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import random
+import socket
+import tempfile
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -66,15 +72,65 @@ def plan_layout(workers: int, ps: int, chief: bool, tasks_per_host: int = 1) -> 
     return Layout(tuple(tasks), tuple(i // tasks_per_host for i in range(len(tasks))))
 
 
-def pick_ports(n: int) -> List[int]:
-    """``n`` distinct free TCP ports (``portpicker``)."""
-    import portpicker
+def _ephemeral_range() -> Tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections (Linux; 32768-60999 elsewhere)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(v) for v in f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
 
-    ports: List[int] = []
-    while len(ports) < n:
-        p = portpicker.pick_unused_port()
-        if p not in ports:
-            ports.append(p)
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_ports(n: int, hold_s: float = 600.0) -> List[int]:
+    """``n`` distinct free TCP ports for a cluster's servers, safe against the races of a busy machine.
+
+    A port is only bound by its task's server seconds after it is picked. Two things could take it in
+    between, and either gives a cluster whose tasks talk to the wrong peer: an outgoing connection of
+    any process (the kernel hands those ports from its ephemeral range, so ports are picked outside
+    it), and another launcher on the same machine (picked ports are recorded, under a file lock, in
+    ``$TMPDIR/tf_commopt-ports.json`` for ``hold_s`` seconds, and not handed out again meanwhile).
+
+    Example:
+        >>> a, b = pick_ports(2)
+        >>> a != b and not _ephemeral_range()[0] <= a <= _ephemeral_range()[1]
+        True
+    """
+    lo, hi = _ephemeral_range()
+    pool = range(20000, lo) if lo - 20000 >= 4096 else range(hi + 1, 65536)
+    path = os.path.join(tempfile.gettempdir(), "tf_commopt-ports.json")
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        now = time.time()
+        try:
+            with open(path) as f:
+                held = {int(p): t for p, t in json.load(f).items() if now - t < hold_s}
+        except (OSError, ValueError, AttributeError):
+            held = {}
+        rng = random.Random()
+        ports: List[int] = []
+        for _ in range(100 * n):
+            p = rng.choice(pool)
+            if p not in held and p not in ports and _port_is_free(p):
+                ports.append(p)
+                if len(ports) == n:
+                    break
+        else:
+            raise RuntimeError(f"no {n} free TCP ports in {pool.start}-{pool.stop - 1}")
+        held.update((p, now) for p in ports)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(held, f)
+        os.replace(tmp, path)
     return ports
 
 
