@@ -19,6 +19,8 @@ setup(
         "tf-keras==2.21.*",
         "tensorboard==2.21.*",  # tf.keras.callbacks.TensorBoard needs it; TensorFlow 2.21 does not install it
         "numpy",
+        # 0.7.0 costs ~1.2 CPU s per import (its ufunc loops registered one by one): every task pays it
+        "ml_dtypes>=0.5.1,<0.7",
         "networkx",
         "deap",
         "absl-py",

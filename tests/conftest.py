@@ -23,6 +23,9 @@ if ROOT not in sys.path:
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# numpy single-threaded in the test processes and every process they start: two test workers already
+# fill two cores, and idle OpenBLAS threads spin (about 0.6 CPU s per TensorFlow process start)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 TIERS = ("core", "tf", "cluster")
 
