@@ -57,7 +57,8 @@ _REFERENCE: Dict[str, Dict[str, Any]] = {}  # setting -> the last uninterrupted 
 @dataclass(frozen=True)
 class Kill:
     """One fault: ``phase`` ``backup`` / ``sync`` (SIGKILL at a held moment), ``random`` (SIGKILL
-    ``delay_s`` after the attempt's first step) or ``term`` (SIGTERM before ``step``), in ``attempt``."""
+    ``delay_s`` after the attempt's first step), ``step`` (SIGKILL ``delay_s`` after ``step`` started) or
+    ``term`` (SIGTERM before ``step``), in ``attempt``."""
 
     phase: str
     attempt: int
@@ -70,19 +71,33 @@ class Kill:
         """Its ``$TF_COMMOPT_CHAOS_HOLD`` entry (None for a random kill)."""
         if self.phase == "random":
             return None
-        who = self.victim if self.phase in ("backup", "term") else self.holder
+        who = self.victim if self.phase in ("backup", "term", "step") else self.holder
         return f"{self.phase}:worker-{who}:{self.step}:{self.attempt}"
 
 
-def chaos_plan(seed: int, workers: int, every: int, interval: int) -> List[Kill]:
+def chaos_plan(seed: int, workers: int, every: int, interval: int, by_step: bool = False) -> List[Kill]:
     """The ``chaos`` variant's three SIGKILLs: inside the second backup write (attempt 0), inside a sync a
-    backup period after the resume (attempt 1), at a random moment (attempt 2)."""
+    backup period after the resume (attempt 1), at a random moment (attempt 2): 0.5-3 s after its first
+    step, or with ``by_step`` up to 0.1 s after a random step of the backup period after its resume
+    (sure to come before the end of a run of more than three backup periods, however fast its steps).
+
+    Example:
+        >>> [k.phase for k in chaos_plan(1, 2, 16, 8, by_step=True)]
+        ['backup', 'sync', 'step']
+    """
     rng = random.Random(seed)
     w = list(range(workers))
     held = Kill("backup", 0, rng.choice(w), step=2 * every)
     holder, victim = rng.sample(w, 2)
     sync_step = (2 * every // interval + 1) * interval  # attempt 1 resumes at `every`, backs up at 2·every
     in_sync = Kill("sync", 1, victim, step=sync_step, holder=holder)
+    if by_step:  # attempt 2 resumes at 2·every
+        step = rng.randrange(2 * every + 2, 3 * every)
+        return [
+            held,
+            in_sync,
+            Kill("step", 2, rng.choice(w), step=step, delay_s=round(rng.uniform(0, 0.1), 2)),
+        ]
     return [held, in_sync, Kill("random", 2, rng.choice(w), delay_s=round(rng.uniform(0.5, 3.0), 2))]
 
 
@@ -129,8 +144,8 @@ class _Faults:
             return body == f"CHAOS holding worker-{k.victim} in backup {k.step}"
         if k.phase == "sync":
             return body == f"CHAOS holding worker-{k.holder} in sync {k.step}"
-        if k.phase == "term":
-            return body == f"CHAOS at term {k.step} (worker-{k.victim})"
+        if k.phase in ("term", "step"):  # the line may follow a progress bar's (no newline)
+            return body.endswith(f"CHAOS at {k.phase} {k.step} (worker-{k.victim})")
         return body.startswith("CHAOS training from step") and body.endswith(
             f"(worker-0, attempt {k.attempt})"
         )

@@ -123,11 +123,13 @@ def chaos_hold(
 ) -> None:
     """Tests only: ``$TF_COMMOPT_CHAOS_HOLD`` is a comma-separated list of ``phase:task:step:attempt``; at
     a listed phase, step and attempt every task prints ``CHAOS at <phase> <step> (<task>)`` and the listed
-    task waits to be killed (``term``: sends itself SIGTERM)."""
+    task waits to be killed (``term``: sends itself SIGTERM; ``step``: only the line, as the step starts)."""
     for spec in _chaos_specs(environ):
         if spec[0] != phase or spec[2] != step or spec[3] != attempt:
             continue
         print(f"CHAOS at {phase} {step} ({task})", file=out, flush=True)
+        if phase == "step":
+            continue
         if spec[1] == task and phase == "term":
             os.kill(os.getpid(), signal.SIGTERM)
         elif spec[1] == task:
@@ -169,6 +171,7 @@ def backup_callback(
             step = int(model.optimizer.iterations.numpy()) + 1
             chaos_hold("sync", task, step, attempt, out)
             chaos_hold("term", task, step, attempt, out)
+            chaos_hold("step", task, step, attempt, out)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             step = int(model.optimizer.iterations.numpy())
