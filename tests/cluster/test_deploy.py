@@ -14,6 +14,8 @@ from typing import Dict, List
 
 import pytest
 
+from tf_commopt.cluster.layout import pick_ports
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(ROOT, "docs", "deploy.md")
 STEPS = 2 * (4000 // 64)  # 2 epochs of the 4,000 training images, global batch 64 (32 per worker per step)
@@ -26,13 +28,10 @@ def _blocks() -> Dict[str, str]:
 
 
 def _free_pair() -> int:
-    """A port p with p and p + 1 free (SlurmClusterResolver gives the tasks of one node consecutive ports)."""
+    """A port p with p and p + 1 free (SlurmClusterResolver gives the tasks of one node consecutive ports),
+    outside the ephemeral range like the launcher's (:func:`tf_commopt.cluster.layout.pick_ports`)."""
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("localhost", 0))
-            p = s.getsockname()[1]
-        if p + 1 >= 65536:
-            continue
+        p = pick_ports(1)[0]
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("localhost", p))
