@@ -2,15 +2,16 @@
 while held (across launchers on one machine), and robust to a damaged registry."""
 
 import json
+import pathlib
 import socket
 import tempfile
 
-from tf_commopt.cluster.layout import _ephemeral_range, pick_ports
+from tf_commopt.cluster.layout import _ephemeral_range, _registry_path, pick_ports
 
 
 def _private_registry(monkeypatch, tmp_path):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    return tmp_path / "tf_commopt-ports.json"
+    return pathlib.Path(_registry_path())
 
 
 def test_ports_are_free_distinct_and_outside_the_ephemeral_range(monkeypatch, tmp_path):
@@ -39,3 +40,12 @@ def test_a_damaged_registry_is_started_again(monkeypatch, tmp_path):
     assert len(pick_ports(3)) == 3 and len(json.loads(reg.read_text())) == 3
     reg.write_text("[1, 2]")
     assert len(pick_ports(2)) == 2 and len(json.loads(reg.read_text())) == 2
+
+
+def test_none_asked_none_given_and_an_unwritable_registry_still_gives_ports(monkeypatch, tmp_path):
+    _private_registry(monkeypatch, tmp_path)
+    assert pick_ports(0) == []
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))  # the lock file cannot be created
+    lo, hi = _ephemeral_range()
+    ports = pick_ports(3)
+    assert len(set(ports)) == 3 and not any(lo <= p <= hi for p in ports)

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tf_commopt.errors import ClusterError
 from tf_commopt.threads import thread_env
 
 __all__ = ["HOST_ENV", "Layout", "plan_layout", "pick_ports", "tf_configs", "task_env"]
@@ -91,14 +92,34 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
+def _registry_path() -> str:
+    """This user's record of recently picked ports (one per user: another user's file is not writable)."""
+    return os.path.join(tempfile.gettempdir(), f"tf_commopt-ports-{os.getuid()}.json")
+
+
+def _draw(n: int, pool: range, held: Mapping[int, float]) -> List[int]:
+    rng = random.Random()
+    ports: List[int] = []
+    for _ in range(100 * n):
+        if len(ports) == n:
+            break
+        p = rng.choice(pool)
+        if p not in held and p not in ports and _port_is_free(p):
+            ports.append(p)
+    if len(ports) < n:
+        raise ClusterError(f"no {n} free TCP ports in {pool.start}-{pool.stop - 1}")
+    return ports
+
+
 def pick_ports(n: int, hold_s: float = 600.0) -> List[int]:
     """``n`` distinct free TCP ports for a cluster's servers, safe against the races of a busy machine.
 
     A port is only bound by its task's server seconds after it is picked. Two things could take it in
     between, and either gives a cluster whose tasks talk to the wrong peer: an outgoing connection of
     any process (the kernel hands those ports from its ephemeral range, so ports are picked outside
-    it), and another launcher on the same machine (picked ports are recorded, under a file lock, in
-    ``$TMPDIR/tf_commopt-ports.json`` for ``hold_s`` seconds, and not handed out again meanwhile).
+    it), and another launcher of the same user (picked ports are recorded, under a file lock, in
+    ``$TMPDIR/tf_commopt-ports-<uid>.json`` for ``hold_s`` seconds, and not handed out again
+    meanwhile; without a writable registry the ports are only picked outside the ephemeral range).
 
     Example:
         >>> a, b = pick_ports(2)
@@ -107,8 +128,12 @@ def pick_ports(n: int, hold_s: float = 600.0) -> List[int]:
     """
     lo, hi = _ephemeral_range()
     pool = range(20000, lo) if lo - 20000 >= 4096 else range(hi + 1, 65536)
-    path = os.path.join(tempfile.gettempdir(), "tf_commopt-ports.json")
-    with open(path + ".lock", "a") as lock:
+    path = _registry_path()
+    try:
+        lock = open(path + ".lock", "a")
+    except OSError:
+        return _draw(n, pool, {})
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         now = time.time()
         try:
@@ -116,21 +141,15 @@ def pick_ports(n: int, hold_s: float = 600.0) -> List[int]:
                 held = {int(p): t for p, t in json.load(f).items() if now - t < hold_s}
         except (OSError, ValueError, AttributeError):
             held = {}
-        rng = random.Random()
-        ports: List[int] = []
-        for _ in range(100 * n):
-            p = rng.choice(pool)
-            if p not in held and p not in ports and _port_is_free(p):
-                ports.append(p)
-                if len(ports) == n:
-                    break
-        else:
-            raise RuntimeError(f"no {n} free TCP ports in {pool.start}-{pool.stop - 1}")
+        ports = _draw(n, pool, held)
         held.update((p, now) for p in ports)
         tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(held, f)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(held, f)
+            os.replace(tmp, path)
+        except OSError:
+            pass
     return ports
 
 
