@@ -227,8 +227,8 @@ else:
 
 @pytest.mark.skipif(not HAVE_NET, reason="needs root, ip and tc")
 def test_shaping_switch_is_per_link_shared_is_one_segment(tmp_path):
-    """Two flows between disjoint pairs (1->0, 3->2): a switch carries both at the cap, a shared segment
-    carries their sum at the cap."""
+    """Two flows between disjoint pairs (1->0, 3->2): a switch carries more than one cap's worth in all
+    (each flow has its own link), a shared segment at most the cap; no flow beats the cap."""
     cap, nbytes = 40.0, 3_000_000
     rates, total = {}, {}
     for topology in ("switch", "shared"):
@@ -254,10 +254,13 @@ def test_shaping_switch_is_per_link_shared_is_one_segment(tmp_path):
         f"{rates['switch']} Mbit/s each, {total['switch']} in all; shared {rates['shared']} each, "
         f"{total['shared']} in all"
     )
-    for v in rates["switch"]:  # each link runs at the cap (a 1 ms burst adds nothing to speak of)
-        assert 0.75 * cap < v < 1.15 * cap
-    assert 1.4 * cap < total["switch"] < 2.3 * cap  # two links' worth
-    assert 0.6 * cap < total["shared"] < 1.15 * cap  # one segment: the sum is capped
+    # no flow beats its link's cap (a 1 ms burst adds nothing to speak of); the switch carries more than
+    # one cap's worth in all (two links), the shared segment never does. Only upper bounds and the
+    # switch's total: a loaded machine slows every flow (27 Mbit/s a flow was seen beside the suite)
+    for v in rates["switch"] + rates["shared"]:
+        assert v < 1.15 * cap
+    assert 1.15 * cap < total["switch"] < 2.3 * cap
+    assert total["shared"] < 1.15 * cap
 
 
 def test_unshaped_cluster_is_much_faster_than_a_cap(tmp_path):
