@@ -96,6 +96,18 @@ def make_batches(steps: int, replicas: int, per_replica: int, features: int, cla
     return out
 
 
+def assert_copies_follow(w, b, rw, rb, step: int) -> None:
+    """Every replica's copy of the mirrored ``w`` and ``b`` equals the reference rows ``rw[i]``, ``rb[i]``
+    after ``step`` (1-based, for the message)."""
+    for i in range(len(w.values)):
+        np.testing.assert_allclose(
+            w.values[i].numpy(), rw[i], rtol=1e-5, atol=1e-5, err_msg=f"w step {step} rep {i}"
+        )
+        np.testing.assert_allclose(
+            b.values[i].numpy(), rb[i], rtol=1e-5, atol=1e-5, err_msg=f"b step {step} rep {i}"
+        )
+
+
 def fresh_mirrored(devices):
     """A tf.distribute.MirroredStrategy with collective keys no other strategy in this process uses
     (two instances over the same devices otherwise share instance keys and abort each other)."""

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.tf.sc_reference import _NumpyOpt, make_batches, run_overlap_rule, softmax_step
+from tests.tf.sc_reference import (
+    _NumpyOpt,
+    assert_copies_follow,
+    make_batches,
+    run_overlap_rule,
+    softmax_step,
+)
 from tf_commopt.distribute import SkipCorrectStrategy
 from tf_commopt.errors import InputError
 
@@ -21,13 +27,7 @@ def _init(seed=7):
 
 def _check(strategy, opt, w, b, ref, t, correction):
     rw, rb, rdw, rdb = ref[t]
-    for i in range(R):
-        np.testing.assert_allclose(
-            w.values[i].numpy(), rw[i], rtol=1e-5, atol=1e-5, err_msg=f"w step {t + 1} rep {i}"
-        )
-        np.testing.assert_allclose(
-            b.values[i].numpy(), rb[i], rtol=1e-5, atol=1e-5, err_msg=f"b step {t + 1} rep {i}"
-        )
+    assert_copies_follow(w, b, rw, rb, t + 1)
     if correction != "none":
         dw, db = strategy.extended.correction_state(opt).delta_numpy()
         np.testing.assert_allclose(dw, np.stack(rdw), rtol=1e-4, atol=1e-4, err_msg=f"delta step {t + 1}")

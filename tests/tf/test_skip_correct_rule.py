@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.tf.sc_reference import fresh_mirrored, make_batches, run_rule, softmax_step
+from tests.tf.sc_reference import assert_copies_follow, fresh_mirrored, make_batches, run_rule, softmax_step
 from tf_commopt.distribute import SkipCorrectStrategy
 
 R, B, F, C, LR, STEPS = 4, 5, 3, 4, 0.2, 10
@@ -40,13 +40,7 @@ def test_per_replica_variables_match_numpy_every_step(interval, correction):
 
     def check(t, w, b, opt):
         rw, rb, rdw, rdb = ref[t]
-        for i in range(R):
-            np.testing.assert_allclose(
-                w.values[i].numpy(), rw[i], rtol=1e-5, atol=1e-5, err_msg=f"w step {t + 1} rep {i}"
-            )
-            np.testing.assert_allclose(
-                b.values[i].numpy(), rb[i], rtol=1e-5, atol=1e-5, err_msg=f"b step {t + 1} rep {i}"
-            )
+        assert_copies_follow(w, b, rw, rb, t + 1)
         state = strategy.extended.correction_state(opt)
         if correction == "vrl":
             dw, db = state.delta_numpy()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.tf.sc_reference import _NumpyOpt, make_batches, run_time_rule, softmax_step
+from tests.tf.sc_reference import _NumpyOpt, assert_copies_follow, make_batches, run_time_rule, softmax_step
 from tf_commopt.core import unequal
 from tf_commopt.core.period import TimeBudget
 from tf_commopt.distribute import SkipCorrectStrategy
@@ -61,13 +61,7 @@ def test_unequal_counts_match_numpy_every_step(r, h, times, counts, correction, 
 
     def check(t, w, b, opt):
         rw, rb, rdw = ref[t]
-        for i in range(r):
-            np.testing.assert_allclose(
-                w.values[i].numpy(), rw[i], rtol=1e-5, atol=1e-5, err_msg=f"w {t + 1} {i}"
-            )
-            np.testing.assert_allclose(
-                b.values[i].numpy(), rb[i], rtol=1e-5, atol=1e-5, err_msg=f"b {t + 1} {i}"
-            )
+        assert_copies_follow(w, b, rw, rb, t + 1)
         if correction != "none":
             dw = strategy.extended.correction_state(opt).delta_numpy()[0]
             np.testing.assert_allclose(dw, np.stack(rdw), rtol=1e-4, atol=1e-4, err_msg=f"delta {t + 1}")
