@@ -29,7 +29,18 @@ TABLE_VARIANTS = {  # {h}: the setting's H
     "sc_block": ["--strategy=skip_correct", "--interval={h}", "--correction=none", "--nooverlap"],
     "sc_overlap": ["--strategy=skip_correct", "--interval={h}", "--correction=none", "--overlap"],
     "sc_auto": ["--strategy=skip_correct", "--interval=auto", "--nooverlap"],
+    # the outside reference, measured in the same sweep: PyTorch's PeriodicModelAverager (needs torch)
+    "torch_local": ["--interval={h}"],
 }
+TORCH_MODULE = "experiments.torch_local_sgd"
+
+
+def default_table_variants() -> List[str]:
+    """Every table variant; ``torch_local`` only where torch is installed (it is not a dependency)."""
+    import importlib.util
+
+    have_torch = importlib.util.find_spec("torch") is not None
+    return [v for v in TABLE_VARIANTS if v != "torch_local" or have_torch]
 
 
 def define(fv: Any) -> None:
@@ -62,6 +73,13 @@ def define(fv: Any) -> None:
         **d,
     )
     flags.DEFINE_integer("table_repeats", 3, "table part: repetitions (variants interleaved)", **d)
+    flags.DEFINE_list(
+        "table_variants",
+        None,
+        f"table part: variants to run, of {', '.join(TABLE_VARIANTS)} (default: all; torch_local only "
+        "where torch is installed)",
+        **d,
+    )
     flags.DEFINE_string("out", "", "append the records to this .jsonl", **d)
     flags.DEFINE_string("page", "", "then render this page from --out's records", **d)
 
@@ -200,12 +218,18 @@ def table_sweep(fv: Any) -> Sweep:
     for setting in fv.table_settings:
         _fields(setting, 6, "table_settings")
     keep = ("wall_s", "test_accuracy", "interval", "syncs", "comm_s", "first_sync_s", "first_step_s")
-    keep += ("background_comm_s", "last_step_end_s")
+    keep += ("background_comm_s", "last_step_end_s", "local_s", "framework")
+    variants = table_variants(fv)
 
     def launch(setting: str, variant: str) -> Launch:
         model, workers, topology, mbit, steps, h = setting.split(":")
-        argv = [f"--model={model}", f"--steps={steps}", "--batch_size=128", "--momentum=0"]
-        argv += [f"--steps_per_execution={fv.steps_per_execution}"]
+        argv = [f"--model={model}", f"--steps={steps}", "--batch_size=128"]
+        if variant == "torch_local":
+            argv += [a.format(h=h) for a in TABLE_VARIANTS[variant]]
+            return Launch(
+                argv, workers=int(workers), mbit=float(mbit), topology=topology, module=TORCH_MODULE
+            )
+        argv += ["--momentum=0", f"--steps_per_execution={fv.steps_per_execution}"]
         argv += [a.format(h=h) for a in TABLE_VARIANTS[variant]]
         return Launch(argv, workers=int(workers), mbit=float(mbit), topology=topology)
 
@@ -216,24 +240,40 @@ def table_sweep(fv: Any) -> Sweep:
 
         keys = ("wall_s", "test_accuracy", "interval", "syncs", "first_step_s", "comm_s")
         rows = {name: {k: med(rs, k) for k in keys} for name, rs in runs.items()}
-        ssgd = rows["ssgd"]["wall_s"]
-        return {
-            "setting": ":".join(setting.split(":")[:5]),
-            "rows": rows,
-            "wall_ratio_vs_ssgd": {k: round(v["wall_s"] / ssgd, 3) for k, v in rows.items()},
-        }
+        out = {"setting": ":".join(setting.split(":")[:5]), "rows": rows}
+        if "ssgd" in rows:
+            ssgd = rows["ssgd"]["wall_s"]
+            out["wall_ratio_vs_ssgd"] = {k: round(v["wall_s"] / ssgd, 3) for k, v in rows.items()}
+        return out
 
     extra = {"part": "table", "steps_per_execution": fv.steps_per_execution}
     return Sweep(
         "sc_speed",
         fv.table_settings,
-        list(TABLE_VARIANTS),
+        variants,
         fv.table_repeats,
         launch,
         keep,
         summarize=summarize,
         extra=extra,
     )
+
+
+def table_variants(fv: Any) -> List[str]:
+    """The table part's variants (``--table_variants``, checked), in TABLE_VARIANTS' order."""
+    if not fv.table_variants:
+        variants = default_table_variants()
+        if "torch_local" not in variants:
+            print(
+                "table: torch is not installed, the PyTorch reference (torch_local) is left out", flush=True
+            )
+        return variants
+    bad = [v for v in fv.table_variants if v not in TABLE_VARIANTS]
+    if bad:
+        _cli.fail(f"--table_variants: unknown {', '.join(bad)}; choose from {', '.join(TABLE_VARIANTS)}")
+    if "torch_local" in fv.table_variants and "torch_local" not in default_table_variants():
+        _cli.fail("--table_variants=torch_local needs torch: pip install torch (the CPU build)")
+    return [v for v in TABLE_VARIANTS if v in fv.table_variants]
 
 
 SWEEPS = {"step": step_sweep, "sync": sync_sweep, "auto": auto_sweep, "table": table_sweep}

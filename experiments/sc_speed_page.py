@@ -128,6 +128,7 @@ NAMES = {
     "sc_overlap": "skip-correct fixed H, no correction, `--overlap`",
     "sc_auto": "skip-correct `interval=auto` (vrl), blocking",
     "sc_h1000": "skip-correct H = 1000 (one sync)",
+    "torch_local": "PyTorch local SGD (`PeriodicModelAverager`, gloo), measured in the same sweep",
 }
 DEFAULT_ROW = "sc_block"  # the default (blocking syncs, the graph loop): the row the PyTorch goal applies to
 
@@ -156,7 +157,8 @@ def rows_table(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     out = []
     for r in _latest(records, "table", lambda r: (r["setting"], r.get("steps_per_execution", 1))):
         ssgd = r["rows"].get("ssgd", {})
-        torch_wall = _pytorch_wall(r["setting"])
+        measured = r["rows"].get("torch_local")  # the reference in the same sweep, else the quoted one
+        torch_wall = measured["wall_s"] if measured else _pytorch_wall(r["setting"])
         for key, row in r["rows"].items():
             ratio = r["wall_ratio_vs_ssgd"][key]
             h16 = key == "sc_h16_none" or (key == "sc_block" and row.get("interval") == 16)
@@ -172,7 +174,7 @@ def rows_table(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 x["wall_s"] - x["first_step_s"] for x in r.get("runs", {}).get(key, []) if "first_step_s" in x
             ]
             cells["after"] = median(after) if after else None
-            if torch_wall and key != "ssgd":
+            if torch_wall and key not in ("ssgd", "torch_local"):
                 vs = row["wall_s"] / torch_wall
                 cells["vs_torch"] = f"{vs:.2f}" + (f" ({verdict(vs <= 1.0)})" if key == DEFAULT_ROW else "")
             out.append(dict(cells, ratio=f"{ratio:.3f}{goal}", acc=row["test_accuracy"]))
@@ -288,7 +290,9 @@ PAGE = Page(
             "Wall = `model.fit`, first call included; first call = fit start to the end of the first call of "
             "the train function (tracing, collective set-up; with the graph loop it also runs the local steps "
             "up to the first sync). A run too short for `interval=auto` to finish measuring shows H at its "
-            "warm-up value.",
+            "warm-up value. The PyTorch row, where a record has one, ran in the same sweep, interleaved with "
+            "the others (`experiments/torch_local_sgd.py`: time between barriers after the process group is "
+            "up, evaluation excluded); wall / PyTorch is against it, else against the quoted figure below.",
         ),
         Table(
             "Outside reference: PyTorch (gloo), quoted, not re-run",
