@@ -34,3 +34,23 @@ def test_the_sweep_launches_each_variant_at_the_same_interval():
         assert "--interval=8" in a and "--non_iid_classes=2" in a and "--slow_workers=1:2.0,3:2.0" in a
     assert "--period=time" in argv["sc_time"] and "--period=steps" in argv["sc_steps"]
     assert sweep.launch("10:skew:2", "ssgd").workers == 4 and sweep.launch("10:skew:2", "ssgd").mbit == 10.0
+
+
+@pytest.mark.parametrize(
+    "setting,workers,ok", [("100:iid:1", 2, True), ("100:iid:2", 2, False), ("100:iid:2", 4, True)]
+)
+def test_the_workers_must_hold_the_slowed_ones(setting, workers, ok):
+    from absl import flags
+
+    from experiments import _cli, unequal_bench
+
+    fv = flags.FlagValues()
+    unequal_bench.define(fv)
+    fv(["bench", "--sweep=tta", f"--settings={setting}", f"--workers={workers}"])
+    if ok:
+        assert unequal_bench.tta_sweep(fv).launch(setting, "sc_time").workers == workers
+    else:
+        with pytest.raises(
+            _cli.UsageError, match=f"--workers: setting {setting} slows workers 1 and 3 first"
+        ):
+            unequal_bench.tta_sweep(fv)
