@@ -62,7 +62,7 @@ def epoch_dataset_fn(
             ds = tf.data.Dataset.from_tensor_slices(order).repeat().batch(per_replica, drop_remainder=True)
             return ds.take(batches).map(lambda i: (tf.gather(xs, i), tf.gather(ys, i)))
 
-        from tf_commopt._compat import no_autotune
+        from tf_commopt.tf.input_teardown import no_autotune
 
         ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch)
         return no_autotune((ds.skip(skipped) if skipped else ds).prefetch(2))

@@ -386,7 +386,7 @@ def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] =
     strategy = make_strategy(cfg, tfc)  # before any op: logical devices / collective set-up
 
     from experiments.allreduce import time_allreduce
-    from tf_commopt._compat import device_iterators_without_autotune
+    from tf_commopt.tf.input_teardown import device_iterators_without_autotune
 
     device_iterators_without_autotune()  # else deleting fit's input iterator can block for up to 60 s
     multi = tfc is not None and cfg.strategy != "single"

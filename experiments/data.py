@@ -20,8 +20,8 @@ def train_dataset_fn(x, y, global_batch: int, seed: int, non_iid_classes: int = 
     """
     import tensorflow as tf
 
-    from tf_commopt._compat import no_autotune
     from tf_commopt.datasets import split_non_iid
+    from tf_commopt.tf.input_teardown import no_autotune
 
     def fn(ctx: tf.distribute.InputContext):
         per_replica = ctx.get_per_replica_batch_size(global_batch)

@@ -8,9 +8,10 @@ with the seed), the model the runner's ``mlp`` or ``big_mlp`` in torch (same lay
 initialisers: Glorot-uniform kernels, zero biases), plain SGD on the mean loss of each worker's batch.
 
 The record (one JSON line on worker 0) times what the quoted PyTorch figures timed: from a barrier after
-the process group is up to a barrier after the last step, evaluation excluded; ``local_s`` is the local
-steps' share, ``comm_s`` the averagings' (or all-reduces') share. PyTorch is not a dependency of
-tf_commopt: ``pip install torch`` first (the CPU build).
+the process group is up to a barrier after the last step, evaluation excluded (local SGD averages once
+more after the last step, as the runner does, so that every worker ends with one model); ``local_s`` is
+the local steps' share, ``comm_s`` the averagings' (or all-reduces') share. PyTorch is not a dependency
+of tf_commopt: ``pip install torch`` first (the CPU build).
 
 Example (4 workers on one shared 100 Mbit/s segment, H = 16):
     python -m tf_commopt.cluster --workers 4 --bandwidth-mbit 100 --topology shared -- \\
@@ -117,6 +118,7 @@ def _train(torch: Any, fv: Any, rank: int, world: int) -> Dict[str, Any]:
     averager = None
     if fv.interval > 0:
         from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+        from torch.distributed.algorithms.model_averaging.utils import average_parameters
 
         averager = PeriodicModelAverager(period=fv.interval, warmup_steps=0)
     comm = 0.0
@@ -143,6 +145,10 @@ def _train(torch: Any, fv: Any, rank: int, world: int) -> Dict[str, Any]:
             tc = time.perf_counter()
             averager.average_parameters(params)
             comm += time.perf_counter() - tc
+    if averager is not None and (fv.steps - 1) % fv.interval:
+        tc = time.perf_counter()  # one model at the end, as the runner's: average the last local steps
+        average_parameters(params, dist.group.WORLD)
+        comm += time.perf_counter() - tc
     dist.barrier()
     wall = time.perf_counter() - t0
     return _record(torch, model, data, fv, world, wall, comm)
@@ -162,8 +168,9 @@ def _record(
         "workers": world,
         "steps": fv.steps,
         "interval": h or None,
-        # PeriodicModelAverager averages after steps 0, H, 2H, ... (its counter starts at 0)
-        "syncs": len(range(0, fv.steps, h)) if h > 0 else fv.steps,
+        # PeriodicModelAverager averages after steps 0, H, 2H, ... (its counter starts at 0); then one
+        # more average at the end unless the last step was one
+        "syncs": len(range(0, fv.steps, h)) + bool((fv.steps - 1) % h) if h > 0 else fv.steps,
         "wall_s": round(wall, 3),
         "comm_s": round(comm, 3),
         "local_s": round(wall - comm, 3),

@@ -21,6 +21,12 @@ try:
 except RuntimeError:  # already initialised by an earlier import in this process
     pass
 
+# as the runner: without it, deleting an old per-device iterator (when Python collects it, e.g. in the
+# middle of a later test's tracing) can block for up to 60 s on its tf.data autotune thread
+from tf_commopt.tf.input_teardown import device_iterators_without_autotune  # noqa: E402
+
+device_iterators_without_autotune()
+
 
 @pytest.fixture(scope="session")
 def keras3_jobs():

@@ -14,7 +14,8 @@ Modules: :mod:`~tf_commopt.tf.graph_import` (the importers), :mod:`~tf_commopt.t
 :mod:`~tf_commopt.tf.model_files` (SavedModel, .keras/.h5, CLI loading), :mod:`~tf_commopt.tf.file_kinds`
 (what a file is), :mod:`~tf_commopt.tf.train_graph` (gradient/optimizer ops of training steps),
 :mod:`~tf_commopt.tf.devices` (roofline presets), :mod:`~tf_commopt.tf.calibrate` (vs the H200 profiles),
-:mod:`~tf_commopt.tf.stage_use` (idle stages, break-even bandwidth; pure Python).
+:mod:`~tf_commopt.tf.stage_use` (idle stages, break-even bandwidth; pure Python),
+:mod:`~tf_commopt.tf.input_teardown` (tf.data autotuning off: iterators deleted at once).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ _WHERE = {
     "get_slowdown": "slowdown",
     "clear_slowdowns": "slowdown",
     "slowdowns": "slowdown",
+    "no_autotune": "input_teardown",
+    "device_iterators_without_autotune": "input_teardown",
 }
 
 __all__ = sorted(_WHERE)
