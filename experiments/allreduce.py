@@ -69,6 +69,27 @@ def time_allreduce(strategy, megabytes: float, repeats: int = 3) -> Dict[str, fl
     return {"allreduce_mb": n * 4 / 1e6, "allreduce_s": med, "allreduce_busbw_mbit": busbw}
 
 
+def end_barrier(strategy: Any, rounds: int = 2) -> None:
+    """Return only when every worker has got here, ``rounds`` times (one tiny all-reduce each).
+
+    A worker's collective completes when its own receives are done, while a peer may still be pulling
+    the worker's last chunk of the same ring; a worker that exits then closes that socket and fails the
+    peer ("Socket closed"). Every worker of a multi-worker strategy calls this before it exits: after the
+    first round no peer still needs an earlier collective, the second covers the first.
+    """
+    import tensorflow as tf
+
+    def one() -> Any:
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.ones([1]))
+
+    @tf.function
+    def step() -> Any:
+        return strategy.run(one)
+
+    for _ in range(rounds):
+        strategy.experimental_local_results(step())[0].numpy()
+
+
 def parse_size(text: str) -> int:
     """``'0'`` -> 0, ``'64K'`` -> 65536, ``'4M'`` -> 4194304, ``'1000'`` -> 1000 (bytes).
 

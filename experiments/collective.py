@@ -25,20 +25,10 @@ from tf_commopt.errors import InputError, TfCommoptError
 
 __all__ = ["RunResult", "configure_local_cpus", "make_strategy", "run_collective"]
 
-SYNC_STATS = (
-    "syncs",
-    "comm_s",
-    "first_sync_s",
-    "compute_s",
-    "bytes_communicated",
-    "background_comm_s",
-    "drain_wait_s",
-    "interval_t_comm_s",
-    "interval_t_comp_s",
-    "interval_t_comm_samples_s",
-    "interval_t_comp_samples_s",
-    "interval_overhead_s",
-    "interval_selection_comm_s",
+SYNC_STATS = tuple(  # the strategy's stats() kept in the record
+    "syncs comm_s first_sync_s compute_s bytes_communicated background_comm_s drain_wait_s interval_t_comm_s "
+    "interval_t_comp_s interval_t_comm_samples_s interval_t_comp_samples_s interval_overhead_s "
+    "interval_selection_comm_s".split()
 )
 
 
@@ -385,7 +375,7 @@ def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] =
     clock: Dict[str, Any] = {"t_strategy": time.perf_counter(), "ends": [], "steps": [], "base": 0}
     strategy = make_strategy(cfg, tfc)  # before any op: logical devices / collective set-up
 
-    from experiments.allreduce import time_allreduce
+    from experiments.allreduce import end_barrier, time_allreduce
     from tf_commopt.tf.input_teardown import device_iterators_without_autotune
 
     device_iterators_without_autotune()  # else deleting fit's input iterator can block for up to 60 s
@@ -447,4 +437,6 @@ def run_collective(cfg: Config, tfc: Optional[TFConfig], out: Optional[TextIO] =
         _summary(cfg, record, where, len(data.x_test), out)
     elif cfg.step_times:  # every worker's own step figures, as its last line (the harness's all_tasks)
         print(json.dumps(record), file=out, flush=True)
+    if multi:
+        end_barrier(strategy)  # no worker exits while a peer still pulls its part of the last all-reduce
     return RunResult(record, plain)
