@@ -113,11 +113,16 @@ def _slow_link_mb(rec: Dict[str, Any], run: Dict[str, Any]) -> float:
     return run["bytes_communicated"] * 2 * (n - 1) / n / 1e6
 
 
+def _when(rec: Dict[str, Any]) -> str:
+    """``"12-02 11:07"`` from the record's UTC time: rows of re-measured settings stay apart."""
+    return rec.get("when", "")[5:16].replace("T", " ")
+
+
 def variant_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """One row per (setting, variant): medians over the repeats and ratios to ``flat``'s medians."""
     out = []
     for r in records:
-        name = f"{r['model']}, {r['mbit']:g} Mbit/s, {r['split']}"
+        name = f"{_when(r)}: {r['model']}, {r['mbit']:g} Mbit/s, {r['split']}"
         meds = {}
         for v, runs in r["runs"].items():
             meds[v] = {
@@ -141,7 +146,8 @@ def variant_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 def setting_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     keys = ("model", "mbit", "split", "hosts", "tasks_per_host", "interval", "steps", "batch_size")
     return [
-        dict({k: r[k] for k in keys}, load=r.get("load_average_1m"), cores=r.get("cores")) for r in records
+        dict({k: r[k] for k in keys}, when=_when(r), load=r.get("load_average_1m"), cores=r.get("cores"))
+        for r in records
     ]
 
 
@@ -163,6 +169,7 @@ PAGE = Page(
             "Settings",
             setting_rows,
             [
+                ("when (UTC)", "when", ""),
                 ("model", "model", ""),
                 ("inter-host Mbit/s", "mbit", "g"),
                 ("split", "split", ""),
