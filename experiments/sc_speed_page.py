@@ -160,9 +160,9 @@ def rows_table(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         measured = r["rows"].get("torch_local")  # the reference in the same sweep, else the quoted one
         torch_wall = measured["wall_s"] if measured else _pytorch_wall(r["setting"])
         for key, row in r["rows"].items():
-            ratio = r["wall_ratio_vs_ssgd"][key]
+            ratio = r.get("wall_ratio_vs_ssgd", {}).get(key)  # none when the sweep left SSGD out
             h16 = key == "sc_h16_none" or (key == "sc_block" and row.get("interval") == 16)
-            goal = f" ({verdict(ratio <= GOALS['table'])})" if h16 else ""
+            goal = f" ({verdict(ratio <= GOALS['table'])})" if h16 and ratio is not None else ""
             cells = dict(
                 setting=r["setting"], spe=r.get("steps_per_execution", 1), repeats=r.get("repeats", 1)
             )
@@ -177,7 +177,8 @@ def rows_table(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             if torch_wall and key not in ("ssgd", "torch_local"):
                 vs = row["wall_s"] / torch_wall
                 cells["vs_torch"] = f"{vs:.2f}" + (f" ({verdict(vs <= 1.0)})" if key == DEFAULT_ROW else "")
-            out.append(dict(cells, ratio=f"{ratio:.3f}{goal}", acc=row["test_accuracy"]))
+            shown = f"{ratio:.3f}{goal}" if ratio is not None else None
+            out.append(dict(cells, ratio=shown, acc=row["test_accuracy"]))
     return out
 
 
