@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 
 from experiments import _cli
 from experiments.harness import Launch, Sweep, run_sweep
-from experiments.page import Page, Table, median
+from experiments.page import Page, Table, median, when
 
 VARIANTS = {"flat": [], "bf16": ["--compression=bf16"], "fp16": ["--compression=fp16"]}
 KEEP = ("wall_s", "test_accuracy", "syncs", "comm_s", "compute_s", "bytes_communicated", "sync_payload_bytes")
@@ -113,16 +113,11 @@ def _slow_link_mb(rec: Dict[str, Any], run: Dict[str, Any]) -> float:
     return run["bytes_communicated"] * 2 * (n - 1) / n / 1e6
 
 
-def _when(rec: Dict[str, Any]) -> str:
-    """``"12-02 11:07"`` from the record's UTC time: rows of re-measured settings stay apart."""
-    return rec.get("when", "")[5:16].replace("T", " ")
-
-
 def variant_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """One row per (setting, variant): medians over the repeats and ratios to ``flat``'s medians."""
     out = []
     for r in records:
-        name = f"{_when(r)}: {r['model']}, {r['mbit']:g} Mbit/s, {r['split']}"
+        name = f"{when(r)}: {r['model']}, {r['mbit']:g} Mbit/s, {r['split']}"
         meds = {}
         for v, runs in r["runs"].items():
             meds[v] = {
@@ -146,7 +141,7 @@ def variant_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 def setting_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     keys = ("model", "mbit", "split", "hosts", "tasks_per_host", "interval", "steps", "batch_size")
     return [
-        dict({k: r[k] for k in keys}, when=_when(r), load=r.get("load_average_1m"), cores=r.get("cores"))
+        dict({k: r[k] for k in keys}, when=when(r), load=r.get("load_average_1m"), cores=r.get("cores"))
         for r in records
     ]
 

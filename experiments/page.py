@@ -19,7 +19,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["Table", "Page", "load_jsonl", "render_page", "write_page", "cell", "table", "verdict", "median"]
+__all__ = [
+    "Table",
+    "Page",
+    "load_jsonl",
+    "render_page",
+    "write_page",
+    "cell",
+    "table",
+    "verdict",
+    "median",
+    "when",
+]
 
 Records = List[Dict[str, Any]]
 Column = Tuple[str, str, str]  # header, key in the row, format ("" = as is, ".2f", "%", "+.1f", ...)
@@ -86,6 +97,15 @@ def table(columns: Sequence[Column], rows: Records) -> List[str]:
     align = "|" + "|".join("---:" if c[2] else "---" for c in columns) + "|"
     body = ["| " + " | ".join(cell(r.get(c[1]), c[2]) for c in columns) + " |" for r in rows]
     return [head, align, *body]
+
+
+def when(record: Dict[str, Any]) -> str:
+    """A record's UTC time as a page shows it (``"12-02 11:07"``), from the harness's ``when`` field.
+
+    >>> when({"when": "2026-12-02T11:07:49Z"}), when({})
+    ('12-02 11:07', '')
+    """
+    return record.get("when", "")[5:16].replace("T", " ")
 
 
 def verdict(ok: Optional[bool]) -> str:

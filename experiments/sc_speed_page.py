@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from experiments.page import Page, Table, median, verdict
+from experiments.page import Page, Table, median, verdict, when
 
 __all__ = ["PAGE", "GOALS", "OUTSIDE"]
 
@@ -85,9 +85,7 @@ def rows_step(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             mirrored_ms=m.get("mirrored", {}).get("step_ms"),
             vs_mirrored=r.get("step_ratio_sc_local_vs_mirrored"),
         )
-        row.update(
-            vs_floor=f"{sr:.2f} ({verdict(sr <= GOALS['step'])})", when=r["when"][5:16].replace("T", " ")
-        )
+        row.update(vs_floor=f"{sr:.2f} ({verdict(sr <= GOALS['step'])})", when=when(r))
         out.append(dict(row, vs_mwms=f"{ur:.2f} ({verdict(ur <= GOALS['startup'])})"))
     return out
 
@@ -106,7 +104,7 @@ def rows_auto(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     for r in (r for r in records if r.get("part") == "auto"):
         dev = r["max_dev_from_median"]
         row = {k: r.get(k) for k in ("setting", "intervals", "median_h", "load_average_1m", "walls_s")}
-        row.update(when=r["when"][5:16].replace("T", " "), probe=probe(r), cap=r.get("max_interval", 256))
+        row.update(when=when(r), probe=probe(r), cap=r.get("max_interval", 256))
         out.append(dict(row, dev=f"{dev:.0%} ({verdict(dev <= GOALS['auto'])})"))
     return out
 
@@ -115,7 +113,7 @@ def rows_auto_runs(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     out = []
     for r in (r for r in records if r.get("part") == "auto" and r.get("timings")):
         for i, (h, t, w) in enumerate(zip(r["intervals"], r["timings"], r["walls_s"]), 1):
-            row = dict(when=r["when"][5:16].replace("T", " "), probe=probe(r), run=i, h=h, wall=w)
+            row = dict(when=when(r), probe=probe(r), run=i, h=h, wall=w)
             row.update(t_comm=1e3 * t["t_comm_s"], t_comp=1e3 * t["t_comp_s"])
             out.append(dict(row, samples=len(t.get("t_comp_samples_s") or [])))
     return out

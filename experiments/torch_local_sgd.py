@@ -72,11 +72,9 @@ def shard_batches(n: int, rank: int, world: int, per_rank: int, steps: int, seed
     """
     mine = np.arange(rank, n, world)
     rng = np.random.default_rng(seed + rank)
-    out: List[np.ndarray] = []
     need = steps * per_rank
-    while sum(len(o) for o in out) < need:
-        out.append(rng.permutation(mine))
-    return np.concatenate(out)[:need].reshape(steps, per_rank)
+    passes = -(-need // len(mine))  # enough shuffled passes over the shard for every batch
+    return np.concatenate([rng.permutation(mine) for _ in range(passes)])[:need].reshape(steps, per_rank)
 
 
 def _rendezvous() -> Tuple[int, int, str, int, str]:

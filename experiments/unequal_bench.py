@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional
 
 from experiments import _cli
 from experiments.harness import Launch, Sweep, run_sweep
-from experiments.page import Page, Table, median, verdict
+from experiments.page import Page, Table, median, verdict, when
 from experiments.slow import parse_slow_workers
 
 VARIANTS = {"equal": "", "slow1x2": "1:2.0", "slow1x1.5": "1:1.5"}
@@ -123,7 +123,7 @@ def tta_sweep(fv: Any) -> Sweep:
     settings = {s: parse_setting(s) for s in fv.settings}
     workers = fv.workers if fv["workers"].present else 4  # the emulation's default is 2
     for text, setting in settings.items():
-        need = 1 + max((int(w.split(":")[0]) for w in SLOWED[setting["slowed"]].split(",") if w), default=1)
+        need = 1 + max(parse_slow_workers(SLOWED[setting["slowed"]]), default=1)
         if workers < need:
             _cli.fail(
                 f"--workers: setting {text} slows workers 1 and 3 first, needs >= {need}, got {workers}"
@@ -227,8 +227,7 @@ PAGE = Page(
 
 # ---------------------------------------------------------------------------------------- the tta page
 def _where(r: Dict[str, Any]) -> str:
-    when = r.get("when", "")[5:16].replace("T", " ")
-    return f"{when}: {r['model']}, {r['workers']} workers, {r['mbit']:g} Mbit/s, {r['data']}, {r['slowed']} slowed"
+    return f"{when(r)}: {r['model']}, {r['workers']} workers, {r['mbit']:g} Mbit/s, {r['data']}, {r['slowed']} slowed"
 
 
 def setting_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
