@@ -169,12 +169,12 @@ class TimeBudget:
 
     Attributes:
         min_steps: the fewest local steps a replica takes per period (1..H).
-        tolerance: a replica whose step time is within this fraction of the fastest's takes H steps, as
-            the fastest does (measured times scatter; 0: every difference counts).
         step_times: fixed seconds per step, one per replica of the cluster (global replica order): the
             counts are then fixed and nothing is measured (tests, known hardware). None: measured — the
             first period is H steps everywhere; at every sync each worker's mean seconds per local step
             of that period travel in one small all-reduce and set the next period's counts.
+        tolerance: a replica whose step time is within this fraction of the fastest's takes H steps, as
+            the fastest does (measured times scatter; 0: every difference counts).
 
     >>> TimeBudget(step_times=(0.01, 0.02)).counts(4)
     (4, 2)
