@@ -27,7 +27,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, TextIO
 
-from tf_commopt.cluster.layout import HOST_ENV, Layout, pick_ports, plan_layout, task_env, tf_configs
+from tf_commopt.cluster.layout import (
+    HOST_ENV,
+    HOSTS_ENV,
+    Layout,
+    pick_ports,
+    plan_layout,
+    replica_hosts,
+    task_env,
+    tf_configs,
+)
 from tf_commopt.cluster.netns import open_network
 from tf_commopt.cluster.policy import RestartGroup, failure_policy
 from tf_commopt.cluster.procs import KILL_GRACE_S, TaskSpec
@@ -171,11 +180,12 @@ def _guarded_signals() -> Iterator[Dict[str, object]]:
 def _task_specs(
     layout: Layout, configs: List[dict], net, command: Sequence[str], env: Dict[str, str], cwd: Optional[str]
 ) -> List[TaskSpec]:
+    every = replica_hosts(layout)
     return [
         TaskSpec(
             name,
             net.wrap(host, list(command)),
-            dict(env, TF_CONFIG=json.dumps(cfg), **{HOST_ENV: str(host)}),
+            dict(env, TF_CONFIG=json.dumps(cfg), **{HOST_ENV: str(host), HOSTS_ENV: every}),
             cwd,
         )
         for name, host, cfg in zip(layout.names, layout.host_of, configs)

@@ -3,7 +3,8 @@
 A :class:`Layout` lists the tasks (``chief:0``, ``worker:0..``, ``ps:0..``, in that order) and the host
 each runs on (an index into the network's hosts). :func:`plan_layout` puts every task on its own host,
 or ``tasks_per_host`` consecutive tasks on one host: they get one address (and different ports), and
-each task is told its host in ``$TF_COMMOPT_HOST`` (:data:`HOST_ENV`).
+each task is told its host in ``$TF_COMMOPT_HOST`` (:data:`HOST_ENV`) and the host of every collective
+replica (``chief:0`` then the workers) in ``$TF_COMMOPT_HOSTS`` (:data:`HOSTS_ENV`, comma-separated).
 
 Example:
     >>> lay = plan_layout(workers=2, ps=1, chief=True)
@@ -28,10 +29,23 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from tf_commopt.errors import ClusterError
 from tf_commopt.threads import thread_env
 
-__all__ = ["HOST_ENV", "Layout", "plan_layout", "pick_ports", "tf_configs", "task_env"]
+__all__ = [
+    "HOST_ENV",
+    "HOSTS_ENV",
+    "replica_hosts",
+    "Layout",
+    "plan_layout",
+    "pick_ports",
+    "tf_configs",
+    "task_env",
+]
 
 HOST_ENV = "TF_COMMOPT_HOST"
 """The environment variable holding a task's host index (tasks with the same value share a host)."""
+
+HOSTS_ENV = "TF_COMMOPT_HOSTS"
+"""The environment variable holding the host index of every collective replica task (``chief:0`` first,
+then ``worker:0..``), comma-separated: what two-level averaging groups by."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,17 @@ class Layout:
     def hosts(self) -> int:
         """How many hosts the tasks use."""
         return max(self.host_of) + 1 if self.host_of else 0
+
+
+def replica_hosts(layout: "Layout") -> str:
+    """The value of :data:`HOSTS_ENV`: the host of ``chief:0`` (if any) and of every worker, in order.
+
+    >>> replica_hosts(plan_layout(4, 1, False, tasks_per_host=2))
+    '0,0,1,1'
+    """
+    order = [i for i, (t, _) in enumerate(layout.tasks) if t == "chief"]
+    order += [i for i, (t, _) in enumerate(layout.tasks) if t == "worker"]
+    return ",".join(str(layout.host_of[i]) for i in order)
 
 
 def plan_layout(workers: int, ps: int, chief: bool, tasks_per_host: int = 1) -> Layout:

@@ -36,7 +36,7 @@ from tf_commopt._compat import (
 from tf_commopt._compat import mirrored_strategy as _ms
 from tf_commopt._compat import values as _values
 from tf_commopt.core.period import TimeBudget
-from tf_commopt.distribute import _keras_hooks, averaging, compressed_sync
+from tf_commopt.distribute import _keras_hooks, averaging, compressed_sync, two_level
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_policy import AutoInterval
 from tf_commopt.distribute.interval_state import IntervalState
@@ -96,7 +96,12 @@ class _SkipCorrectMixin:
         graph_loop: bool = True,
         compression: Optional[str] = None,
         period: Optional[TimeBudget] = None,
+        host_interval: Optional[int] = None,
+        hosts: Optional[Sequence[Any]] = None,
     ) -> None:
+        self.host_interval = host_interval  # two-level averaging's h (None: one level)
+        self._sc_hosts = hosts
+        self.two_level: Optional[two_level.TwoLevelAverager] = None  # built by _sc_build_period
         self.compression = compression  # None, "bf16" or "fp16": the scheduled syncs' wire dtype
         self.sync_payload_bytes = 0  # one replica's bytes in a scheduled sync (set when it is traced)
         self._sc_period = period  # None: every replica takes H steps; a TimeBudget: period="time"
@@ -155,7 +160,12 @@ class _SkipCorrectMixin:
         return out
 
     def _sc_build_period(self) -> None:
-        """period="time": the count table and x₀ store (needs the replicas, so after construction)."""
+        """period="time": the count table and x₀ store; host_interval: the hosts and their collective
+        keys (both need the replicas, so after construction)."""
+        if self.host_interval is not None and self.two_level is None:
+            host_of = two_level.resolve_hosts(self, self._sc_hosts)
+            key_base = container_strategy(self)._collective_key_base + 50_000
+            self.two_level = two_level.TwoLevelAverager(self, host_of, self.host_interval, key_base)
         if self._sc_period is not None and self.time_period is None:
             self.time_period = TimePeriodState(
                 self, self._sc_period, int(self.interval_state.interval.numpy())
@@ -192,6 +202,11 @@ class _SkipCorrectMixin:
                     self.time_period.new_state(state)
             finally:
                 self._sc_internal = False
+            if self.two_level is not None:
+                try:
+                    two_level.check_rule(rule)
+                except InputError as e:
+                    raise _pass_through(e) from None
             self._sc_states[id(optimizer)] = state
             track_child(optimizer, state, "skip_correct_state")
         if state.rule == "vrl" and self._sc_correction_lr == "optimizer" and beta > 0:
@@ -268,6 +283,10 @@ class _SkipCorrectMixin:
         def skip() -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             return k, tf.constant(0.0, tf.float64), tf.constant(0.0, tf.float64)
 
+        if self.two_level is not None:  # between global syncs, every h-th local step: the host sync
+            do_host = tf.logical_and(local_phase, tf.math.floormod(k, self.two_level.h) == 0)
+            host = functools.partial(self._sc_host_sync, optimizer, state, list(var_list) + extras, k)
+            skip = functools.partial(tf.cond, do_host, host, skip)
         new_k, _, comm_sample = tf.cond(do_sync, sync, skip)
         state.local_steps.assign(new_k)
         deps = [new_k]
@@ -280,19 +299,37 @@ class _SkipCorrectMixin:
         with tf.control_dependencies(deps):
             tel.last_end.assign(tf.timestamp())
 
+    def _sc_lr(self, optimizer: Any, state: SkipCorrectState) -> Any:
+        """The vrl update's learning rate (None for other rules): read in a sync branch, not every step."""
+        if state.rule != "vrl":
+            return None
+        lr = optimizer_lr(optimizer)
+        if self._sc_correction_lr == "effective":
+            lr = lr / (1.0 - optimizer_momentum(optimizer))
+        return lr
+
+    @_no_autograph
+    def _sc_host_sync(
+        self, optimizer: Any, state: SkipCorrectState, variables: List[Any], k: tf.Tensor
+    ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The host sync of two-level averaging (``two_level.py``); k and the t_comm sample unchanged."""
+        lr = self._sc_lr(optimizer, state)
+        dt = two_level.host_sync(self.two_level, variables, state, len(state.variables), lr)
+        with tf.control_dependencies([dt]):
+            return tf.identity(k), tf.constant(0.0, tf.float64), tf.constant(0.0, tf.float64)
+
     @_no_autograph
     def _sc_scheduled_sync(
         self, optimizer: Any, state: SkipCorrectState, variables: List[Any], k: tf.Tensor
     ) -> Tuple[tf.Tensor, tf.Tensor]:
         """The sync at k == H: blocking (``averaging.average``) or overlapped. Returns (seconds the step
         spent, the t_comm sample: the blocking sync's seconds or the applied background all-reduce's)."""
-        lr = None
-        if state.rule == "vrl":  # only vrl's update needs the lr: read it in the sync branch, not every step
-            lr = optimizer_lr(optimizer)
-            if self._sc_correction_lr == "effective":
-                lr = lr / (1.0 - optimizer_momentum(optimizer))
+        lr = self._sc_lr(optimizer, state)
         n = len(state.variables)
         self.sync_payload_bytes = compressed_sync.payload_bytes(variables, n, state.rule, state.compression)
+        if self.two_level is not None:  # host means, then across hosts (two_level.py)
+            dt = two_level.global_sync(self.two_level, variables, state, n, k, lr)
+            return dt, dt
         if self.time_period is not None:  # normalised average of unequal step counts (unequal_sync.py)
             dt = self.time_period.sync(state, variables, n, k, lr)
             return dt, dt

@@ -110,6 +110,8 @@ def _validated(
     graph_loop: Any = True,
     compression: Any = None,
     period: Any = "steps",
+    host_interval: Any = None,
+    hosts: Any = None,
 ) -> Dict[str, Any]:
     """The StrategyExtended's keyword arguments from the constructor's, each checked (one-line InputError
     naming the argument)."""
@@ -138,7 +140,10 @@ def _validated(
             "compression with period='time' is not supported yet; use one of them",
             where="SkipCorrectStrategy(compression=...)",
         )
+    _check_two_level(host_interval, hosts, resolved, budget, overlap)
     return dict(
+        host_interval=host_interval,
+        hosts=None if hosts is None else list(hosts),
         interval=resolved,
         period=budget,
         correction=_corr.validate_correction(correction, where="SkipCorrectStrategy(correction=...)"),
@@ -151,6 +156,32 @@ def _validated(
         graph_loop=validate_overlap(graph_loop, where="SkipCorrectStrategy(graph_loop=...)"),
         compression=validate_compression(compression, where="SkipCorrectStrategy(compression=...)"),
     )
+
+
+def _check_two_level(host_interval: Any, hosts: Any, interval: Any, budget: Any, overlap: Any) -> None:
+    """One-line errors for ``host_interval`` / ``hosts`` and what they do not combine with."""
+    where = "SkipCorrectStrategy(host_interval=...)"
+    if host_interval is None:
+        if hosts is not None:
+            raise InputError("hosts is only used with host_interval", where="SkipCorrectStrategy(hosts=...)")
+        return
+    if isinstance(host_interval, bool) or not isinstance(host_interval, int) or host_interval < 1:
+        raise InputError(f"must be an integer >= 1, got {host_interval!r}", where=where)
+    if not isinstance(interval, int):
+        raise InputError("two-level averaging needs a fixed integer interval", where=where)
+    if interval % host_interval:
+        raise InputError(
+            f"interval={interval} must be a multiple of host_interval={host_interval}", where=where
+        )
+    if budget is not None or overlap:
+        raise InputError(
+            "two-level averaging does not combine with period='time' or overlap=True", where=where
+        )
+    if hosts is not None and (isinstance(hosts, (str, bytes)) or not hasattr(hosts, "__len__")):
+        raise InputError(
+            f"must be a list (the host of each replica), got {hosts!r}",
+            where="SkipCorrectStrategy(hosts=...)",
+        )
 
 
 class SkipCorrectStrategy(distribute_lib.Strategy):
@@ -201,6 +232,15 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             the ``"steps"`` rule exactly; :mod:`tf_commopt.distribute.unequal_sync`), or a
             :class:`~tf_commopt.core.period.TimeBudget` (its options: ``min_steps``, fixed
             ``step_times``). Needs a fixed integer ``interval`` and ``overlap=False``.
+        host_interval: h, two-level averaging (:mod:`tf_commopt.distribute.two_level`): the replicas of
+            each host average every h local steps, all replicas every ``interval`` steps (a multiple of
+            h), with the vrl correction at both levels; a global sync crosses the hosts once per host
+            value (the slow link carries 1/p of it per worker, p workers per host). ``None`` (default):
+            one level. Needs a fixed integer ``interval``, ``overlap=False``, ``period="steps"`` and
+            correction ``vrl`` or ``none``.
+        hosts: with ``host_interval``, the host of each replica (names or numbers, in replica order);
+            default: on a cluster, the launcher's ``$TF_COMMOPT_HOSTS`` or else the host part of each
+            TF_CONFIG address (tasks with the same host name share a host); in one process, one host.
         target_ratio, max_interval, auto_warmup_steps, auto_probe_interval, auto_measure_syncs: shorthand
             for ``interval="auto"``: they build ``AutoInterval(target_ratio, max_interval, warmup_steps,
             probe_interval, measure_syncs)``; unused with a fixed H; an error next to an ``AutoInterval``.
@@ -222,6 +262,8 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         graph_loop: bool = True,
         compression: Optional[str] = None,
         period: Union[str, TimeBudget] = "steps",
+        host_interval: Optional[int] = None,
+        hosts: Optional[Sequence[Any]] = None,
         target_ratio: Optional[float] = None,
         max_interval: Optional[int] = None,
         auto_warmup_steps: Optional[int] = None,
@@ -246,6 +288,8 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             graph_loop,
             compression,
             period,
+            host_interval,
+            hosts,
         )
         _check_keras()
         require_internals("SkipCorrectStrategy")
@@ -339,6 +383,15 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         out.update(compression=e.compression, sync_payload_bytes=e.sync_payload_bytes)
         if e.time_period is not None:
             out.update(e.time_period.as_dict())
+        if e.two_level is not None:
+            tl = e.two_level
+            out.update(
+                host_interval=tl.h,
+                hosts=tl.hosts,
+                host_syncs=int(tl.host_syncs.numpy()),
+                host_comm_s=float(tl.host_comm_s.numpy()),
+                inter_host_bytes=int(tl.inter_host_bytes.numpy()),
+            )
         return out
 
     def reset_step_clock(self) -> None:

@@ -1,0 +1,170 @@
+"""SkipCorrectStrategy(host_interval=h): two-level averaging against tf_commopt.core.hierarchical (numpy),
+step by step, in one process with logical devices grouped into hosts.
+
+* training with vrl and none, 4 replicas as 2 hosts x 2 and as hosts of 1 and 3: every replica's model
+  and Δ_i after every step equal the numpy rule (local steps, host syncs every h, global every H);
+* bf16 compressed host level: the same, within the wire dtype's rounding of the host values;
+* h = H is the flat rule (the host level adds nothing between global syncs);
+* telemetry counts host syncs; bad arguments are one-line errors.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.tf.sc_reference import make_batches, softmax_grads, softmax_step
+from tf_commopt.core import hierarchical
+from tf_commopt.distribute import SkipCorrectStrategy
+from tf_commopt.errors import InputError
+
+F, C, B, LR = 5, 3, 4, 0.125
+
+
+def _start(seed=0):
+    rng = np.random.RandomState(seed)
+    return (rng.randn(F, C) * 0.3).astype(np.float32), (rng.randn(C) * 0.1).astype(np.float32)
+
+
+def _strategy(r, **kw):
+    return SkipCorrectStrategy(devices=["/cpu:%d" % i for i in range(r)], **kw)
+
+
+def _train(strategy, w0, b0, batches, r):
+    with strategy.scope():
+        w, b = tf.Variable(w0), tf.Variable(b0)
+        opt = tf.keras.optimizers.SGD(LR)
+    step = softmax_step(strategy, w, b, opt, r * B)
+    out = []
+    for row in batches:
+        step(row)
+        state = strategy.extended.correction_state(opt)
+        deltas = state.delta_numpy() if state.deltas is not None else None
+        out.append(([c.numpy() for c in w.values], [c.numpy() for c in b.values], deltas))
+    return out
+
+
+def _reference(w0, b0, batches, hosts, rule, big_h, h, codec=None):
+    """Local steps x_i ← x_i − lr(∇f_i − Δ_i), then core.hierarchical's sync every h (global every H)."""
+    r = len(batches[0])
+    groups = hierarchical.host_groups(hosts)
+    xs = [[w0.astype(np.float64), b0.astype(np.float64)] for _ in range(r)]
+    ds = [[np.zeros_like(x) for x in xs[0]] for _ in range(r)]
+    es = [[np.zeros_like(x) for x in xs[0]] for _ in range(r)]
+    x0 = [x.copy() for x in xs[0]]
+    k, out = 0, []
+    for row in batches:
+        for i in range(r):
+            g = softmax_grads(xs[i][0], xs[i][1], *row[i])
+            xs[i] = [x - LR * (gv - d) for x, gv, d in zip(xs[i], g, ds[i])]
+        k += 1
+        if k % h == 0:
+            is_global = k == big_h
+            rnd = None if codec is None else _bf16
+            for j in range(2):
+                st = hierarchical.LevelState(
+                    [xs[i][j] for i in range(r)],
+                    [ds[i][j] for i in range(r)],
+                    residuals=[es[i][j] for i in range(r)],
+                )
+                new = hierarchical.two_level_sync(
+                    x0[j], st, groups, rule, h, big_h // h, is_global, clr=LR, codec=codec, round_fn=rnd
+                )
+                for i in range(r):
+                    xs[i][j], ds[i][j] = new.xs[i], new.deltas[i]
+                    if new.residuals is not None:
+                        es[i][j] = new.residuals[i]
+                if is_global:
+                    x0[j] = new.xs[0].copy()
+            if is_global:
+                k = 0
+        out.append([[x.copy() for x in xi] for xi in xs] + [[d.copy() for d in di] for di in ds])
+    return out
+
+
+def _bf16(v):
+    """Round float64 to bfloat16 (nearest even), back to float64 (as TF rounds a float32 value)."""
+    return tf.cast(tf.cast(tf.constant(np.asarray(v, np.float32)), tf.bfloat16), tf.float64).numpy()
+
+
+def _compare(got, want, r, rule, atol):
+    for t, ((ws, bs, deltas), ref) in enumerate(zip(got, want), start=1):
+        for i in range(r):
+            np.testing.assert_allclose(ws[i], ref[i][0], rtol=1e-5, atol=atol, err_msg=f"w step {t} rep {i}")
+            np.testing.assert_allclose(bs[i], ref[i][1], rtol=1e-5, atol=atol, err_msg=f"b step {t} rep {i}")
+            if rule == "vrl":
+                np.testing.assert_allclose(deltas[0][i], ref[r + i][0], rtol=1e-4, atol=atol * 10 / LR)
+
+
+@pytest.mark.parametrize("hosts", [[0, 0, 1, 1], ["a", "b", "b", "b"]])
+@pytest.mark.parametrize("rule", ["vrl", "none"])
+def test_two_level_training_follows_the_numpy_rule(hosts, rule):
+    r, big_h, h = 4, 4, 2
+    w0, b0 = _start()
+    batches = make_batches(10, r, B, F, C, seed=3)
+    strategy = _strategy(r, interval=big_h, host_interval=h, hosts=hosts, correction=rule)
+    got = _train(strategy, w0, b0, batches, r)
+    want = _reference(w0, b0, batches, hosts, rule, big_h, h)
+    _compare(got, want, r, rule, atol=1e-5)
+    s = strategy.stats()
+    assert (s["syncs"], s["host_syncs"], s["host_interval"], s["hosts"]) == (2, 3, 2, 2)
+    # replicas of one host hold one model right after a host sync (step 6 = 2 after the global at 4)
+    ws = got[5][0]
+    groups = hierarchical.host_groups(hosts)
+    for g in groups:
+        for i in g:
+            np.testing.assert_array_equal(ws[i], ws[g[0]])
+    assert not np.allclose(ws[groups[0][0]], ws[groups[1][0]])
+    if rule == "vrl":  # Σ_i Δ_i stays 0 at both levels
+        np.testing.assert_allclose(sum(got[-1][2][0]), 0.0, atol=1e-4)
+
+
+def test_compressed_host_level_follows_the_numpy_rule():
+    r, big_h, h = 4, 4, 2
+    w0, b0 = _start(1)
+    batches = make_batches(9, r, B, F, C, seed=4)
+    strategy = _strategy(r, interval=big_h, host_interval=h, hosts=[0, 0, 1, 1], compression="bf16")
+    got = _train(strategy, w0, b0, batches, r)
+    want = _reference(w0, b0, batches, [0, 0, 1, 1], "vrl", big_h, h, codec="bf16")
+    _compare(got, want, r, "vrl", atol=2e-5)
+    exact = _reference(w0, b0, batches, [0, 0, 1, 1], "vrl", big_h, h)
+    assert not np.allclose(got[-1][0][0], exact[-1][0][0], rtol=0, atol=1e-7)  # rounding is on
+
+
+def test_host_interval_equal_to_interval_is_the_flat_rule():
+    r = 4
+    w0, b0 = _start(2)
+    batches = make_batches(8, r, B, F, C, seed=5)
+    two = _train(_strategy(r, interval=4, host_interval=4, hosts=[0, 0, 1, 1]), w0, b0, batches, r)
+    flat = _train(_strategy(r, interval=4), w0, b0, batches, r)
+    for (w2, b2, d2), (wf, bf, df) in zip(two, flat):
+        for i in range(r):
+            np.testing.assert_allclose(w2[i], wf[i], rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(d2[0][i], df[0][i], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kw, where",
+    [
+        (dict(interval=8, host_interval=3), "host_interval"),
+        (dict(interval=8, host_interval=0), "host_interval"),
+        (dict(interval="auto", host_interval=2), "host_interval"),
+        (dict(interval=8, host_interval=2, overlap=True), "host_interval"),
+        (dict(interval=8, hosts=[0, 1]), "hosts"),
+        (dict(interval=8, host_interval=2, hosts=[0, 0, 1]), "hosts"),
+    ],
+)
+def test_bad_two_level_arguments_are_one_line_errors(kw, where):
+    with pytest.raises(InputError) as e:
+        _strategy(2, **kw)
+    assert where in str(e.value) and "\n" not in str(e.value)
+
+
+def test_gradient_correction_is_a_one_line_error_at_the_first_step():
+    r = 2
+    strategy = _strategy(r, interval=4, host_interval=2, hosts=[0, 1])
+    with strategy.scope():
+        w, b = tf.Variable(np.zeros((F, C), np.float32)), tf.Variable(np.zeros(C, np.float32))
+        opt = tf.keras.optimizers.Adam(0.01)
+    step = softmax_step(strategy, w, b, opt, r * B)
+    with pytest.raises(InputError, match="correction='vrl'"):
+        step(make_batches(1, r, B, F, C, seed=0)[0])
