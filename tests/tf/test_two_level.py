@@ -139,6 +139,7 @@ def test_host_interval_equal_to_interval_is_the_flat_rule():
     for (w2, b2, d2), (wf, bf, df) in zip(two, flat):
         for i in range(r):
             np.testing.assert_allclose(w2[i], wf[i], rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(b2[i], bf[i], rtol=1e-6, atol=1e-6)
             np.testing.assert_allclose(d2[0][i], df[0][i], rtol=1e-5, atol=1e-5)
 
 
