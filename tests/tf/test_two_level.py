@@ -43,7 +43,7 @@ def _train(strategy, w0, b0, batches, r):
     return out
 
 
-def _reference(w0, b0, batches, hosts, rule, big_h, h, codec=None):
+def two_level_reference(w0, b0, batches, hosts, rule, big_h, h, codec=None, lr=LR):
     """Local steps x_i ← x_i − lr(∇f_i − Δ_i), then core.hierarchical's sync every h (global every H)."""
     r = len(batches[0])
     groups = hierarchical.host_groups(hosts)
@@ -55,7 +55,7 @@ def _reference(w0, b0, batches, hosts, rule, big_h, h, codec=None):
     for row in batches:
         for i in range(r):
             g = softmax_grads(xs[i][0], xs[i][1], *row[i])
-            xs[i] = [x - LR * (gv - d) for x, gv, d in zip(xs[i], g, ds[i])]
+            xs[i] = [x - lr * (gv - d) for x, gv, d in zip(xs[i], g, ds[i])]
         k += 1
         if k % h == 0:
             is_global = k == big_h
@@ -67,7 +67,7 @@ def _reference(w0, b0, batches, hosts, rule, big_h, h, codec=None):
                     residuals=[es[i][j] for i in range(r)],
                 )
                 new = hierarchical.two_level_sync(
-                    x0[j], st, groups, rule, h, big_h // h, is_global, clr=LR, codec=codec, round_fn=rnd
+                    x0[j], st, groups, rule, h, big_h // h, is_global, clr=lr, codec=codec, round_fn=rnd
                 )
                 for i in range(r):
                     xs[i][j], ds[i][j] = new.xs[i], new.deltas[i]
@@ -103,7 +103,7 @@ def test_two_level_training_follows_the_numpy_rule(hosts, rule):
     batches = make_batches(10, r, B, F, C, seed=3)
     strategy = _strategy(r, interval=big_h, host_interval=h, hosts=hosts, correction=rule)
     got = _train(strategy, w0, b0, batches, r)
-    want = _reference(w0, b0, batches, hosts, rule, big_h, h)
+    want = two_level_reference(w0, b0, batches, hosts, rule, big_h, h)
     _compare(got, want, r, rule, atol=1e-5)
     s = strategy.stats()
     assert (s["syncs"], s["host_syncs"], s["host_interval"], s["hosts"]) == (2, 3, 2, 2)
@@ -124,9 +124,9 @@ def test_compressed_host_level_follows_the_numpy_rule():
     batches = make_batches(9, r, B, F, C, seed=4)
     strategy = _strategy(r, interval=big_h, host_interval=h, hosts=[0, 0, 1, 1], compression="bf16")
     got = _train(strategy, w0, b0, batches, r)
-    want = _reference(w0, b0, batches, [0, 0, 1, 1], "vrl", big_h, h, codec="bf16")
+    want = two_level_reference(w0, b0, batches, [0, 0, 1, 1], "vrl", big_h, h, codec="bf16")
     _compare(got, want, r, "vrl", atol=2e-5)
-    exact = _reference(w0, b0, batches, [0, 0, 1, 1], "vrl", big_h, h)
+    exact = two_level_reference(w0, b0, batches, [0, 0, 1, 1], "vrl", big_h, h)
     assert not np.allclose(got[-1][0][0], exact[-1][0][0], rtol=0, atol=1e-7)  # rounding is on
 
 
