@@ -1,12 +1,15 @@
-"""Cheaper syncs, measured: flat skip-and-correct against compressed syncs at the same H, on 4 workers as
-2 hosts x 2 (host mates unshaped, the hosts joined by a capped link). Page: docs/results/cheapsync.md.
+"""Cheaper syncs, measured: flat skip-and-correct against compressed syncs and two-level averaging at the
+same H, on 4 workers as 2 hosts x 2 (host mates unshaped, the hosts joined by a capped link). Page:
+docs/results/cheapsync.md.
 
 A sweep of runner launches (``experiments.harness``): every setting (model, inter-host Mbit/s, iid or
 label-skewed) runs each variant ``--repeats`` times, interleaved: ``flat`` (float32 syncs), ``bf16`` and
-``fp16`` (``--compression``). The page shows the medians of wall time, test accuracy and sync time,
-their ratios to ``flat``, and the bytes one worker put into the syncs; the bytes that cross the slow link
-are derived from them: a ring all-reduce over N ranks sends 2(N-1)/N of each rank's payload to the next
-rank, and with the tasks in host order exactly one rank per host sends across the hosts' link.
+``fp16`` (``--compression``), ``two_level`` and ``two_level_bf16`` (``--host_interval``). The page shows
+the medians of wall time, test accuracy and sync time, their ratios to ``flat``, and the bytes one
+worker put into the syncs; the bytes that cross the slow link are derived from them: a ring all-reduce
+over N ranks sends 2(N-1)/N of each rank's payload to the next rank, and with the tasks in host order
+exactly one rank per host sends across the hosts' link; a two-level global sync sends each worker's
+slice of its host value once (``inter_host_bytes``), so a host sends p slices.
 
 Example:
     python -m experiments.cheapsync_bench --settings=mlp:100:iid --repeats=1 --steps=16 --out=/tmp/cs.jsonl
@@ -21,9 +24,15 @@ from experiments import _cli
 from experiments.harness import Launch, Sweep, run_sweep
 from experiments.page import Page, Table, median, when
 
-VARIANTS = {"flat": [], "bf16": ["--compression=bf16"], "fp16": ["--compression=fp16"]}
+VARIANTS = {
+    "flat": [],
+    "bf16": ["--compression=bf16"],
+    "fp16": ["--compression=fp16"],
+    "two_level": ["--host_interval={h}"],
+    "two_level_bf16": ["--host_interval={h}", "--compression=bf16"],
+}
 KEEP = ("wall_s", "test_accuracy", "syncs", "comm_s", "compute_s", "bytes_communicated", "sync_payload_bytes")
-KEEP += ("first_sync_s", "interval", "cluster_wall_s")
+KEEP += ("first_sync_s", "interval", "cluster_wall_s", "host_syncs", "host_comm_s", "inter_host_bytes")
 
 
 def define(fv: Any) -> None:
@@ -31,7 +40,11 @@ def define(fv: Any) -> None:
 
     d = dict(flag_values=fv)
     flags.DEFINE_list("settings", ["big_mlp:100:iid"], "model:inter-host Mbit/s:iid|non_iid, ...", **d)
-    flags.DEFINE_list("variants", ["flat", "bf16"], f"any of {', '.join(VARIANTS)}", **d)
+    flags.DEFINE_list(
+        "variants", ["flat", "bf16", "two_level", "two_level_bf16"], f"any of {', '.join(VARIANTS)}", **d
+    )
+    flags.DEFINE_string("correction", "auto", "the runner's --correction, the same for every variant", **d)
+    flags.DEFINE_integer("host_interval", 2, "h of the two_level variants (H a multiple of it)", **d)
     flags.DEFINE_integer("hosts", 2, "hosts", **d)
     flags.DEFINE_integer("tasks_per_host", 2, "workers per host (unshaped between them)", **d)
     flags.DEFINE_integer("steps", 48, "steps per run", **d)
@@ -63,7 +76,7 @@ def sweep(fv: Any) -> Sweep:
     bad = [v for v in fv.variants if v not in VARIANTS]
     if bad:
         _cli.fail(f"--variants: unknown {', '.join(bad)}; choose from {', '.join(VARIANTS)}")
-    for name in ("hosts", "tasks_per_host", "steps", "interval", "repeats"):
+    for name in ("hosts", "tasks_per_host", "steps", "interval", "repeats", "host_interval"):
         if getattr(fv, name) < 1:
             _cli.fail(f"--{name}: must be >= 1, got {getattr(fv, name)}")
     settings = {s: parse_setting(s) for s in fv.settings}
@@ -76,14 +89,20 @@ def sweep(fv: Any) -> Sweep:
             f"--learning_rate={fv.learning_rate}",
             "--strategy=skip_correct",
             f"--interval={fv.interval}",
+            f"--correction={fv.correction}",
         ]
         argv += [f"--non_iid_classes={fv.non_iid_classes}"] if s["split"] == "non_iid" else []
         return Launch(
-            argv + VARIANTS[variant], workers=workers, mbit=s["mbit"], tasks_per_host=fv.tasks_per_host
+            argv + [a.format(h=fv.host_interval) for a in VARIANTS[variant]],
+            workers=workers,
+            mbit=s["mbit"],
+            tasks_per_host=fv.tasks_per_host,
         )
 
     extra = {k: getattr(fv, k) for k in ("hosts", "tasks_per_host", "steps", "interval", "batch_size")}
     extra["learning_rate"] = fv.learning_rate
+    extra["host_interval"] = fv.host_interval
+    extra["correction"] = fv.correction
     return Sweep(
         "cheapsync",
         list(settings),
@@ -108,7 +127,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 # ------------------------------------------------------------------------------------------------ page
 def _slow_link_mb(rec: Dict[str, Any], run: Dict[str, Any]) -> float:
-    """MB one host sends to the other over the capped link (ring all-reduce, tasks in host order)."""
+    """MB one host sends to the other over the capped link: a ring all-reduce over every worker (tasks
+    in host order) sends 2(N-1)/N of a worker's bytes across; two-level averaging sends each worker's
+    slice of the host value (``inter_host_bytes``), so the host's p workers send p slices."""
+    if run.get("inter_host_bytes") is not None:
+        return run["inter_host_bytes"] * rec["tasks_per_host"] / 1e6
     n = rec["hosts"] * rec["tasks_per_host"]
     return run["bytes_communicated"] * 2 * (n - 1) / n / 1e6
 
@@ -124,6 +147,8 @@ def variant_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 k: median([x[k] for x in runs if x.get(k) is not None])
                 for k in ("wall_s", "test_accuracy", "comm_s", "compute_s", "syncs", "bytes_communicated")
             }
+            hs = [x["host_syncs"] for x in runs if x.get("host_syncs") is not None]
+            meds[v]["host_syncs"] = median(hs) if hs else None
             meds[v]["slow_mb"] = median([_slow_link_mb(r, x) for x in runs])
         base = meds.get("flat")
         for v, m in meds.items():
@@ -132,7 +157,7 @@ def variant_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             if base is not None:
                 row["wall_ratio"] = m["wall_s"] / base["wall_s"]
                 row["sync_ratio"] = m["comm_s"] / base["comm_s"] if base["comm_s"] else None
-                row["bytes_ratio"] = m["bytes_communicated"] / base["bytes_communicated"]
+                row["slow_ratio"] = m["slow_mb"] / base["slow_mb"]
                 row["accuracy_delta"] = 100 * (m["test_accuracy"] - base["test_accuracy"])
             out.append(row)
     return out
@@ -148,17 +173,20 @@ def setting_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 PAGE = Page(
     "cheapsync",
-    "Cheaper syncs: compressed model deltas on hosts of several workers",
-    "Skip-and-correct (vrl or gradient, as `--correction=auto` picks for the optimizer) at the same H on "
-    "workers placed as hosts of several workers (`tf_commopt.cluster --hosts --tasks-per-host`, the settings "
-    "table says how many: host mates talk unshaped, the hosts through the capped link): `flat` sends "
-    "float32 models, `bf16` / `fp16` the period's model delta in half precision with error feedback (`--compression`). Wall time is the runner's "
-    "training time (start-up excluded); sync s is the summed time of the syncs; bytes/worker is what one "
-    "worker put into the syncs' all-reduces; MB on the slow link is derived from it, as a ring "
-    "all-reduce moves it across the hosts' link in each direction (the bench module's docstring). The syncs include the run's last, out-of-rhythm average "
-    "before evaluation, which is float32 in every variant. Wall time includes the first call (graph "
-    "building), which compression lengthens. Medians of the repeats, variants interleaved; ratios "
-    "are to flat's medians. Two-level averaging is not in the strategy yet, so it is not measured here.",
+    "Cheaper syncs: compressed model deltas and two-level averaging on hosts of several workers",
+    "Skip-and-correct (vrl or gradient, as `--correction=auto` picks for the optimizer) at the same global "
+    "H on workers placed as hosts of several workers (`tf_commopt.cluster --hosts --tasks-per-host`, the "
+    "settings table says how many: host mates talk unshaped, the hosts through the capped link): `flat` "
+    "sends float32 models in a ring over every worker; `bf16` / `fp16` the period's model delta in half "
+    "precision with error feedback (`--compression`); `two_level` averages the host mates every "
+    "`--host_interval` steps and, every H, crosses the hosts once per host value, each worker carrying "
+    "its slice (`--host_interval`); `two_level_bf16` both. Wall time is the runner's training time "
+    "(start-up excluded); sync s is the summed time of the global syncs (host syncs apart); bytes/worker "
+    "is what one worker put into all-reduces, host mates' included; MB on the slow link is what one host "
+    "sends the other, derived from the records as the bench module's docstring says. The syncs include "
+    "the run's last, out-of-rhythm average before evaluation (float32; two-level variants send it "
+    "across the hosts once too). Wall time includes the first call (graph building), which compression "
+    "lengthens. Medians of the repeats, variants interleaved; ratios are to flat's medians.",
     [
         Table(
             "Settings",
@@ -178,7 +206,7 @@ PAGE = Page(
             ],
         ),
         Table(
-            "Flat against compressed, same H",
+            "Flat against compressed and two-level, same global H",
             variant_rows,
             [
                 ("setting", "setting", ""),
@@ -189,9 +217,10 @@ PAGE = Page(
                 ("sync / flat", "sync_ratio", ".2f"),
                 ("compute s", "compute_s", ".1f"),
                 ("syncs", "syncs", "g"),
+                ("host syncs", "host_syncs", "g"),
                 ("bytes/worker", "bytes_communicated", ".3g"),
-                ("bytes / flat", "bytes_ratio", ".2f"),
                 ("MB on the slow link", "slow_mb", ".1f"),
+                ("slow link / flat", "slow_ratio", ".2f"),
                 ("test acc. %", "accuracy_pct", ".2f"),
                 ("Δ acc. (points)", "accuracy_delta", "+.2f"),
                 ("repeats", "repeats", "d"),

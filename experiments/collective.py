@@ -28,7 +28,7 @@ __all__ = ["RunResult", "configure_local_cpus", "make_strategy", "run_collective
 SYNC_STATS = tuple(  # the strategy's stats() kept in the record
     "syncs comm_s first_sync_s compute_s bytes_communicated background_comm_s drain_wait_s interval_t_comm_s "
     "interval_t_comp_s interval_t_comm_samples_s interval_t_comp_samples_s interval_overhead_s "
-    "interval_selection_comm_s".split()
+    "interval_selection_comm_s host_interval host_syncs host_comm_s inter_host_bytes".split()
 )
 
 
@@ -106,6 +106,7 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
         overlap=cfg.overlap,
         compression=cfg.compression or None,
         period=cfg.period,
+        host_interval=cfg.host_interval or None,
     )
     if multi:
         return SkipCorrectStrategy(

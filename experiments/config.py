@@ -70,6 +70,7 @@ class Config:
     steps_per_execution: int = 1
     overlap: bool = False
     compression: str = ""
+    host_interval: int = 0
     non_iid_classes: int = 0
     step_times: bool = False
     proc_stats: bool = False
@@ -120,6 +121,9 @@ HELP: Dict[str, str] = {
     "keep stepping; the stale average is applied at the next sync",
     "compression": "skip_correct/local_sgd: bf16 or fp16: each sync sends the model delta in that dtype with "
     "error feedback (half the bytes); empty = float32",
+    "host_interval": "skip_correct/local_sgd: two-level averaging: the replicas of one host (tasks "
+    "sharing a host in tf_commopt.cluster --hosts/--tasks-per-host, or a TF_CONFIG host name) average "
+    "every this many local steps, all every --interval (a multiple of it); 0 = one level",
     "non_iid_classes": "0: iid shards; k > 0: label-skewed shards, each worker's (local replicas: each "
     "replica's) mostly holding k labels",
     "step_times": "add step_ms, step_ms_p90 (per-step wall time after step 10) and startup_s "
@@ -139,6 +143,7 @@ HELP: Dict[str, str] = {
 }
 
 _INTS = (
+    ("host_interval", 0),
     ("batch_size", 1),
     ("epochs", 1),
     ("steps", 0),
@@ -227,7 +232,21 @@ def validate(cfg: Config) -> Config:
     if cfg.interval_search and (cfg.strategy != "skip_correct" or cfg.interval == "auto"):
         raise InputError("needs --strategy=skip_correct and an integer --interval", where="--interval_search")
     _check_period(cfg)
+    _check_two_level(cfg)
     return cfg
+
+
+def _check_two_level(cfg: Config) -> None:
+    if not cfg.host_interval:
+        return
+    for bad, why in (
+        (cfg.strategy not in SYNC_STRATEGIES, "--strategy=skip_correct or local_sgd"),
+        (cfg.interval == "auto", "an integer --interval"),
+        (cfg.interval != "auto" and int(cfg.interval) % cfg.host_interval, "--interval a multiple of it"),
+        (cfg.overlap or cfg.period != "steps", "no --overlap and --period=steps"),
+    ):
+        if bad:
+            raise InputError(f"two-level averaging needs {why}", where="--host_interval")
 
 
 def _check_period(cfg: Config) -> None:

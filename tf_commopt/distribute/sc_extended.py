@@ -445,7 +445,10 @@ class _SkipCorrectMixin:
                     for v in optimizer_slots(opt):
                         if all(v is not e for e in extras):
                             extras.append(v)
-        averaging.average(self, trainable + extras)
+        if self.two_level is not None:  # across the hosts once per host value, as the scheduled syncs
+            two_level.global_sync(self.two_level, trainable + extras, None, 0, None, None)
+        else:
+            averaging.average(self, trainable + extras)
         compressed_sync.mark_stale(states)  # x₀ is this average now: taken at the next local step
         self.telemetry.reset_clock()
 
