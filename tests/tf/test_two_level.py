@@ -5,6 +5,7 @@ step by step, in one process with logical devices grouped into hosts.
   and Δ_i after every step equal the numpy rule (local steps, host syncs every h, global every H);
 * bf16 compressed host level: the same, within the wire dtype's rounding of the host values;
 * h = H is the flat rule (the host level adds nothing between global syncs);
+* the gradient correction (plain and bf16) against the same rule;
 * telemetry counts host syncs; bad arguments are one-line errors.
 """
 
@@ -44,40 +45,41 @@ def _train(strategy, w0, b0, batches, r):
 
 
 def two_level_reference(w0, b0, batches, hosts, rule, big_h, h, codec=None, lr=LR):
-    """Local steps x_i ← x_i − lr(∇f_i − Δ_i), then core.hierarchical's sync every h (global every H)."""
+    """Local steps x_i ← x_i − lr(∇f_i − Δ_i) (G_i += ∇f_i), then core.hierarchical's sync every h (global
+    every H). Per step: each replica's [w, b], then each replica's [Δw, Δb]."""
     r = len(batches[0])
     groups = hierarchical.host_groups(hosts)
     xs = [[w0.astype(np.float64), b0.astype(np.float64)] for _ in range(r)]
-    ds = [[np.zeros_like(x) for x in xs[0]] for _ in range(r)]
-    es = [[np.zeros_like(x) for x in xs[0]] for _ in range(r)]
+    fields = ("deltas", "grad_sums", "host_sums", "host_deltas", "residuals", "grad_residuals")
+    st = {f: [[np.zeros_like(x) for x in xs[0]] for _ in range(r)] for f in fields}
     x0 = [x.copy() for x in xs[0]]
     k, out = 0, []
     for row in batches:
         for i in range(r):
             g = softmax_grads(xs[i][0], xs[i][1], *row[i])
-            xs[i] = [x - lr * (gv - d) for x, gv, d in zip(xs[i], g, ds[i])]
+            xs[i] = [x - lr * (gv - d) for x, gv, d in zip(xs[i], g, st["deltas"][i])]
+            st["grad_sums"][i] = [a + gv for a, gv in zip(st["grad_sums"][i], g)]
         k += 1
         if k % h == 0:
             is_global = k == big_h
-            rnd = None if codec is None else _bf16
             for j in range(2):
-                st = hierarchical.LevelState(
-                    [xs[i][j] for i in range(r)],
-                    [ds[i][j] for i in range(r)],
-                    residuals=[es[i][j] for i in range(r)],
+                level = hierarchical.LevelState(
+                    [xs[i][j] for i in range(r)], **{f: [st[f][i][j] for i in range(r)] for f in fields}
                 )
                 new = hierarchical.two_level_sync(
-                    x0[j], st, groups, rule, h, big_h // h, is_global, clr=lr, codec=codec, round_fn=rnd
-                )
+                    x0[j], level, groups, rule, h, big_h // h, is_global, clr=lr, codec=codec,
+                    round_fn=None if codec is None else _bf16,
+                )  # fmt: skip
                 for i in range(r):
-                    xs[i][j], ds[i][j] = new.xs[i], new.deltas[i]
-                    if new.residuals is not None:
-                        es[i][j] = new.residuals[i]
+                    xs[i][j] = new.xs[i]
+                    for f in fields:
+                        if getattr(new, f) is not None:
+                            st[f][i][j] = getattr(new, f)[i]
                 if is_global:
                     x0[j] = new.xs[0].copy()
             if is_global:
                 k = 0
-        out.append([[x.copy() for x in xi] for xi in xs] + [[d.copy() for d in di] for di in ds])
+        out.append([[x.copy() for x in xi] for xi in xs] + [[d.copy() for d in di] for di in st["deltas"]])
     return out
 
 
@@ -160,12 +162,17 @@ def test_bad_two_level_arguments_are_one_line_errors(kw, where):
     assert where in str(e.value) and "\n" not in str(e.value)
 
 
-def test_gradient_correction_is_a_one_line_error_at_the_first_step():
-    r = 2
-    strategy = _strategy(r, interval=4, host_interval=2, hosts=[0, 1])
-    with strategy.scope():
-        w, b = tf.Variable(np.zeros((F, C), np.float32)), tf.Variable(np.zeros(C, np.float32))
-        opt = tf.keras.optimizers.Adam(0.01)
-    step = softmax_step(strategy, w, b, opt, r * B)
-    with pytest.raises(InputError, match="correction='vrl'"):
-        step(make_batches(1, r, B, F, C, seed=0)[0])
+@pytest.mark.parametrize("codec", [None, "bf16"])
+def test_gradient_correction_follows_the_numpy_rule(codec):
+    r, big_h, h = 4, 4, 2
+    w0, b0 = _start(3)
+    batches = make_batches(10, r, B, F, C, seed=6)
+    hosts = [0, 0, 1, 1]
+    kw = dict(interval=big_h, host_interval=h, hosts=hosts, correction="gradient", compression=codec)
+    strategy = _strategy(r, **kw)
+    got = _train(strategy, w0, b0, batches, r)
+    want = two_level_reference(w0, b0, batches, hosts, "gradient", big_h, h, codec=codec)
+    _compare(got, want, r, "vrl", atol=2e-5)  # "vrl": compare the Δ too
+    np.testing.assert_allclose(sum(got[-1][2][0]), 0.0, atol=1e-4)
+    exact = two_level_reference(w0, b0, batches, hosts, "vrl", big_h, h, codec=codec)
+    assert not np.allclose(got[-1][0][0], exact[-1][0][0], atol=1e-6)  # the rules differ here

@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import logging
 import time
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -36,11 +35,12 @@ from tf_commopt._compat import (
 from tf_commopt._compat import mirrored_strategy as _ms
 from tf_commopt._compat import values as _values
 from tf_commopt.core.period import TimeBudget
-from tf_commopt.distribute import _keras_hooks, averaging, compressed_sync, two_level
+from tf_commopt.distribute import _keras_hooks, averaging, compressed_sync, two_level, two_level_sync
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_policy import AutoInterval
 from tf_commopt.distribute.interval_state import IntervalState
 from tf_commopt.distribute.local_step import local_gradients, no_aggregation
+from tf_commopt.distribute.mean_read import MeanReadMirroredVariable, warn_once
 from tf_commopt.distribute.overlap import OverlapAverager
 from tf_commopt.distribute.state import SkipCorrectState, _pass_through
 from tf_commopt.distribute.telemetry import Telemetry
@@ -49,37 +49,7 @@ from tf_commopt.errors import InputError
 
 __all__ = ["SkipCorrectExtended", "MultiWorkerSkipCorrectExtended"]
 
-_log = logging.getLogger("tf_commopt.distribute")
-_WARNED: Dict[str, bool] = {}
 _no_autograph = tf.autograph.experimental.do_not_convert
-
-
-def _warn_once(key: str, message: str) -> None:
-    if not _WARNED.get(key):
-        _WARNED[key] = True
-        _log.warning(message)
-
-
-class _SkipCorrectMirroredVariable(_values.MirroredVariable):
-    """A MirroredVariable whose cross-replica read is the mean of the local replicas' copies.
-
-    Between two syncs the replicas hold different values; reading one arbitrary copy would silently
-    return a local model. Saving uses the same read, so checkpoints hold the (local) mean.
-    """
-
-    def _get_cross_replica(self):
-        comps = self.values
-        if not self.dtype.is_floating or len(comps) == 1:
-            if self.dtype.is_floating and num_workers(self.distribute_strategy) > 1:
-                _warn_once(
-                    "mw_read",
-                    "SkipCorrectStrategy: a variable read in cross-replica context on a "
-                    "multi-worker cluster is this worker's copy; it is the global model only right "
-                    "after a sync (call strategy.sync() first)",
-                )
-            return tf.identity(comps[0].read_value())
-        with tf.device(comps[0].device):
-            return tf.add_n([c.read_value() for c in comps]) / tf.cast(len(comps), self.dtype)
 
 
 class _SkipCorrectMixin:
@@ -131,7 +101,7 @@ class _SkipCorrectMixin:
             _keras_hooks.adopt_callers()  # the tf-keras optimizer / model creating it reaches this strategy
         v = super()._create_variable(next_creator, **kwargs)
         if type(v) is _values.MirroredVariable and not self._sc_internal:
-            v.__class__ = _SkipCorrectMirroredVariable
+            v.__class__ = MeanReadMirroredVariable
         if not self._sc_internal and isinstance(v, _values.DistributedVariable):
             self._sc_vars.append(weakref.ref(v))
         return v
@@ -196,21 +166,21 @@ class _SkipCorrectMixin:
             self._sc_internal = True
             try:
                 state = SkipCorrectState(
-                    container_strategy(self), list(var_list), rule, optimizer, compression=self.compression
+                    container_strategy(self),
+                    list(var_list),
+                    rule,
+                    optimizer,
+                    compression=self.compression,
+                    two_level=self.two_level is not None,
                 )
                 if self.time_period is not None:
                     self.time_period.new_state(state)
             finally:
                 self._sc_internal = False
-            if self.two_level is not None:
-                try:
-                    two_level.check_rule(rule)
-                except InputError as e:
-                    raise _pass_through(e) from None
             self._sc_states[id(optimizer)] = state
             track_child(optimizer, state, "skip_correct_state")
         if state.rule == "vrl" and self._sc_correction_lr == "optimizer" and beta > 0:
-            _warn_once(
+            warn_once(
                 "momentum",
                 f"SkipCorrectStrategy: vrl with heavy-ball momentum {beta:g} and "
                 "correction_lr='optimizer' (the rule as stated) over-corrects by up to 1/(1-momentum) "
@@ -314,7 +284,7 @@ class _SkipCorrectMixin:
     ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """The host sync of two-level averaging (``two_level.py``); k and the t_comm sample unchanged."""
         lr = self._sc_lr(optimizer, state)
-        dt = two_level.host_sync(self.two_level, variables, state, len(state.variables), lr)
+        dt = two_level_sync.host_sync(self.two_level, variables, state, len(state.variables), lr)
         with tf.control_dependencies([dt]):
             return tf.identity(k), tf.constant(0.0, tf.float64), tf.constant(0.0, tf.float64)
 
@@ -328,7 +298,7 @@ class _SkipCorrectMixin:
         n = len(state.variables)
         self.sync_payload_bytes = compressed_sync.payload_bytes(variables, n, state.rule, state.compression)
         if self.two_level is not None:  # host means, then across hosts (two_level.py)
-            dt = two_level.global_sync(self.two_level, variables, state, n, k, lr)
+            dt = two_level_sync.global_sync(self.two_level, variables, state, n, k, lr)
             return dt, dt
         if self.time_period is not None:  # normalised average of unequal step counts (unequal_sync.py)
             dt = self.time_period.sync(state, variables, n, k, lr)
@@ -446,7 +416,7 @@ class _SkipCorrectMixin:
                         if all(v is not e for e in extras):
                             extras.append(v)
         if self.two_level is not None:  # across the hosts once per host value, as the scheduled syncs
-            two_level.global_sync(self.two_level, trainable + extras, None, 0, None, None)
+            two_level_sync.global_sync(self.two_level, trainable + extras, None, 0, None, None)
         else:
             averaging.average(self, trainable + extras)
         compressed_sync.mark_stale(states)  # x₀ is this average now: taken at the next local step

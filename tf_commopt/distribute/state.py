@@ -47,6 +47,7 @@ class SkipCorrectState(_trackable.Trackable):
         rule: str,
         optimizer: Any = None,
         compression: Optional[str] = None,
+        two_level: bool = False,
     ):
         self._strategy = strategy
         self.compression = compression  # None, "bf16" or "fp16" (distribute/compressed_sync.py)
@@ -64,6 +65,12 @@ class SkipCorrectState(_trackable.Trackable):
             self.deltas = self._per_replica_zeros("delta")
         if rule == "gradient":
             self.grad_sums = self._per_replica_zeros("grad_sum")
+        # two-level averaging with "gradient" (distribute/two_level_sync.py): S_c and β_c, per replica
+        self.host_sums: Optional[List[Any]] = None
+        self.host_deltas: Optional[List[Any]] = None
+        if two_level and rule == "gradient":
+            self.host_sums = self._per_replica_zeros("host_sum")
+            self.host_deltas = self._per_replica_zeros("host_delta")
         self.residuals: Optional[List[Any]] = None  # compression: e_i, what rounding dropped (per replica)
         self.grad_residuals: Optional[List[Any]] = None  # compression + "gradient": r_i
         self.anchors: Optional[List[Any]] = None  # compression: x₀, the model after the last averaging
@@ -185,7 +192,7 @@ class SkipCorrectState(_trackable.Trackable):
         if self.grad_sums is not None:
             for j, rows in enumerate(self._stacked_all(self.grad_sums)):
                 out["grad_sum_%d" % j] = rows
-        for prefix, per_replica in (("residual", self.residuals), ("grad_residual", self.grad_residuals)):
+        for prefix, per_replica in self._optional_rows():
             if per_replica is not None:
                 for j, rows in enumerate(self._stacked_all(per_replica)):
                     out["%s_%d" % (prefix, j)] = rows
@@ -246,7 +253,28 @@ class SkipCorrectState(_trackable.Trackable):
                     with tf.device(c.device):
                         ops.append(c.assign(rows[off + i]))
         ops.extend(self._restore_compression(restored_tensors, off))
+        ops.extend(self._restore_optional(restored_tensors, off))
         return tf.group(ops)
+
+    def _optional_rows(self) -> List[Tuple[str, Optional[List[Any]]]]:
+        """The per-replica state a checkpoint may lack (restored as zeros): residuals, two-level terms."""
+        return [
+            ("residual", self.residuals),
+            ("grad_residual", self.grad_residuals),
+            ("host_sum", self.host_sums),
+            ("host_delta", self.host_deltas),
+        ]
+
+    def _restore_optional(self, restored: Dict[str, Any], off: int) -> List[Any]:
+        """The two-level terms S_c and β_c (zeros when the checkpoint has none)."""
+        ops = []
+        for prefix, per_replica in self._optional_rows()[2:]:
+            for j, d in enumerate(per_replica or []):
+                rows = restored.get("%s_%d" % (prefix, j))
+                for i, c in enumerate(d.values):
+                    with tf.device(c.device):
+                        ops.append(c.assign(rows[off + i] if rows is not None else tf.zeros_like(c)))
+        return ops
 
     def _restore_compression(self, restored: Dict[str, Any], off: int) -> List[Any]:
         """The residuals and x₀ of a compressed run. A checkpoint without them (written uncompressed)

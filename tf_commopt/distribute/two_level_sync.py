@@ -1,0 +1,211 @@
+"""Two-level averaging's rule on tensors (``SkipCorrectStrategy(host_interval=h)``): replicas on one host
+average every h local steps, all replicas every H steps, with the correction at both levels.
+
+The rule is :mod:`tf_commopt.core.hierarchical`'s (docs/skip_correct.md, "Two-level averaging"). Replica
+i is on host c with n_c of the R replicas (w_c = n_c/R); k is the local steps since the last global sync;
+clr the vrl update's learning rate; G_i the raw gradients summed since the last host sync, S_c the host's
+sum of its means Ḡ_c since the last global sync and β_c its correction term (``gradient``)::
+
+    host sync (every h-th local step before H):   x̄_c = Σ_{j∈c} x_j / n_c,   x_i ← x̄_c
+        vrl:       Δ_i ← Δ_i + (x̄_c − x_i)/(h·clr)
+        gradient:  Ḡ_c = Σ_{j∈c} G_j / n_c,   Δ_i ← (G_i − Ḡ_c)/h + β_c,   S_c ← S_c + Ḡ_c,   G_i ← 0
+    global sync (k = H): the host sync's means, then across the hosts (x₀ the last global model; e_c,
+    r_c the host's rounding residuals with compression, else round is exact and they stay 0):
+        v_c = x̄_c − x₀ + e_c,   Q_c = round(v_c),   e_c ← v_c − Q_c,   Q̄ = Σ_c w_c Q_c,   x_i ← x₀ + Q̄
+        vrl:       Δ_i ← Δ_i + (x̄_c − x_i)/(h·clr) + (Q̄ − Q_c)/(k·clr)
+        gradient:  u_c = S_c + Ḡ_c + r_c,   Ŝ_c = round(u_c),   r_c ← u_c − Ŝ_c,
+                   β_c ← (Ŝ_c − Σ_d w_d Ŝ_d)/k,   Δ_i ← (G_i − Ḡ_c)/h + β_c,   S_c ← 0,   G_i ← 0
+
+Σ_i Δ_i stays 0 at both levels. Uncompressed, x̄ is computed as Σ_c w_c x̄_c (the same in exact
+arithmetic). Non-trainable averaged state (BatchNorm statistics) follows the model in float32: the host
+mean at host syncs, the mean over hosts at global syncs. Where the bytes go: :mod:`.two_level`.
+
+Example:
+    >>> strategy = SkipCorrectStrategy(interval=8, host_interval=2, compression="bf16")   # doctest: +SKIP
+    >>> strategy.stats()["host_syncs"], strategy.stats()["inter_host_bytes"]            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from tf_commopt.distribute.compressed_sync import WIRE_DTYPES
+from tf_commopt.distribute.two_level import TwoLevelAverager
+
+__all__ = ["host_sync", "global_sync"]
+
+_no_autograph = tf.autograph.experimental.do_not_convert
+Rows = List[List[Any]]  # rows[j][i]: variable j on local replica i
+
+
+def _pack(rows: Rows) -> Tuple[List[tf.Tensor], List[int]]:
+    """rows[j][i] -> one flat float32 buffer per local replica, and the variables' sizes."""
+    sizes = [int(r[0].shape.num_elements()) for r in rows]
+    flats = []
+    for i in range(len(rows[0])):
+        with tf.device(rows[0][i].device):
+            flats.append(tf.concat([tf.reshape(tf.cast(r[i], tf.float32), [-1]) for r in rows], 0))
+    return flats, sizes
+
+
+def _unpack(flats: List[tf.Tensor], sizes: List[int], like: Rows) -> Rows:
+    """The inverse of :func:`_pack`: flats[i] -> out[j][i], shaped and typed like ``like[j][i]``."""
+    out: Rows = [[None] * len(flats) for _ in like]
+    for i, flat in enumerate(flats):
+        with tf.device(like[0][i].device):
+            pieces = tf.split(flat, sizes) if len(sizes) > 1 else [flat]
+            for j, p in enumerate(pieces):
+                out[j][i] = tf.cast(tf.reshape(p, like[j][i].shape), like[j][i].dtype)
+    return out
+
+
+def _map(fn, *rows: Rows) -> Rows:
+    """fn(a[j][i], b[j][i], ...) for every j, i."""
+    return [[fn(*vals) for vals in zip(*cols)] for cols in zip(*rows)]
+
+
+class _HostLevel(NamedTuple):
+    xs: Rows  # x_i as read
+    means: Rows  # x̄_c
+    g_part: Optional[Rows]  # (G_i − Ḡ_c)/h  (gradient)
+    s_new: Optional[Rows]  # S_c + Ḡ_c  (gradient)
+
+
+def _host_level(avg: TwoLevelAverager, variables: Sequence[Any], state: Any, n: int, t0: Any) -> _HostLevel:
+    """Read x_i (and G_i), one host sum of both; the host means and the gradient rule's host terms."""
+    grad = state is not None and state.rule == "gradient"
+    with tf.control_dependencies([t0]):
+        xs = [[c.read_value() for c in v.values] for v in variables]
+        gs = [[g.read_value() for g in row] for row in state.grad_sum_components()] if grad else []
+    flats, sizes = _pack(xs + gs)
+    sums = avg.host_sum(flats)
+    means_all = _unpack([s / float(m) for s, m in zip(sums, avg.n_host)], sizes, xs + gs)
+    means, gbar = means_all[: len(xs)], means_all[len(xs) :]
+    if not grad:
+        return _HostLevel(xs, means, None, None)
+    h = float(avg.h)
+    host_sums = state.components(state.host_sums)
+    g_part = _map(lambda g, gb: (g - gb) / h, gs, gbar)
+    s_new = _map(lambda s, gb: s.read_value() + gb, host_sums, gbar)
+    return _HostLevel(xs, means, g_part, s_new)
+
+
+def _scale(steps: Any, lr: Any, like: Any) -> Any:
+    return tf.cast(steps, like.dtype) * tf.cast(lr, like.dtype)
+
+
+@_no_autograph
+def host_sync(
+    avg: TwoLevelAverager, variables: Sequence[Any], state: Any, n_trainable: int, lr: Any
+) -> tf.Tensor:
+    """The host sync (module docstring) of ``variables`` (the state's trainable ones first, then the
+    averaged extras). Returns its seconds (also in ``avg.host_comm_s``)."""
+    t0 = tf.timestamp()
+    hl = _host_level(avg, variables, state, n_trainable, t0)
+    rule = state.rule if state is not None else "none"
+    ops: List[Any] = []
+    deltas = state.delta_components() if rule != "none" else None
+    for j in range(n_trainable if deltas is not None else 0):
+        for i, d in enumerate(deltas[j]):
+            with tf.device(d.device):
+                if rule == "vrl":
+                    ops.append(d.assign_add((hl.means[j][i] - hl.xs[j][i]) / _scale(avg.h, lr, d)))
+                else:
+                    beta = state.components(state.host_deltas)[j][i]
+                    ops.append(d.assign(hl.g_part[j][i] + beta.read_value()))
+                    ops.append(state.components(state.host_sums)[j][i].assign(hl.s_new[j][i]))
+                    ops.append(state.grad_sum_components()[j][i].assign(tf.zeros_like(d)))
+    for j, v in enumerate(variables):
+        for i, c in enumerate(v.values):
+            with tf.device(c.device):
+                ops.append(c.assign(hl.means[j][i]))
+    with tf.control_dependencies(ops):
+        t1 = tf.timestamp()
+    avg.host_syncs.assign_add(1)
+    avg.host_comm_s.assign_add(t1 - t0)
+    return t1 - t0
+
+
+def _across_exact(avg: TwoLevelAverager, hl: _HostLevel) -> Tuple[Rows, Rows, Optional[Rows]]:
+    """Uncompressed: (x̄ of every variable, Q̄ − Q_c = x̄ − x̄_c, Σ_d w_d S_d) in one mean over hosts."""
+    send = hl.means + (hl.s_new or [])
+    flats, sizes = _pack(send)
+    glob = _unpack(avg.cross_host_mean(flats), sizes, send)
+    xbar = glob[: len(hl.means)]
+    sbar = glob[len(hl.means) :] if hl.s_new is not None else None
+    return xbar, _map(lambda a, b: a - b, xbar, hl.means), sbar
+
+
+def _across_compressed(
+    avg: TwoLevelAverager, hl: _HostLevel, state: Any, n: int
+) -> Tuple[Rows, Rows, Optional[Rows], List[Any]]:
+    """Compressed (module docstring): (x̄ of every variable, Q̄ − Q_c of the trainable ones, the sent
+    Ŝ_c − Σ_d w_d Ŝ_d, the residual and anchor assignments)."""
+    wire = WIRE_DTYPES[state.compression]
+    anchors, res = state.components(state.anchors), state.components(state.residuals)
+    vs = _map(lambda m, a, e: m - a.read_value() + e.read_value(), hl.means[:n], anchors, res)
+    us = (
+        _map(lambda s, r: s + r.read_value(), hl.s_new, state.components(state.grad_residuals))
+        if hl.s_new
+        else []
+    )
+    flats, sizes = _pack(vs + us)
+    wires = []
+    for f in flats:
+        with tf.device(f.device):
+            wires.append(tf.cast(f, wire))
+    sent = _unpack([tf.cast(w, tf.float32) for w in wires], sizes, vs + us)
+    mean = _unpack(avg.cross_host_mean(wires), sizes, vs + us)
+    xbar = _map(lambda a, q: a.read_value() + q, anchors, mean[:n])
+    ops = [a.assign(x) for ra, rx in zip(anchors, xbar) for a, x in zip(ra, rx)]
+    ops += [e.assign(v - q) for re, rv, rq in zip(res, vs, sent[:n]) for e, v, q in zip(re, rv, rq)]
+    s_diff = None
+    if us:
+        gres = state.components(state.grad_residuals)
+        ops += [r.assign(u - q) for rr, ru, rq in zip(gres, us, sent[n:]) for r, u, q in zip(rr, ru, rq)]
+        s_diff = _map(lambda q, m: q - m, sent[n:], mean[n:])
+    extras = hl.means[n:]
+    if extras:
+        ex_flats, ex_sizes = _pack(extras)
+        xbar += _unpack(avg.cross_host_mean(ex_flats), ex_sizes, extras)
+    return xbar, _map(lambda m, q: m - q, mean[:n], sent[:n]), s_diff, ops
+
+
+@_no_autograph
+def global_sync(
+    avg: TwoLevelAverager, variables: Sequence[Any], state: Any, n_trainable: int, local_steps: Any, lr: Any
+) -> tf.Tensor:
+    """The global sync (module docstring); ``state=None`` is a plain average of ``variables`` (no Δ).
+    Returns its seconds (also in the strategy's telemetry)."""
+    t0 = tf.timestamp()
+    n = n_trainable if state is not None else 0
+    hl = _host_level(avg, variables, state, n, t0)
+    rule = state.rule if state is not None else "none"
+    if state is not None and state.compression is not None:
+        xbar, diff, s_diff, ops = _across_compressed(avg, hl, state, n)
+    else:
+        xbar, diff, sbar = _across_exact(avg, hl)
+        s_diff, ops = (_map(lambda s, m: s - m, hl.s_new, sbar) if sbar is not None else None), []
+    deltas = state.delta_components() if rule != "none" else None
+    for j in range(n if deltas is not None else 0):
+        for i, d in enumerate(deltas[j]):
+            with tf.device(d.device):
+                if rule == "vrl":
+                    host = (hl.means[j][i] - hl.xs[j][i]) / _scale(avg.h, lr, d)
+                    ops.append(d.assign_add(host + diff[j][i] / _scale(local_steps, lr, d)))
+                else:
+                    beta = s_diff[j][i] / tf.cast(local_steps, d.dtype)
+                    ops.append(state.components(state.host_deltas)[j][i].assign(beta))
+                    ops.append(d.assign(hl.g_part[j][i] + beta))
+                    ops.append(state.components(state.host_sums)[j][i].assign(tf.zeros_like(d)))
+                    ops.append(state.grad_sum_components()[j][i].assign(tf.zeros_like(d)))
+    for j, v in enumerate(variables):
+        for i, c in enumerate(v.values):
+            with tf.device(c.device):
+                ops.append(c.assign(xbar[j][i]))
+    with tf.control_dependencies(ops):
+        t1 = tf.timestamp()
+    avg.ext.telemetry.add_sync(t1 - t0)
+    return t1 - t0
