@@ -26,7 +26,6 @@ from tf_commopt._compat import collective_all_reduce_strategy as _cars
 from tf_commopt._compat import (
     collective_util,
     container_strategy,
-    num_workers,
     optimizer_lr,
     optimizer_momentum,
     optimizer_slots,
@@ -40,7 +39,7 @@ from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_policy import AutoInterval
 from tf_commopt.distribute.interval_state import IntervalState
 from tf_commopt.distribute.local_step import local_gradients, no_aggregation
-from tf_commopt.distribute.mean_read import MeanReadMirroredVariable, warn_once
+from tf_commopt.distribute.mean_read import BetweenSyncReads, MeanReadMirroredVariable, warn_once
 from tf_commopt.distribute.overlap import OverlapAverager
 from tf_commopt.distribute.state import SkipCorrectState, _pass_through
 from tf_commopt.distribute.telemetry import Telemetry
@@ -52,7 +51,7 @@ __all__ = ["SkipCorrectExtended", "MultiWorkerSkipCorrectExtended"]
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
-class _SkipCorrectMixin:
+class _SkipCorrectMixin(BetweenSyncReads):
     """Skip-and-correct behaviour shared by the single-process and multi-worker extendeds."""
 
     def _sc_init(
@@ -89,12 +88,21 @@ class _SkipCorrectMixin:
         self._sc_states: Dict[int, SkipCorrectState] = {}
         self._sc_vars: List[weakref.ref] = []
         self._sc_internal = False
+        self._sc_internal_init = False  # creating an optimizer slot (no broadcast of its initial value)
 
     # ---- variables -------------------------------------------------------------------------------
     def _create_variable(self, next_creator, **kwargs):
+        if kwargs.get("colocate_with") is not None and not (self._sc_internal or self._sc_internal_init):
+            # an optimizer slot: each replica's own optimizer state, initialised by the optimizer's constant
+            # initializer on every worker; like our state, it is not broadcast (below)
+            self._sc_internal_init = True
+            try:
+                return self._create_variable(next_creator, **kwargs)
+            finally:
+                self._sc_internal_init = False
         if self._sc_internal and isinstance(self, _cars.CollectiveAllReduceExtended):
-            # our own state (the Δ_i, zeros on every worker): the one-device-per-worker mirrored creator,
-            # without MultiWorkerMirrored's broadcast of the initial value (a round trip per variable)
+            # our own state (the Δ_i, zeros on every worker): the mirrored creator; its initial value is
+            # not broadcast (_get_variable_creator_initial_value)
             return _ms.MirroredExtended._create_variable(self, next_creator, **kwargs)
         if not self._sc_internal:
             _keras_hooks.refuse_keras3()  # a Keras 3 layer/optimizer would train without skipping
@@ -107,6 +115,16 @@ class _SkipCorrectMixin:
         return v
 
     @_no_autograph
+    def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):
+        if self._sc_internal or self._sc_internal_init:
+            # our own state and optimizer slots start from constants on every worker: MultiWorkerMirrored's
+            # broadcast from the chief would send each model-sized buffer over the slow link in the first
+            # call (on 4 workers as 2 hosts at 100 Mbit/s: 5 s per 40 MB buffer)
+            return _ms.MirroredExtended._get_variable_creator_initial_value(
+                self, replica_id, device, primary_var, **kwargs
+            )
+        return super()._get_variable_creator_initial_value(replica_id, device, primary_var, **kwargs)
+
     def _sc_live_vars(self) -> List[Any]:
         return [v for v in (r() for r in self._sc_vars) if v is not None]
 
@@ -354,42 +372,6 @@ class _SkipCorrectMixin:
             self.telemetry.drain_s.assign_add(dt)
             self.telemetry.background_comm_s.assign_add(sum(applied))
         return len(applied)
-
-    # ---- metrics: per worker between syncs --------------------------------------------------------
-    @_no_autograph
-    def _sc_in_train_graph(self) -> bool:
-        g = tf.compat.v1.get_default_graph()
-        while g is not None:
-            if g in self._sc_train_graphs:
-                return True
-            g = getattr(g, "outer_graph", None)
-        return False
-
-    @_no_autograph
-    def _reduce(self, reduce_op: Any, value: Any) -> Any:
-        """``strategy.reduce(op, v, axis=None)``; the path of every cross-replica read of a SyncOnRead
-        variable (tf-keras metric totals and counts read by ``Metric.result()``).
-
-        On a multi-worker cluster, inside a traced step that runs skip-and-correct updates, a metric read
-        is reduced over this worker's replicas only: no collective, sync step or not. Everywhere else
-        (``evaluate``, eager reads) it is the usual reduction over all workers — and tf-keras re-reads
-        every metric eagerly at an epoch's end, so the epoch's values (History, the progress bar's final
-        line, callbacks' ``on_epoch_end`` logs) are global, as under MultiWorkerMirroredStrategy; the
-        per-batch values in between are this worker's running means.
-        """
-        if (
-            num_workers(self) > 1
-            and isinstance(value, _values.SyncOnReadVariable)
-            and not tf.executing_eagerly()
-            and self._sc_in_train_graph()
-        ):
-            comps = list(value.values)
-            with tf.device(comps[0].device):
-                total = tf.add_n([c.read_value() for c in comps]) if len(comps) > 1 else comps[0].read_value()
-                if reduce_op == tf.distribute.ReduceOp.MEAN and len(comps) > 1:
-                    total = total / tf.cast(len(comps), total.dtype)
-                return tf.identity(total)
-        return super()._reduce(reduce_op, value)
 
     # ---- out-of-rhythm sync -----------------------------------------------------------------------
     def sync_now(self) -> None:

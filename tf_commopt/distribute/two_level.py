@@ -26,7 +26,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tf_commopt._compat import host_variable, num_workers, worker_index
+from tf_commopt._compat import (
+    container_strategy,
+    host_variable,
+    num_workers,
+    strategy_cluster_resolver,
+    worker_index,
+)
 from tf_commopt.cluster.layout import HOSTS_ENV
 from tf_commopt.core.hierarchical import host_groups
 from tf_commopt.errors import InputError
@@ -62,7 +68,7 @@ def resolve_hosts(ext: Any, hosts: Optional[Sequence[Any]]) -> Tuple[int, ...]:
     nw = num_workers(ext)
     where = "SkipCorrectStrategy(hosts=...)"
     if hosts is None and nw > 1:
-        spec = ext._cluster_resolver.cluster_spec().as_dict()
+        spec = strategy_cluster_resolver(container_strategy(ext)).cluster_spec().as_dict()
         per_worker = hosts_from_cluster(spec, os.environ.get(HOSTS_ENV) or None)
         hosts = [h for h in per_worker for _ in range(n_local)]
         where = f"TF_CONFIG / ${HOSTS_ENV}"
