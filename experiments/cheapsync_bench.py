@@ -166,7 +166,16 @@ def variant_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 def setting_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     keys = ("model", "mbit", "split", "hosts", "tasks_per_host", "interval", "steps", "batch_size")
     return [
-        dict({k: r[k] for k in keys}, when=when(r), load=r.get("load_average_1m"), cores=r.get("cores"))
+        dict(
+            {k: r[k] for k in keys},
+            when=when(r),
+            load=r.get("load_average_1m"),
+            cores=r.get("cores"),
+            host_interval=r.get("host_interval")
+            if any(v.startswith("two_level") for v in r["runs"])
+            else None,
+            correction=r.get("correction", "auto"),
+        )
         for r in records
     ]
 
@@ -199,6 +208,8 @@ PAGE = Page(
                 ("hosts", "hosts", "d"),
                 ("workers/host", "tasks_per_host", "d"),
                 ("H", "interval", "d"),
+                ("h (two-level)", "host_interval", "d"),
+                ("correction", "correction", ""),
                 ("steps", "steps", "d"),
                 ("batch", "batch_size", "d"),
                 ("load (1 min, at the end)", "load", ".2f"),
