@@ -177,3 +177,24 @@ def test_a_callback_can_end_calls_at_its_steps_and_the_rule_is_kept():
             model.layers[0].kernel.values[i].numpy(), ref[-1][0][i], rtol=1e-5, atol=1e-5
         )
     assert strategy.stats()["syncs"] == 3
+
+
+def test_a_model_built_by_its_first_call_trains_with_the_exact_rule():
+    """A Sequential without an input shape has no variables before fit: the loop lets the trace build them."""
+    batches = make_batches(8, R, B, F, C, seed=9)
+    strategy2 = SkipCorrectStrategy(interval=4, correction="vrl", devices=DEVICES)
+    with strategy2.scope():
+        unbuilt = tf.keras.Sequential([tf.keras.layers.Dense(C, kernel_initializer="zeros")])
+        unbuilt.compile(
+            tf.keras.optimizers.SGD(LR), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
+    assert not unbuilt.built
+    x = np.concatenate([np.concatenate([r[0] for r in row]) for row in batches])
+    y = np.concatenate([np.concatenate([r[1] for r in row]) for row in batches])
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(R * B).repeat()
+    unbuilt.fit(ds, epochs=1, steps_per_epoch=8, verbose=0)
+    zeros = (np.zeros((F, C), np.float32), np.zeros(C, np.float32))
+    ref = run_rule(*zeros, batches, 4, "vrl", LR)
+    for i, c in enumerate(unbuilt.layers[0].kernel.values):
+        np.testing.assert_allclose(c.numpy(), ref[-1][0][i], rtol=1e-5, atol=1e-5)
+    assert strategy2.stats()["syncs"] == 2

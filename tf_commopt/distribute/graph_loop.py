@@ -212,8 +212,8 @@ class GraphLoop:
             "tf_keras.src.mixed_precision"
         ):
             return
-        if not isinstance(opt, tk.optimizer.Optimizer):
-            return
+        if not isinstance(opt, tk.optimizer.Optimizer) or not m.built:
+            return  # a model built by its first call (no input shape) builds them in the trace
         variables = list(m.trainable_variables)
         if not variables:
             return
