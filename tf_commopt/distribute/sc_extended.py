@@ -83,7 +83,7 @@ class _SkipCorrectMixin(BetweenSyncReads):
         self._sc_warmup = int(warmup_steps)
         self._sc_avg_slots = bool(average_optimizer_state)
         self.interval_state = IntervalState(interval, overlap=self._sc_overlap)
-        self.telemetry = Telemetry(overlap=self._sc_overlap)
+        self.telemetry = Telemetry(overlap=self._sc_overlap, two_level=host_interval is not None)
         self._sc_train_graphs: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._sc_states: Dict[int, SkipCorrectState] = {}
         self._sc_vars: List[weakref.ref] = []
@@ -119,7 +119,7 @@ class _SkipCorrectMixin(BetweenSyncReads):
         if self._sc_internal or self._sc_internal_init:
             # our own state and optimizer slots start from constants on every worker: MultiWorkerMirrored's
             # broadcast from the chief would send each model-sized buffer over the slow link in the first
-            # call (on 4 workers as 2 hosts at 100 Mbit/s: 5 s per 40 MB buffer)
+            # call (on 4 workers as 2 hosts at 100 Mbit/s: 5-7 s per 40 MB buffer)
             return _ms.MirroredExtended._get_variable_creator_initial_value(
                 self, replica_id, device, primary_var, **kwargs
             )

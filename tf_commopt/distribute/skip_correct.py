@@ -143,7 +143,7 @@ def _validated(
     _check_two_level(host_interval, hosts, resolved, budget, overlap)
     return dict(
         host_interval=host_interval,
-        hosts=None if hosts is None else list(hosts),
+        hosts=hosts,
         interval=resolved,
         period=budget,
         correction=_corr.validate_correction(correction, where="SkipCorrectStrategy(correction=...)"),
@@ -176,11 +176,6 @@ def _check_two_level(host_interval: Any, hosts: Any, interval: Any, budget: Any,
     if budget is not None or overlap:
         raise InputError(
             "two-level averaging does not combine with period='time' or overlap=True", where=where
-        )
-    if hosts is not None and (isinstance(hosts, (str, bytes)) or not hasattr(hosts, "__len__")):
-        raise InputError(
-            f"must be a list (the host of each replica), got {hosts!r}",
-            where="SkipCorrectStrategy(hosts=...)",
         )
 
 
@@ -234,10 +229,9 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             ``step_times``). Needs a fixed integer ``interval`` and ``overlap=False``.
         host_interval: h, two-level averaging (:mod:`tf_commopt.distribute.two_level`): the replicas of
             each host average every h local steps, all replicas every ``interval`` steps (a multiple of
-            h), with the vrl correction at both levels; a global sync crosses the hosts once per host
+            h), with the correction at both levels; a global sync crosses the hosts once per host
             value (the slow link carries 1/p of it per worker, p workers per host). ``None`` (default):
-            one level. Needs a fixed integer ``interval``, ``overlap=False``, ``period="steps"`` and
-            correction ``vrl`` or ``none``.
+            one level. Needs a fixed integer ``interval``, ``overlap=False`` and ``period="steps"``.
         hosts: with ``host_interval``, the host of each replica (names or numbers, in replica order);
             default: on a cluster, the launcher's ``$TF_COMMOPT_HOSTS`` or else the host part of each
             TF_CONFIG address (tasks with the same host name share a host); in one process, one host.
@@ -384,14 +378,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         if e.time_period is not None:
             out.update(e.time_period.as_dict())
         if e.two_level is not None:
-            tl = e.two_level
-            out.update(
-                host_interval=tl.h,
-                hosts=tl.hosts,
-                host_syncs=int(tl.host_syncs.numpy()),
-                host_comm_s=float(tl.host_comm_s.numpy()),
-                inter_host_bytes=int(tl.inter_host_bytes.numpy()),
-            )
+            out.update(host_interval=e.two_level.h, hosts=e.two_level.hosts)
         return out
 
     def reset_step_clock(self) -> None:

@@ -256,40 +256,43 @@ class SkipCorrectState(_trackable.Trackable):
         ops.extend(self._restore_optional(restored_tensors, off))
         return tf.group(ops)
 
+    def _residual_rows(self) -> List[Tuple[str, Optional[List[Any]]]]:
+        return [("residual", self.residuals), ("grad_residual", self.grad_residuals)]
+
+    def _two_level_rows(self) -> List[Tuple[str, Optional[List[Any]]]]:
+        return [("host_sum", self.host_sums), ("host_delta", self.host_deltas)]
+
     def _optional_rows(self) -> List[Tuple[str, Optional[List[Any]]]]:
         """The per-replica state a checkpoint may lack (restored as zeros): residuals, two-level terms."""
-        return [
-            ("residual", self.residuals),
-            ("grad_residual", self.grad_residuals),
-            ("host_sum", self.host_sums),
-            ("host_delta", self.host_deltas),
-        ]
+        return self._residual_rows() + self._two_level_rows()
 
-    def _restore_optional(self, restored: Dict[str, Any], off: int) -> List[Any]:
-        """The two-level terms S_c and β_c (zeros when the checkpoint has none)."""
-        ops = []
-        for prefix, per_replica in self._optional_rows()[2:]:
-            for j, d in enumerate(per_replica or []):
-                rows = restored.get("%s_%d" % (prefix, j))
-                for i, c in enumerate(d.values):
-                    with tf.device(c.device):
-                        ops.append(c.assign(rows[off + i] if rows is not None else tf.zeros_like(c)))
-        return ops
-
-    def _restore_compression(self, restored: Dict[str, Any], off: int) -> List[Any]:
-        """The residuals and x₀ of a compressed run. A checkpoint without them (written uncompressed)
-        restores zero residuals and takes x₀ from the model at the next local step."""
-        if self.anchors is None:
-            return []
-        ops = []
-        complete = all("anchor_%d" % j in restored for j in range(len(self.anchors)))
-        for prefix, per_replica in (("residual", self.residuals), ("grad_residual", self.grad_residuals)):
+    @staticmethod
+    def _rows_or_zeros(
+        named: List[Tuple[str, Optional[List[Any]]]], restored: Dict[str, Any], off: int
+    ) -> Tuple[List[Any], bool]:
+        """Assign each per-replica variable its checkpoint rows, or zeros when the checkpoint has none;
+        returns the ops and whether every one was in the checkpoint."""
+        ops, complete = [], True
+        for prefix, per_replica in named:
             for j, d in enumerate(per_replica or []):
                 rows = restored.get("%s_%d" % (prefix, j))
                 complete = complete and rows is not None
                 for i, c in enumerate(d.values):
                     with tf.device(c.device):
                         ops.append(c.assign(rows[off + i] if rows is not None else tf.zeros_like(c)))
+        return ops, complete
+
+    def _restore_optional(self, restored: Dict[str, Any], off: int) -> List[Any]:
+        """The two-level terms S_c and β_c (zeros when the checkpoint has none)."""
+        return self._rows_or_zeros(self._two_level_rows(), restored, off)[0]
+
+    def _restore_compression(self, restored: Dict[str, Any], off: int) -> List[Any]:
+        """The residuals and x₀ of a compressed run. A checkpoint without them (written uncompressed)
+        restores zero residuals and takes x₀ from the model at the next local step."""
+        if self.anchors is None:
+            return []
+        ops, rows_found = self._rows_or_zeros(self._residual_rows(), restored, off)
+        complete = rows_found and all("anchor_%d" % j in restored for j in range(len(self.anchors)))
         for j, a in enumerate(self.anchors):
             if "anchor_%d" % j in restored:
                 for c in a.values:

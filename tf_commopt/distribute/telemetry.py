@@ -18,6 +18,9 @@ With ``overlap=True`` ``comm_s`` is what the steps waited for at syncs (wait for
 snapshot, launch) and ``background_comm_s`` (only then in ``as_dict``) adds the background all-reduces'
 own wall time: the communication that was (mostly) hidden; ``drain_wait_s`` the seconds spent outside the
 steps waiting for and applying an in-flight mean (the end of ``fit``, ``strategy.sync()``; also in ``comm_s``).
+With two-level averaging (only then in ``as_dict``): ``host_syncs`` and ``host_comm_s`` count the host
+syncs apart from the global ones in ``syncs`` / ``comm_s``; ``inter_host_bytes`` is what this process put
+into the collectives across hosts.
 """
 
 from __future__ import annotations
@@ -34,8 +37,12 @@ __all__ = ["Telemetry"]
 class Telemetry:
     """Counters and clocks of one process's skip-and-correct steps."""
 
-    def __init__(self, overlap: bool = False) -> None:
+    def __init__(self, overlap: bool = False, two_level: bool = False) -> None:
         self.overlap = bool(overlap)
+        self.two_level = bool(two_level)
+        self.host_syncs = host_variable(0, tf.int64, "skip_correct/host_syncs")
+        self.host_comm_s = host_variable(0.0, tf.float64, "skip_correct/host_comm_s")
+        self.inter_host_bytes = host_variable(0, tf.int64, "skip_correct/inter_host_bytes")
         # overlap=True: seconds of the background all-reduces whose means were applied (hidden or not)
         self.background_comm_s = host_variable(0.0, tf.float64, "skip_correct/background_comm_s")
         # overlap=True: seconds spent outside the steps applying an in-flight mean (end of fit, sync())
@@ -69,24 +76,41 @@ class Telemetry:
         self.comm_s.assign_add(seconds)
         self.syncs.assign_add(1)
 
+    def add_host_sync(self, seconds: tf.Tensor) -> None:
+        """In a traced step: one host sync of two-level averaging took ``seconds``."""
+        self.host_syncs.assign_add(1)
+        self.host_comm_s.assign_add(seconds)
+
     def reset_clock(self) -> None:
         """Forget the end of the last step (a pause, e.g. evaluation, is not compute)."""
         self.last_end.assign(0.0)
 
     def as_dict(self) -> Dict[str, Any]:
         """The counters as Python numbers (eager)."""
-        return {
-            "steps": int(self.steps.numpy()),
-            "syncs": int(self.syncs.numpy()),
-            "comm_s": float(self.comm_s.numpy()),
-            "compute_s": float(self.compute_s.numpy()),
-            "bytes_communicated": int(self.bytes.numpy()),
-            "first_sync_s": float(self.first_sync_s.numpy()),
-        } | (
+        return (
             {
-                "background_comm_s": float(self.background_comm_s.numpy()),
-                "drain_wait_s": float(self.drain_s.numpy()),
+                "steps": int(self.steps.numpy()),
+                "syncs": int(self.syncs.numpy()),
+                "comm_s": float(self.comm_s.numpy()),
+                "compute_s": float(self.compute_s.numpy()),
+                "bytes_communicated": int(self.bytes.numpy()),
+                "first_sync_s": float(self.first_sync_s.numpy()),
             }
-            if self.overlap
-            else {}
+            | (
+                {
+                    "background_comm_s": float(self.background_comm_s.numpy()),
+                    "drain_wait_s": float(self.drain_s.numpy()),
+                }
+                if self.overlap
+                else {}
+            )
+            | (
+                {
+                    "host_syncs": int(self.host_syncs.numpy()),
+                    "host_comm_s": float(self.host_comm_s.numpy()),
+                    "inter_host_bytes": int(self.inter_host_bytes.numpy()),
+                }
+                if self.two_level
+                else {}
+            )
         )

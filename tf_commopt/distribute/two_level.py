@@ -28,7 +28,6 @@ import tensorflow as tf
 
 from tf_commopt._compat import (
     container_strategy,
-    host_variable,
     num_workers,
     strategy_cluster_resolver,
     worker_index,
@@ -74,7 +73,7 @@ def resolve_hosts(ext: Any, hosts: Optional[Sequence[Any]]) -> Tuple[int, ...]:
         where = f"TF_CONFIG / ${HOSTS_ENV}"
     if hosts is None:
         hosts = [0] * n_local
-    groups = host_groups(list(hosts), where=where)
+    groups = host_groups(hosts, where=where)  # a one-line error for anything but a list of host names
     if sum(len(g) for g in groups) != n_local * nw:
         raise InputError(
             f"must name the host of each of the {n_local * nw} replicas, got {len(hosts)}", where=where
@@ -90,17 +89,17 @@ def resolve_hosts(ext: Any, hosts: Optional[Sequence[Any]]) -> Tuple[int, ...]:
 
 
 class TwoLevelAverager:
-    """The host sums and the mean over hosts of one strategy (module docstring), and their counters.
+    """The host sums and the mean over hosts of one strategy (module docstring).
 
     Args:
-        ext: the strategy's StrategyExtended (its ``worker_devices``, ``telemetry``, ``reduce_to``).
+        ext: the strategy's StrategyExtended (its ``worker_devices`` and ``telemetry``).
         host_of: the host index of every global replica (:func:`resolve_hosts`).
         h: the host interval.
         key_base: a collective key base no other collective of the process uses.
     """
 
     def __init__(self, ext: Any, host_of: Sequence[int], h: int, key_base: int):
-        self.ext, self.h, self.host_of = ext, int(h), tuple(host_of)
+        self.ext, self.h = ext, int(h)
         self.groups = host_groups(list(host_of))
         self.hosts, self.replicas = len(self.groups), len(host_of)
         n_local, self.workers = len(ext.worker_devices), num_workers(ext)
@@ -108,9 +107,6 @@ class TwoLevelAverager:
         self.local_host = [host_of[first + i] for i in range(n_local)]
         self.n_host = [len(self.groups[c]) for c in self.local_host]
         self._key, self._instance = int(key_base), 0
-        self.host_syncs = host_variable(0, tf.int64, "skip_correct/host_syncs")
-        self.host_comm_s = host_variable(0.0, tf.float64, "skip_correct/host_comm_s")
-        self.inter_host_bytes = host_variable(0, tf.int64, "skip_correct/inter_host_bytes")
         if self.workers > 1:
             c = self.local_host[0]
             mates = sorted({r // n_local for r in self.groups[c]})
@@ -160,18 +156,17 @@ class TwoLevelAverager:
         """Per local replica: Σ_c (n_c/R)·v_c in float32, from ``values`` (each replica's host value, the
         same on a host's replicas; in the wire dtype when compressed)."""
         devices = self.ext.worker_devices
-        if self.workers == 1:  # every host is local: the weighted sum in float32
-            self.ext.telemetry.bytes.assign_add(int(values[0].shape[0]) * values[0].dtype.size)
-            first = {c: self.local_host.index(c) for c in range(self.hosts)}
-            with tf.device(devices[0]):
+        with tf.device(devices[0]):
+            if self.workers == 1:  # every host is local: the weighted sum in float32
+                self.ext.telemetry.bytes.assign_add(int(values[0].shape[0]) * values[0].dtype.size)
+                first = {c: self.local_host.index(c) for c in range(self.hosts)}
                 terms = [
                     tf.cast(values[first[c]], tf.float32) * (len(self.groups[c]) / self.replicas)
                     for c in first
                 ]
                 mean = tf.add_n(terms) if len(terms) > 1 else terms[0]
-            return [tf.identity(mean) for _ in devices]
-        with tf.device(devices[0]):
-            mean = tf.cast(self._sliced_sum(values[0]), tf.float32) / float(self.hosts)
+            else:
+                mean = tf.cast(self._sliced_sum(values[0]), tf.float32) / float(self.hosts)
         out = []
         for d in devices:
             with tf.device(d):
@@ -187,7 +182,7 @@ class TwoLevelAverager:
         size = -(-n // p)
         padded = tf.pad(flat, [[0, size * p - n]]) if size * p != n else flat
         piece = padded[self.rank * size : (self.rank + 1) * size]
-        self.inter_host_bytes.assign_add(size * flat.dtype.size)
+        self.ext.telemetry.inter_host_bytes.assign_add(size * flat.dtype.size)
         self.ext.telemetry.bytes.assign_add((size + (n if p > 1 else 0)) * flat.dtype.size)
         summed = self._sum(piece, self._key + 10_000 + self.rank, self.hosts)
         if p == 1:

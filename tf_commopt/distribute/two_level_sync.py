@@ -73,7 +73,7 @@ class _HostLevel(NamedTuple):
     s_new: Optional[Rows]  # S_c + Ḡ_c  (gradient)
 
 
-def _host_level(avg: TwoLevelAverager, variables: Sequence[Any], state: Any, n: int, t0: Any) -> _HostLevel:
+def _host_level(avg: TwoLevelAverager, variables: Sequence[Any], state: Any, t0: Any) -> _HostLevel:
     """Read x_i (and G_i), one host sum of both; the host means and the gradient rule's host terms."""
     grad = state is not None and state.rule == "gradient"
     with tf.control_dependencies([t0]):
@@ -101,30 +101,31 @@ def host_sync(
     avg: TwoLevelAverager, variables: Sequence[Any], state: Any, n_trainable: int, lr: Any
 ) -> tf.Tensor:
     """The host sync (module docstring) of ``variables`` (the state's trainable ones first, then the
-    averaged extras). Returns its seconds (also in ``avg.host_comm_s``)."""
+    averaged extras). Returns its seconds (also in the strategy's telemetry, ``host_comm_s``)."""
     t0 = tf.timestamp()
-    hl = _host_level(avg, variables, state, n_trainable, t0)
+    hl = _host_level(avg, variables, state, t0)
     rule = state.rule if state is not None else "none"
     ops: List[Any] = []
     deltas = state.delta_components() if rule != "none" else None
+    if rule == "gradient":
+        betas, sums = state.components(state.host_deltas), state.components(state.host_sums)
+        grads = state.grad_sum_components()
     for j in range(n_trainable if deltas is not None else 0):
         for i, d in enumerate(deltas[j]):
             with tf.device(d.device):
                 if rule == "vrl":
                     ops.append(d.assign_add((hl.means[j][i] - hl.xs[j][i]) / _scale(avg.h, lr, d)))
                 else:
-                    beta = state.components(state.host_deltas)[j][i]
-                    ops.append(d.assign(hl.g_part[j][i] + beta.read_value()))
-                    ops.append(state.components(state.host_sums)[j][i].assign(hl.s_new[j][i]))
-                    ops.append(state.grad_sum_components()[j][i].assign(tf.zeros_like(d)))
+                    ops.append(d.assign(hl.g_part[j][i] + betas[j][i].read_value()))
+                    ops.append(sums[j][i].assign(hl.s_new[j][i]))
+                    ops.append(grads[j][i].assign(tf.zeros_like(d)))
     for j, v in enumerate(variables):
         for i, c in enumerate(v.values):
             with tf.device(c.device):
                 ops.append(c.assign(hl.means[j][i]))
     with tf.control_dependencies(ops):
         t1 = tf.timestamp()
-    avg.host_syncs.assign_add(1)
-    avg.host_comm_s.assign_add(t1 - t0)
+    avg.ext.telemetry.add_host_sync(t1 - t0)
     return t1 - t0
 
 
@@ -181,7 +182,7 @@ def global_sync(
     Returns its seconds (also in the strategy's telemetry)."""
     t0 = tf.timestamp()
     n = n_trainable if state is not None else 0
-    hl = _host_level(avg, variables, state, n, t0)
+    hl = _host_level(avg, variables, state, t0)
     rule = state.rule if state is not None else "none"
     if state is not None and state.compression is not None:
         xbar, diff, s_diff, ops = _across_compressed(avg, hl, state, n)
@@ -189,6 +190,9 @@ def global_sync(
         xbar, diff, sbar = _across_exact(avg, hl)
         s_diff, ops = (_map(lambda s, m: s - m, hl.s_new, sbar) if sbar is not None else None), []
     deltas = state.delta_components() if rule != "none" else None
+    if rule == "gradient":
+        betas, sums = state.components(state.host_deltas), state.components(state.host_sums)
+        grads = state.grad_sum_components()
     for j in range(n if deltas is not None else 0):
         for i, d in enumerate(deltas[j]):
             with tf.device(d.device):
@@ -197,10 +201,8 @@ def global_sync(
                     ops.append(d.assign_add(host + diff[j][i] / _scale(local_steps, lr, d)))
                 else:
                     beta = s_diff[j][i] / tf.cast(local_steps, d.dtype)
-                    ops.append(state.components(state.host_deltas)[j][i].assign(beta))
-                    ops.append(d.assign(hl.g_part[j][i] + beta))
-                    ops.append(state.components(state.host_sums)[j][i].assign(tf.zeros_like(d)))
-                    ops.append(state.grad_sum_components()[j][i].assign(tf.zeros_like(d)))
+                    ops += [betas[j][i].assign(beta), d.assign(hl.g_part[j][i] + beta)]
+                    ops += [sums[j][i].assign(tf.zeros_like(d)), grads[j][i].assign(tf.zeros_like(d))]
     for j, v in enumerate(variables):
         for i, c in enumerate(v.values):
             with tf.device(c.device):
