@@ -96,6 +96,47 @@ def _scale(steps: Any, lr: Any, like: Any) -> Any:
     return tf.cast(steps, like.dtype) * tf.cast(lr, like.dtype)
 
 
+def _corrections(
+    avg: TwoLevelAverager, state: Any, n: int, hl: _HostLevel, lr: Any, across: Optional[tuple] = None
+) -> List[Any]:
+    """The Δ_i (and gradient's S_c, β_c, G_i) updates of a host sync, or of a global sync when ``across``
+    = (Q̄ − Q_c, Ŝ_c − Σ_d w_d Ŝ_d, k) is given (module docstring)."""
+    rule = state.rule if state is not None else "none"
+    if rule == "none":
+        return []
+    deltas, ops = state.delta_components(), []
+    if rule == "gradient":
+        betas, sums = state.components(state.host_deltas), state.components(state.host_sums)
+        grads = state.grad_sum_components()
+    for j in range(n):
+        for i, d in enumerate(deltas[j]):
+            with tf.device(d.device):
+                if rule == "vrl":
+                    step = (hl.means[j][i] - hl.xs[j][i]) / _scale(avg.h, lr, d)
+                    if across is not None:
+                        step += across[0][j][i] / _scale(across[2], lr, d)
+                    ops.append(d.assign_add(step))
+                    continue
+                if across is None:  # host sync: β_c kept, S_c grows by Ḡ_c
+                    beta = betas[j][i].read_value()
+                    ops.append(sums[j][i].assign(hl.s_new[j][i]))
+                else:  # global sync: β_c from the hosts' sums, S_c restarts
+                    beta = across[1][j][i] / tf.cast(across[2], d.dtype)
+                    ops += [betas[j][i].assign(beta), sums[j][i].assign(tf.zeros_like(d))]
+                ops += [d.assign(hl.g_part[j][i] + beta), grads[j][i].assign(tf.zeros_like(d))]
+    return ops
+
+
+def _assign(variables: Sequence[Any], values: Rows) -> List[Any]:
+    """x_i ← values[j][i] for every variable j and local replica i."""
+    ops = []
+    for j, v in enumerate(variables):
+        for i, c in enumerate(v.values):
+            with tf.device(c.device):
+                ops.append(c.assign(values[j][i]))
+    return ops
+
+
 @_no_autograph
 def host_sync(
     avg: TwoLevelAverager, variables: Sequence[Any], state: Any, n_trainable: int, lr: Any
@@ -104,25 +145,7 @@ def host_sync(
     averaged extras). Returns its seconds (also in the strategy's telemetry, ``host_comm_s``)."""
     t0 = tf.timestamp()
     hl = _host_level(avg, variables, state, t0)
-    rule = state.rule if state is not None else "none"
-    ops: List[Any] = []
-    deltas = state.delta_components() if rule != "none" else None
-    if rule == "gradient":
-        betas, sums = state.components(state.host_deltas), state.components(state.host_sums)
-        grads = state.grad_sum_components()
-    for j in range(n_trainable if deltas is not None else 0):
-        for i, d in enumerate(deltas[j]):
-            with tf.device(d.device):
-                if rule == "vrl":
-                    ops.append(d.assign_add((hl.means[j][i] - hl.xs[j][i]) / _scale(avg.h, lr, d)))
-                else:
-                    ops.append(d.assign(hl.g_part[j][i] + betas[j][i].read_value()))
-                    ops.append(sums[j][i].assign(hl.s_new[j][i]))
-                    ops.append(grads[j][i].assign(tf.zeros_like(d)))
-    for j, v in enumerate(variables):
-        for i, c in enumerate(v.values):
-            with tf.device(c.device):
-                ops.append(c.assign(hl.means[j][i]))
+    ops = _corrections(avg, state, n_trainable, hl, lr) + _assign(variables, hl.means)
     with tf.control_dependencies(ops):
         t1 = tf.timestamp()
     avg.ext.telemetry.add_host_sync(t1 - t0)
@@ -183,30 +206,12 @@ def global_sync(
     t0 = tf.timestamp()
     n = n_trainable if state is not None else 0
     hl = _host_level(avg, variables, state, t0)
-    rule = state.rule if state is not None else "none"
     if state is not None and state.compression is not None:
         xbar, diff, s_diff, ops = _across_compressed(avg, hl, state, n)
     else:
         xbar, diff, sbar = _across_exact(avg, hl)
         s_diff, ops = (_map(lambda s, m: s - m, hl.s_new, sbar) if sbar is not None else None), []
-    deltas = state.delta_components() if rule != "none" else None
-    if rule == "gradient":
-        betas, sums = state.components(state.host_deltas), state.components(state.host_sums)
-        grads = state.grad_sum_components()
-    for j in range(n if deltas is not None else 0):
-        for i, d in enumerate(deltas[j]):
-            with tf.device(d.device):
-                if rule == "vrl":
-                    host = (hl.means[j][i] - hl.xs[j][i]) / _scale(avg.h, lr, d)
-                    ops.append(d.assign_add(host + diff[j][i] / _scale(local_steps, lr, d)))
-                else:
-                    beta = s_diff[j][i] / tf.cast(local_steps, d.dtype)
-                    ops += [betas[j][i].assign(beta), d.assign(hl.g_part[j][i] + beta)]
-                    ops += [sums[j][i].assign(tf.zeros_like(d)), grads[j][i].assign(tf.zeros_like(d))]
-    for j, v in enumerate(variables):
-        for i, c in enumerate(v.values):
-            with tf.device(c.device):
-                ops.append(c.assign(xbar[j][i]))
+    ops += _corrections(avg, state, n, hl, lr, (diff, s_diff, local_steps)) + _assign(variables, xbar)
     with tf.control_dependencies(ops):
         t1 = tf.timestamp()
     avg.ext.telemetry.add_sync(t1 - t0)
