@@ -9,7 +9,9 @@ the medians of wall time, test accuracy and sync time, their ratios to ``flat``,
 worker put into the syncs; the bytes that cross the slow link are derived from them: a ring all-reduce
 over N ranks sends 2(N-1)/N of each rank's payload to the next rank, and with the tasks in host order
 exactly one rank per host sends across the hosts' link; a two-level global sync sends each worker's
-slice of its host value once (``inter_host_bytes``), so a host sends p slices.
+slice of its host value once (``inter_host_bytes``), so a host sends p slices. With ``--interval=auto``
+every run chooses its own H, and with ``--host_interval=auto`` too the two-level runs choose h and H
+together (``SkipCorrectStrategy(host_interval="auto")``); each run's record keeps the H and h it used.
 
 Example:
     python -m experiments.cheapsync_bench --settings=mlp:100:iid --repeats=1 --steps=16 --out=/tmp/cs.jsonl
@@ -33,6 +35,7 @@ VARIANTS = {
 }
 KEEP = ("wall_s", "test_accuracy", "syncs", "comm_s", "compute_s", "bytes_communicated", "sync_payload_bytes")
 KEEP += ("first_sync_s", "interval", "cluster_wall_s", "host_syncs", "host_comm_s", "inter_host_bytes")
+KEEP += ("host_interval",)  # the h a run used (chosen by it with --host_interval=auto)
 
 
 def define(fv: Any) -> None:
@@ -44,11 +47,18 @@ def define(fv: Any) -> None:
         "variants", ["flat", "bf16", "two_level", "two_level_bf16"], f"any of {', '.join(VARIANTS)}", **d
     )
     flags.DEFINE_string("correction", "auto", "the runner's --correction, the same for every variant", **d)
-    flags.DEFINE_integer("host_interval", 2, "h of the two_level variants (H a multiple of it)", **d)
+    flags.DEFINE_string(
+        "host_interval",
+        "2",
+        "h of the two_level variants (H a multiple of it), or auto (needs --interval=auto)",
+        **d,
+    )
     flags.DEFINE_integer("hosts", 2, "hosts", **d)
     flags.DEFINE_integer("tasks_per_host", 2, "workers per host (unshaped between them)", **d)
     flags.DEFINE_integer("steps", 48, "steps per run", **d)
-    flags.DEFINE_integer("interval", 8, "H, the same for every variant", **d)
+    flags.DEFINE_string(
+        "interval", "8", "H, the same for every variant, or auto (each run chooses its own)", **d
+    )
     flags.DEFINE_integer("batch_size", 128, "global batch", **d)
     flags.DEFINE_float("learning_rate", 0.05, "the optimizer's learning rate", **d)
     flags.DEFINE_integer("non_iid_classes", 2, "labels per worker in a non_iid setting", **d)
@@ -72,13 +82,28 @@ def parse_setting(entry: str) -> Dict[str, Any]:
     return {"model": parts[0], "mbit": mbit, "split": parts[2]}
 
 
+def _interval(value: str, name: str) -> Any:
+    """``--interval`` / ``--host_interval``: an integer >= 1 or ``"auto"`` (``_cli.fail`` otherwise)."""
+    if value == "auto":
+        return value
+    try:
+        if int(value) >= 1:
+            return int(value)
+    except ValueError:
+        pass
+    _cli.fail(f"--{name}: must be an integer >= 1 or auto, got {value!r}")
+
+
 def sweep(fv: Any) -> Sweep:
     bad = [v for v in fv.variants if v not in VARIANTS]
     if bad:
         _cli.fail(f"--variants: unknown {', '.join(bad)}; choose from {', '.join(VARIANTS)}")
-    for name in ("hosts", "tasks_per_host", "steps", "interval", "repeats", "host_interval"):
+    for name in ("hosts", "tasks_per_host", "steps", "repeats"):
         if getattr(fv, name) < 1:
             _cli.fail(f"--{name}: must be >= 1, got {getattr(fv, name)}")
+    interval, host_interval = _interval(fv.interval, "interval"), _interval(fv.host_interval, "host_interval")
+    if host_interval == "auto" and interval != "auto":
+        _cli.fail("--host_interval: auto chooses h with H: give --interval=auto")
     settings = {s: parse_setting(s) for s in fv.settings}
     workers = fv.hosts * fv.tasks_per_host
 
@@ -88,20 +113,19 @@ def sweep(fv: Any) -> Sweep:
         argv += [
             f"--learning_rate={fv.learning_rate}",
             "--strategy=skip_correct",
-            f"--interval={fv.interval}",
+            f"--interval={interval}",
             f"--correction={fv.correction}",
         ]
         argv += [f"--non_iid_classes={fv.non_iid_classes}"] if s["split"] == "non_iid" else []
         return Launch(
-            argv + [a.format(h=fv.host_interval) for a in VARIANTS[variant]],
+            argv + [a.format(h=host_interval) for a in VARIANTS[variant]],
             workers=workers,
             mbit=s["mbit"],
             tasks_per_host=fv.tasks_per_host,
         )
 
-    extra = {k: getattr(fv, k) for k in ("hosts", "tasks_per_host", "steps", "interval", "batch_size")}
-    extra["learning_rate"] = fv.learning_rate
-    extra["host_interval"] = fv.host_interval
+    extra = {k: getattr(fv, k) for k in ("hosts", "tasks_per_host", "steps", "batch_size")}
+    extra.update(interval=interval, learning_rate=fv.learning_rate, host_interval=host_interval)
     extra["correction"] = fv.correction
     return Sweep(
         "cheapsync",

@@ -28,7 +28,8 @@ __all__ = ["RunResult", "configure_local_cpus", "make_strategy", "run_collective
 SYNC_STATS = tuple(  # the strategy's stats() kept in the record
     "syncs comm_s first_sync_s compute_s bytes_communicated background_comm_s drain_wait_s interval_t_comm_s "
     "interval_t_comp_s interval_t_comm_samples_s interval_t_comp_samples_s interval_overhead_s "
-    "interval_selection_comm_s host_interval host_syncs host_comm_s inter_host_bytes".split()
+    "interval_selection_comm_s host_interval host_syncs host_comm_s inter_host_bytes interval_t_intra_s "
+    "interval_t_inter_s interval_t_intra_samples_s".split()
 )
 
 

@@ -70,7 +70,7 @@ class Config:
     steps_per_execution: int = 1
     overlap: bool = False
     compression: str = ""
-    host_interval: int = 0
+    host_interval: Union[int, str] = 0
     non_iid_classes: int = 0
     step_times: bool = False
     proc_stats: bool = False
@@ -123,7 +123,8 @@ HELP: Dict[str, str] = {
     "error feedback (half the bytes); empty = float32",
     "host_interval": "skip_correct/local_sgd: two-level averaging: the replicas of one host (tasks "
     "sharing a host in tf_commopt.cluster --hosts/--tasks-per-host, or a TF_CONFIG host name) average "
-    "every this many local steps, all every --interval (a multiple of it); 0 = one level",
+    "every this many local steps, all every --interval (a multiple of it); 'auto' (with --interval=auto): "
+    "both chosen from the probe's timings of host syncs, global syncs and steps; 0 = one level",
     "non_iid_classes": "0: iid shards; k > 0: label-skewed shards, each worker's (local replicas: each "
     "replica's) mostly holding k labels",
     "step_times": "add step_ms, step_ms_p90 (per-step wall time after step 10) and startup_s "
@@ -143,7 +144,6 @@ HELP: Dict[str, str] = {
 }
 
 _INTS = (
-    ("host_interval", 0),
     ("batch_size", 1),
     ("epochs", 1),
     ("steps", 0),
@@ -236,13 +236,30 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
+def _host_interval(value: Any) -> Union[int, str]:
+    """``--host_interval``: 0 (one level), an integer h >= 1 or ``"auto"``."""
+    if value == "auto":
+        return value
+    try:
+        h = int(value) if isinstance(value, str) else value
+    except ValueError:
+        h = None
+    if isinstance(h, bool) or not isinstance(h, int) or h < 0:
+        raise InputError(f"must be an integer >= 0 or 'auto', got {value!r}", where="--host_interval")
+    return h
+
+
 def _check_two_level(cfg: Config) -> None:
-    if not cfg.host_interval:
+    cfg.host_interval = h = _host_interval(cfg.host_interval)
+    if not h:
         return
+    auto = h == "auto"
     for bad, why in (
         (cfg.strategy not in SYNC_STRATEGIES, "--strategy=skip_correct or local_sgd"),
-        (cfg.interval == "auto", "an integer --interval"),
-        (cfg.interval != "auto" and int(cfg.interval) % cfg.host_interval, "--interval a multiple of it"),
+        (auto and cfg.interval != "auto", "--interval=auto with --host_interval=auto"),
+        (auto and cfg.auto_probe_interval < 2, "--auto_probe_interval >= 2 with --host_interval=auto"),
+        (not auto and cfg.interval == "auto", "an integer --interval (or --host_interval=auto)"),
+        (not auto and cfg.interval != "auto" and int(cfg.interval) % h, "--interval a multiple of it"),
         (cfg.overlap or cfg.period != "steps", "no --overlap and --period=steps"),
     ):
         if bad:
@@ -275,7 +292,7 @@ def define_flags(fv: Any) -> None:
         default, helptext = f.default, HELP[f.name]
         if isinstance(default, bool):
             flags.DEFINE_bool(f.name, default, helptext, flag_values=fv)
-        elif f.name == "interval" or isinstance(default, str):
+        elif f.name in ("interval", "host_interval") or isinstance(default, str):
             flags.DEFINE_string(f.name, str(default), helptext, flag_values=fv)
         elif isinstance(default, int):
             flags.DEFINE_integer(f.name, default, helptext, flag_values=fv)

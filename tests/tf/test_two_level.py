@@ -6,8 +6,13 @@ step by step, in one process with logical devices grouped into hosts.
 * bf16 compressed host level: the same, within the wire dtype's rounding of the host values;
 * h = H is the flat rule (the host level adds nothing between global syncs);
 * the gradient correction (plain and bf16) against the same rule;
-* telemetry counts host syncs; bad arguments are one-line errors.
+* telemetry counts host syncs; bad arguments are one-line errors;
+* host_interval="auto": the rule gets the agreed medians stats() reports and (h, H) is what it chose;
+  every step (warm-up at H = h = 1, the probe at h = 1, then the chosen h and H) follows the numpy rule;
+  a checkpoint keeps the chosen h; the runner takes --host_interval=auto.
 """
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -15,7 +20,8 @@ import tensorflow as tf
 
 from tests.tf.sc_reference import make_batches, softmax_grads, softmax_step
 from tf_commopt.core import hierarchical
-from tf_commopt.distribute import SkipCorrectStrategy
+from tf_commopt.core.levels import TwoLevelInterval
+from tf_commopt.distribute import AutoInterval, SkipCorrectStrategy
 from tf_commopt.errors import InputError
 
 F, C, B, LR = 5, 3, 4, 0.125
@@ -44,17 +50,19 @@ def _train(strategy, w0, b0, batches, r):
     return out, opt
 
 
-def two_level_reference(w0, b0, batches, hosts, rule, big_h, h, codec=None, lr=LR):
+def two_level_reference(w0, b0, batches, hosts, rule, big_h, h, codec=None, lr=LR, schedule=None):
     """Local steps x_i ← x_i − lr(∇f_i − Δ_i) (G_i += ∇f_i), then core.hierarchical's sync every h (global
-    every H). Per step: each replica's [w, b], then each replica's [Δw, Δb]."""
+    every H). ``schedule``: the (H, h) in force at each step instead (changing only after a global sync).
+    Per step: each replica's [w, b], then each replica's [Δw, Δb]."""
     r = len(batches[0])
+    schedule = schedule or [(big_h, h)] * len(batches)
     groups = hierarchical.host_groups(hosts)
     xs = [[w0.astype(np.float64), b0.astype(np.float64)] for _ in range(r)]
     fields = ("deltas", "grad_sums", "host_sums", "host_deltas", "residuals", "grad_residuals")
     st = {f: [[np.zeros_like(x) for x in xs[0]] for _ in range(r)] for f in fields}
     x0 = [x.copy() for x in xs[0]]
     k, out = 0, []
-    for row in batches:
+    for row, (big_h, h) in zip(batches, schedule):
         for i in range(r):
             g = softmax_grads(xs[i][0], xs[i][1], *row[i])
             xs[i] = [x - lr * (gv - d) for x, gv, d in zip(xs[i], g, st["deltas"][i])]
@@ -66,10 +74,13 @@ def two_level_reference(w0, b0, batches, hosts, rule, big_h, h, codec=None, lr=L
                 level = hierarchical.LevelState(
                     [xs[i][j] for i in range(r)], **{f: [st[f][i][j] for i in range(r)] for f in fields}
                 )
-                new = hierarchical.two_level_sync(
-                    x0[j], level, groups, rule, h, big_h // h, is_global, clr=lr, codec=codec,
-                    round_fn=None if codec is None else _bf16,
-                )  # fmt: skip
+                kw = dict(clr=lr, codec=codec, round_fn=None if codec is None else _bf16)
+                if is_global and len(groups) > 1:  # also for m = 1: β_c then holds for a later m (auto)
+                    new = hierarchical.global_sync(x0[j], level, groups, rule, h, big_h // h, **kw)
+                else:
+                    new = hierarchical.two_level_sync(
+                        x0[j], level, groups, rule, h, big_h // h, is_global, **kw
+                    )
                 for i in range(r):
                     xs[i][j] = new.xs[i]
                     for f in fields:
@@ -154,6 +165,12 @@ def test_host_interval_equal_to_interval_is_the_flat_rule():
         (dict(interval=8, host_interval=2, overlap=True), "host_interval"),
         (dict(interval=8, hosts=[0, 1]), "hosts"),
         (dict(interval=8, host_interval=2, hosts=[0, 0, 1]), "hosts"),
+        (dict(interval=8, host_interval="auto"), "host_interval"),
+        (dict(interval="auto", host_interval="sometimes"), "host_interval"),
+        (dict(interval="auto", host_interval="auto", overlap=True), "host_interval"),
+        (dict(interval="auto", host_interval="auto", period="time"), "period"),
+        (dict(interval="auto", host_interval="auto", auto_probe_interval=1), "host_interval"),
+        (dict(interval=AutoInterval(max_interval=64), host_interval=TwoLevelInterval()), "host_interval"),
     ],
 )
 def test_bad_two_level_arguments_are_one_line_errors(kw, where):
@@ -179,3 +196,110 @@ def test_gradient_correction_follows_the_numpy_rule(codec):
     if codec is None:  # for plain SGD the two rules coincide (docs/skip_correct.md)
         vrl = two_level_reference(w0, b0, batches, hosts, "vrl", big_h, h)
         np.testing.assert_allclose(got[-1][0][0], vrl[-1][0][0], rtol=1e-5, atol=2e-5)
+
+
+def test_set_interval_keeps_a_multiple_of_the_host_interval():
+    strategy = _strategy(2, interval=8, host_interval=2)
+    with pytest.raises(InputError, match=r"^SkipCorrectStrategy.set_interval: 3 is not a multiple"):
+        strategy.set_interval(3)
+    strategy.set_interval(6)
+    assert strategy.interval == 6
+
+
+# ---- host_interval="auto" ------------------------------------------------------------------------------
+PROBE = AutoInterval(max_interval=8, warmup_steps=2, probe_interval=3, measure_syncs=2)
+CHOSEN_AT = 2 + 3 * 2  # the step of the last probe sync, where (h, H) is chosen
+CALLS = []
+
+
+class _Fixed(TwoLevelInterval):
+    """The rule with (h, m) = (2, 2) whatever the timings, recording what it was given."""
+
+    def choose(self, t_intra_s, t_inter_s, t_comp_s, hosts=2):
+        CALLS.append((t_intra_s, t_inter_s, t_comp_s, hosts))
+        return 2, 2
+
+
+def _auto_schedule(n, big_h, h):
+    """(H, h) at each step: warm-up (1, 1), the probe (probe_interval, 1), then the chosen (H, h)."""
+    p = PROBE.probe_interval
+    return (
+        [(1, 1)] * PROBE.warmup_steps + [(p, 1)] * (p * PROBE.measure_syncs) + [(big_h, h)] * (n - CHOSEN_AT)
+    )
+
+
+def _agreed(s):
+    return s["interval_t_intra_s"], s["interval_t_inter_s"], s["interval_t_comp_s"]
+
+
+@pytest.mark.parametrize("rule", ["vrl", "gradient"])
+def test_auto_host_interval_applies_the_choice_and_follows_the_numpy_rule(rule):
+    CALLS.clear()
+    r, n, hosts = 4, CHOSEN_AT + 8, [0, 0, 1, 1]
+    w0, b0 = _start(4)
+    batches = make_batches(n, r, B, F, C, seed=7)
+    strategy = _strategy(
+        r, interval=PROBE, host_interval=_Fixed(max_interval=8), hosts=hosts, correction=rule
+    )
+    got, _ = _train(strategy, w0, b0, batches, r)
+    s = strategy.stats()
+    assert (s["interval_chosen"], s["host_interval"], s["interval"]) == (1, 2, 4)
+    assert CALLS == [(*_agreed(s), 2)]  # the agreed medians, in the rule's order, once
+    assert s["interval_t_inter_s"] == s["interval_t_comm_s"] > 0 and s["interval_t_comp_s"] > 0
+    # the medians of this worker's samples (one process: the mean over replicas of equal values)
+    for key, count in (("intra", 4), ("comm", 2), ("comp", 6)):
+        samples = s[f"interval_t_{key}_samples_s"]
+        assert len(samples) == count
+        assert s[f"interval_t_{key}_s"] == pytest.approx(np.median(samples), rel=1e-5, abs=2e-6)
+    # syncs: 2 warm-up, 2 probe, then at steps 12 and 16; host syncs: 4 in the probe, at steps 10 and 14
+    assert (s["syncs"], s["host_syncs"]) == (6, 6)
+    want = two_level_reference(w0, b0, batches, hosts, rule, 0, 0, schedule=_auto_schedule(n, 4, 2))
+    _compare(got, want, r, "vrl", atol=2e-5)
+
+
+def test_auto_host_interval_is_the_rule_on_the_agreed_medians():
+    r, n, hosts = 4, CHOSEN_AT + 8, ["a", "b", "b", "b"]
+    w0, b0 = _start(5)
+    batches = make_batches(n, r, B, F, C, seed=8)
+    probe = dataclasses.replace(PROBE, target_ratio=0.01)  # H > 1 likely: a sync is not 100x a step
+    strategy = _strategy(r, interval=probe, host_interval="auto", hosts=hosts)
+    got, _ = _train(strategy, w0, b0, batches, r)
+    s = strategy.stats()
+    h, m = TwoLevelInterval(target_ratio=0.01, max_interval=8).choose(*_agreed(s), hosts=2)
+    assert (s["interval_chosen"], s["host_interval"], s["interval"]) == (1, h, m * h)
+    want = two_level_reference(w0, b0, batches, hosts, "vrl", 0, 0, schedule=_auto_schedule(n, m * h, h))
+    _compare(got, want, r, "vrl", atol=2e-5)
+
+
+def test_a_checkpoint_keeps_the_chosen_host_interval(tmp_path):
+    r, hosts = 4, [0, 0, 1, 1]
+    w0, b0 = _start(6)
+    batches = make_batches(CHOSEN_AT, r, B, F, C, seed=9)
+    strategy = _strategy(r, interval=PROBE, host_interval=_Fixed(max_interval=8), hosts=hosts)
+    _, opt = _train(strategy, w0, b0, batches, r)
+    path = tf.train.Checkpoint(opt=opt).save(str(tmp_path / "ckpt"))
+    fresh = _strategy(r, interval=PROBE, host_interval=_Fixed(max_interval=8), hosts=hosts)
+    assert (fresh.stats()["host_interval"], fresh.interval) == (1, 1)
+    with fresh.scope():
+        w, b = tf.Variable(w0), tf.Variable(b0)
+        opt2 = tf.keras.optimizers.SGD(LR)
+        opt2.build([w, b])
+        fresh.extended._sc_state(opt2, [w, b])
+    tf.train.Checkpoint(opt=opt2).restore(path).assert_existing_objects_matched()
+    s = fresh.stats()
+    assert (s["interval_chosen"], s["host_interval"], s["interval"]) == (1, 2, 4)
+    assert s["interval_t_intra_s"] == strategy.stats()["interval_t_intra_s"] > 0
+
+
+def test_the_runner_takes_host_interval_auto():
+    from experiments.config import Config, validate
+
+    assert (
+        validate(Config(strategy="skip_correct", interval="auto", host_interval="auto")).host_interval
+        == "auto"
+    )
+    assert validate(Config(strategy="skip_correct", interval=4, host_interval="2")).host_interval == 2
+    with pytest.raises(InputError, match=r"^--host_interval: .*--interval=auto"):
+        validate(Config(strategy="skip_correct", interval=4, host_interval="auto"))
+    with pytest.raises(InputError, match=r"^--host_interval: must be an integer >= 0 or 'auto'"):
+        validate(Config(strategy="skip_correct", host_interval="often"))

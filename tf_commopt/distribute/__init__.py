@@ -7,8 +7,9 @@ Example:
     ...     model = make_model(); model.compile("sgd", "sparse_categorical_crossentropy")
     >>> model.fit(x, y, epochs=1)                                      # doctest: +SKIP
 
-Names (loaded on first use): ``SkipCorrectStrategy``, its interval policy ``AutoInterval`` and the
-options of its time-based period ``TimeBudget`` (docs/skip_correct.md), ``GroupedHybridTrainer`` (a trainer with a strategy's surface) and ``Pipeline``
+Names (loaded on first use): ``SkipCorrectStrategy``, its interval policies ``AutoInterval`` and
+``TwoLevelInterval`` (two-level averaging's ``host_interval``) and the options of its time-based period
+``TimeBudget`` (docs/skip_correct.md), ``GroupedHybridTrainer`` (a trainer with a strategy's surface) and ``Pipeline``
 (docs/hybrid.md), ``ParameterServerSkipCorrect`` and ``serve_unless_chief``
 (docs/parameter_server.md).
 """
@@ -22,6 +23,7 @@ _LAZY = {
     "SkipCorrectStrategy": "tf_commopt.distribute.skip_correct",
     "AutoInterval": "tf_commopt.distribute.interval_policy",
     "TimeBudget": "tf_commopt.core.period",
+    "TwoLevelInterval": "tf_commopt.core.levels",
     "GroupedHybridTrainer": "tf_commopt.distribute.hybrid",
     "Pipeline": "tf_commopt.distribute.pipeline",
     "ParameterServerSkipCorrect": "tf_commopt.distribute.ps",

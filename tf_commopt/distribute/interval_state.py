@@ -15,6 +15,9 @@ seconds before H was fixed).
 Checkpoints (``SkipCorrectState``) hold H, whether it was chosen and the agreed medians: a restored
 run keeps its H; one restored before H was chosen measures again.
 
+Two-level averaging with ``host_interval="auto"`` uses the subclass in ``two_level_interval.py`` (h
+chosen with H, from one more median: the host syncs').
+
 Example:
     >>> s = IntervalState(AutoInterval())        # doctest: +SKIP
     >>> int(s.interval.numpy()), s.auto           # doctest: +SKIP
@@ -23,7 +26,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -96,10 +99,13 @@ class IntervalState:
         sync_dt: tf.Tensor,
         comm_total: tf.Tensor,
         agree: Callable[[tf.Tensor], tf.Tensor],
+        host_synced: Optional[tf.Tensor] = None,
     ) -> tf.Tensor:
         """Record this step's samples while probing; at the last probe sync choose H (every worker takes
-        this branch at the same step: same counters). ``agree`` MEAN-all-reduces a [2] float64 vector.
-        Returns H chosen at this step, or 0."""
+        this branch at the same step: same counters). ``agree`` MEAN-all-reduces a small float64 vector
+        (the medians). ``host_synced``: with two-level averaging, whether this step ran a host sync (its
+        seconds in ``sync_dt``); only :class:`~tf_commopt.distribute.two_level_interval.TwoLevelIntervalState`
+        reads it. Returns H chosen at this step, or 0."""
         probing = self.probing(steps)
 
         def sample() -> tf.Tensor:
@@ -141,29 +147,32 @@ class IntervalState:
     def _choose(self, comm_total: tf.Tensor, agree: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
         t0 = tf.timestamp()
         with tf.control_dependencies([t0]):
-            n_comp = tf.minimum(self.n_comp.read_value(), self._comp_cap)
-            comp = median(self.comp_samples.read_value()[:n_comp])
-            comm = median(self.comm_samples.read_value())
-        agreed = agree(tf.stack([comm, comp]))
-        choose, overlap = self.policy.choose, self.overlap
-
-        def policy(c: np.ndarray, p: np.ndarray) -> np.ndarray:
-            return np.int64(choose(float(c), float(p), overlap=overlap))
-
+            agreed = agree(tf.stack(self._medians()))
         with tf.device("/CPU:0"):
-            h = tf.reshape(tf.numpy_function(policy, [agreed[0], agreed[1]], tf.int64, stateful=True), [])
-        ops = [
-            self.interval.assign(h),
-            self.t_comm.assign(agreed[0]),
-            self.t_comp.assign(agreed[1]),
-            self.chosen.assign(1),
-            self.selection_comm_s.assign(comm_total),
-        ]
+            out = tf.numpy_function(self._policy, [agreed], tf.int64, stateful=True)
+            out = tf.reshape(out, [-1])
+        ops = self._set_chosen(agreed, out)
+        ops += [self.chosen.assign(1), self.selection_comm_s.assign(comm_total)]
         with tf.control_dependencies(ops):
             t1 = tf.timestamp()
         self.overhead_s.assign_add(t1 - t0)
         with tf.control_dependencies(ops):
-            return tf.identity(h)
+            return tf.identity(out[0])
+
+    def _medians(self) -> List[tf.Tensor]:
+        """This worker's medians, in the order the workers agree on them: [t_comm, t_comp]."""
+        n_comp = tf.minimum(self.n_comp.read_value(), self._comp_cap)
+        return [median(self.comm_samples.read_value()), median(self.comp_samples.read_value()[:n_comp])]
+
+    def _policy(self, agreed: np.ndarray) -> np.ndarray:
+        """The agreed medians -> [H] (numpy, in the step)."""
+        return np.array(
+            [self.policy.choose(float(agreed[0]), float(agreed[1]), overlap=self.overlap)], np.int64
+        )
+
+    def _set_chosen(self, agreed: tf.Tensor, out: tf.Tensor) -> List[Any]:
+        """Assign what :meth:`_policy` chose (``out``) and the agreed medians they were chosen from."""
+        return [self.interval.assign(out[0]), self.t_comm.assign(agreed[0]), self.t_comp.assign(agreed[1])]
 
     # ---- eager -------------------------------------------------------------------------------------
     def next_interval(self, steps_done: int) -> int:

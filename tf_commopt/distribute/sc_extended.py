@@ -37,12 +37,12 @@ from tf_commopt.core.period import TimeBudget
 from tf_commopt.distribute import _keras_hooks, averaging, compressed_sync, two_level, two_level_sync
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_policy import AutoInterval
-from tf_commopt.distribute.interval_state import IntervalState
 from tf_commopt.distribute.local_step import local_gradients, no_aggregation
 from tf_commopt.distribute.mean_read import BetweenSyncReads, MeanReadMirroredVariable, warn_once
 from tf_commopt.distribute.overlap import OverlapAverager
 from tf_commopt.distribute.state import SkipCorrectState, _pass_through
 from tf_commopt.distribute.telemetry import Telemetry
+from tf_commopt.distribute.two_level_interval import HostInterval, TwoLevelIntervalState, make_interval_state
 from tf_commopt.distribute.unequal_sync import TimePeriodState
 from tf_commopt.errors import InputError
 
@@ -65,10 +65,10 @@ class _SkipCorrectMixin(BetweenSyncReads):
         graph_loop: bool = True,
         compression: Optional[str] = None,
         period: Optional[TimeBudget] = None,
-        host_interval: Optional[int] = None,
+        host_interval: HostInterval = None,
         hosts: Optional[Sequence[Any]] = None,
     ) -> None:
-        self.host_interval = host_interval  # two-level averaging's h (None: one level)
+        self.host_interval = host_interval  # two-level: h, or its TwoLevelInterval (None: one level)
         self._sc_hosts = hosts
         self.two_level: Optional[two_level.TwoLevelAverager] = None  # built by _sc_build_period
         self.compression = compression  # None, "bf16" or "fp16": the scheduled syncs' wire dtype
@@ -82,7 +82,7 @@ class _SkipCorrectMixin(BetweenSyncReads):
         self._sc_correction = correction
         self._sc_warmup = int(warmup_steps)
         self._sc_avg_slots = bool(average_optimizer_state)
-        self.interval_state = IntervalState(interval, overlap=self._sc_overlap)
+        self.interval_state = make_interval_state(interval, host_interval, overlap=self._sc_overlap)
         self.telemetry = Telemetry(overlap=self._sc_overlap, two_level=host_interval is not None)
         self._sc_train_graphs: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._sc_states: Dict[int, SkipCorrectState] = {}
@@ -153,7 +153,10 @@ class _SkipCorrectMixin(BetweenSyncReads):
         if self.host_interval is not None and self.two_level is None:
             host_of = two_level.resolve_hosts(self, self._sc_hosts)
             key_base = container_strategy(self)._collective_key_base + 50_000
-            self.two_level = two_level.TwoLevelAverager(self, host_of, self.host_interval, key_base)
+            h = self.host_interval
+            if isinstance(self.interval_state, TwoLevelIntervalState):  # h chosen at run time: a variable
+                h = self.interval_state.bind(len(set(host_of)))
+            self.two_level = two_level.TwoLevelAverager(self, host_of, h, key_base)
         if self._sc_period is not None and self.time_period is None:
             self.time_period = TimePeriodState(
                 self, self._sc_period, int(self.interval_state.interval.numpy())
@@ -271,8 +274,10 @@ class _SkipCorrectMixin(BetweenSyncReads):
         def skip() -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             return k, tf.constant(0.0, tf.float64), tf.constant(0.0, tf.float64)
 
+        host_synced = None
         if self.two_level is not None:  # between global syncs, every h-th local step: the host sync
             do_host = tf.logical_and(local_phase, tf.math.floormod(k, self.two_level.h) == 0)
+            host_synced = tf.logical_and(do_host, tf.logical_not(do_sync))
             host = functools.partial(self._sc_host_sync, optimizer, state, list(var_list) + extras, k)
             skip = functools.partial(tf.cond, do_host, host, skip)
         new_k, _, comm_sample = tf.cond(do_sync, sync, skip)
@@ -283,7 +288,8 @@ class _SkipCorrectMixin(BetweenSyncReads):
             sampled = tf.logical_and(do_sync, comm_sample > 0) if self._sc_overlap else do_sync
             agree = functools.partial(averaging.agree, self)
             with tf.control_dependencies([new_k]):
-                deps.append(ivs.record(steps, step_dt, sampled, comm_sample, tel.comm_s.read_value(), agree))
+                comm_total = tel.comm_s.read_value()
+                deps.append(ivs.record(steps, step_dt, sampled, comm_sample, comm_total, agree, host_synced))
         with tf.control_dependencies(deps):
             tel.last_end.assign(tf.timestamp())
 
@@ -300,11 +306,11 @@ class _SkipCorrectMixin(BetweenSyncReads):
     def _sc_host_sync(
         self, optimizer: Any, state: SkipCorrectState, variables: List[Any], k: tf.Tensor
     ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """The host sync of two-level averaging (``two_level.py``); k and the t_comm sample unchanged."""
+        """The host sync of two-level averaging (``two_level.py``): k unchanged, its seconds as the sample."""
         lr = self._sc_lr(optimizer, state)
         dt = two_level_sync.host_sync(self.two_level, variables, state, len(state.variables), lr)
         with tf.control_dependencies([dt]):
-            return tf.identity(k), tf.constant(0.0, tf.float64), tf.constant(0.0, tf.float64)
+            return tf.identity(k), tf.constant(0.0, tf.float64), tf.identity(dt)
 
     @_no_autograph
     def _sc_scheduled_sync(

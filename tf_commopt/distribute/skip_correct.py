@@ -34,9 +34,10 @@ optimizers the slots stay local unless ``average_optimizer_state=True``).
 
 Modules: this one is the thin Strategy and its argument checks; the behaviour is in its StrategyExtended
 (``sc_extended.py``): the local step (``local_step.py``), the averaging (``averaging.py``, overlapped:
-``overlap.py``), when to average (``interval_policy.py``, ``interval_state.py``), the correction rules
-(``correction.py``) and their checkpointed state (``state.py``). tf-keras optimizers and models built under
-the scope reach the strategy through per-instance wrappers (``_keras_hooks.py``).
+``overlap.py``), when to average (``interval_policy.py``, ``interval_state.py``, with two levels
+``two_level_interval.py``), the correction rules (``correction.py``) and their checkpointed state
+(``state.py``). tf-keras optimizers and models built under the scope reach the strategy through
+per-instance wrappers (``_keras_hooks.py``).
 """
 
 from __future__ import annotations
@@ -55,12 +56,14 @@ from tf_commopt._compat import (
 )
 from tf_commopt.core.compress import validate_compression
 from tf_commopt.core.interval import validate_interval
+from tf_commopt.core.levels import TwoLevelInterval
 from tf_commopt.core.period import TimeBudget, resolve_period
 from tf_commopt.distribute import _keras_hooks
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_policy import AutoInterval, resolve_interval
 from tf_commopt.distribute.overlap import validate_overlap
 from tf_commopt.distribute.sc_extended import MultiWorkerSkipCorrectExtended, SkipCorrectExtended
+from tf_commopt.distribute.two_level_interval import resolve_host_interval
 from tf_commopt.errors import InputError
 
 __all__ = [
@@ -68,6 +71,7 @@ __all__ = [
     "SkipCorrectExtended",
     "MultiWorkerSkipCorrectExtended",
     "AutoInterval",
+    "TwoLevelInterval",
     "TimeBudget",
 ]
 
@@ -140,7 +144,7 @@ def _validated(
             "compression with period='time' is not supported yet; use one of them",
             where="SkipCorrectStrategy(compression=...)",
         )
-    _check_two_level(host_interval, hosts, resolved, budget, overlap)
+    host_interval = _check_two_level(host_interval, hosts, resolved, budget, overlap)
     return dict(
         host_interval=host_interval,
         hosts=hosts,
@@ -158,25 +162,20 @@ def _validated(
     )
 
 
-def _check_two_level(host_interval: Any, hosts: Any, interval: Any, budget: Any, overlap: Any) -> None:
-    """One-line errors for ``host_interval`` / ``hosts`` and what they do not combine with."""
+def _check_two_level(host_interval: Any, hosts: Any, interval: Any, budget: Any, overlap: Any) -> Any:
+    """The resolved ``host_interval`` (None, h or a ``TwoLevelInterval``); one-line errors for it, ``hosts``
+    and what they do not combine with."""
     where = "SkipCorrectStrategy(host_interval=...)"
     if host_interval is None:
         if hosts is not None:
             raise InputError("hosts is only used with host_interval", where="SkipCorrectStrategy(hosts=...)")
-        return
-    if isinstance(host_interval, bool) or not isinstance(host_interval, int) or host_interval < 1:
-        raise InputError(f"must be an integer >= 1, got {host_interval!r}", where=where)
-    if not isinstance(interval, int):
-        raise InputError("two-level averaging needs a fixed integer interval", where=where)
-    if interval % host_interval:
-        raise InputError(
-            f"interval={interval} must be a multiple of host_interval={host_interval}", where=where
-        )
+        return None
+    host_interval = resolve_host_interval(host_interval, interval, where=where)
     if budget is not None or overlap:
         raise InputError(
             "two-level averaging does not combine with period='time' or overlap=True", where=where
         )
+    return host_interval
 
 
 class SkipCorrectStrategy(distribute_lib.Strategy):
@@ -231,7 +230,12 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             each host average every h local steps, all replicas every ``interval`` steps (a multiple of
             h), with the correction at both levels; a global sync crosses the hosts once per host
             value (the slow link carries 1/p of it per worker, p workers per host). ``None`` (default):
-            one level. Needs a fixed integer ``interval``, ``overlap=False`` and ``period="steps"``.
+            one level. A fixed h needs a fixed integer ``interval``. ``"auto"``: h and H = m·h chosen
+            together from the probe of the ``AutoInterval`` (``interval="auto"`` or one given), with
+            :class:`~tf_commopt.core.levels.TwoLevelInterval`'s rule
+            (:mod:`tf_commopt.distribute.two_level_interval`); a ``TwoLevelInterval`` instead of
+            ``"auto"`` sets its ``intra_ratio`` (its ``target_ratio`` and ``max_interval`` equal to the
+            ``AutoInterval``'s). Needs ``overlap=False`` and ``period="steps"``.
         hosts: with ``host_interval``, the host of each replica (names or numbers, in replica order);
             default: on a cluster, the launcher's ``$TF_COMMOPT_HOSTS`` or else the host part of each
             TF_CONFIG address (tasks with the same host name share a host); in one process, one host.
@@ -256,7 +260,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         graph_loop: bool = True,
         compression: Optional[str] = None,
         period: Union[str, TimeBudget] = "steps",
-        host_interval: Optional[int] = None,
+        host_interval: Union[None, int, str, TwoLevelInterval] = None,
         hosts: Optional[Sequence[Any]] = None,
         target_ratio: Optional[float] = None,
         max_interval: Optional[int] = None,
@@ -345,10 +349,15 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         return ivs.policy if ivs.auto else self.interval
 
     def set_interval(self, interval: int) -> None:
-        """Change H (every worker must set the same value). The hook point for interval policies."""
-        interval = validate_interval(interval, where="SkipCorrectStrategy.set_interval")
+        """Change H (every worker must set the same value; with two levels a multiple of the current h).
+        The hook point for interval policies."""
+        where = "SkipCorrectStrategy.set_interval"
+        interval = validate_interval(interval, where=where)
         if interval == "auto":
-            raise InputError("set_interval needs an integer", where="SkipCorrectStrategy.set_interval")
+            raise InputError("set_interval needs an integer", where=where)
+        two = self.extended.two_level
+        if two is not None and interval % int(two.h):
+            raise InputError(f"{interval} is not a multiple of host_interval={int(two.h)}", where=where)
         self.extended.interval_state.set(int(interval))
 
     def sync(self) -> None:
@@ -370,6 +379,11 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         including the measured ones, and any earlier out-of-rhythm sync — an upper bound on the syncs
         the selection added), ``interval_t_comm_samples_s`` / ``interval_t_comp_samples_s`` (this
         worker's probe samples: the spread behind the medians).
+
+        With ``host_interval``: ``host_interval`` (h; with ``"auto"`` 1 until chosen), ``hosts``,
+        ``host_syncs``, ``host_comm_s``, ``inter_host_bytes``; with ``host_interval="auto"`` also
+        ``interval_t_intra_s`` (an intra-host sync), ``interval_t_inter_s`` (a global sync, the same as
+        ``interval_t_comm_s``) and ``interval_t_intra_samples_s``.
         """
         e = self.extended
         out: Dict[str, Any] = e.interval_state.as_dict()
@@ -378,7 +392,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         if e.time_period is not None:
             out.update(e.time_period.as_dict())
         if e.two_level is not None:
-            out.update(host_interval=e.two_level.h, hosts=e.two_level.hosts)
+            out.update(host_interval=int(e.two_level.h), hosts=e.two_level.hosts)
         return out
 
     def reset_step_clock(self) -> None:

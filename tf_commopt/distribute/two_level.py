@@ -94,12 +94,13 @@ class TwoLevelAverager:
     Args:
         ext: the strategy's StrategyExtended (its ``worker_devices`` and ``telemetry``).
         host_of: the host index of every global replica (:func:`resolve_hosts`).
-        h: the host interval.
+        h: the host interval: an int, or an int64 host variable read in the step (chosen at run time,
+            :mod:`tf_commopt.distribute.two_level_interval`).
         key_base: a collective key base no other collective of the process uses.
     """
 
-    def __init__(self, ext: Any, host_of: Sequence[int], h: int, key_base: int):
-        self.ext, self.h = ext, int(h)
+    def __init__(self, ext: Any, host_of: Sequence[int], h: Any, key_base: int):
+        self.ext, self.h = ext, (h if isinstance(h, tf.Variable) else int(h))
         self.groups = host_groups(list(host_of))
         self.hosts, self.replicas = len(self.groups), len(host_of)
         n_local, self.workers = len(ext.worker_devices), num_workers(ext)

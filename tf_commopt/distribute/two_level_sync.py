@@ -85,9 +85,8 @@ def _host_level(avg: TwoLevelAverager, variables: Sequence[Any], state: Any, t0:
     means, gbar = means_all[: len(xs)], means_all[len(xs) :]
     if not grad:
         return _HostLevel(xs, means, None, None)
-    h = float(avg.h)
     host_sums = state.components(state.host_sums)
-    g_part = _map(lambda g, gb: (g - gb) / h, gs, gbar)
+    g_part = _map(lambda g, gb: (g - gb) / tf.cast(avg.h, g.dtype), gs, gbar)
     s_new = _map(lambda s, gb: s.read_value() + gb, host_sums, gbar)
     return _HostLevel(xs, means, g_part, s_new)
 
