@@ -83,10 +83,12 @@ def _loop_function(step: Any, steps_var: Any, before_trace: Any = None, idle: An
     part of the first call): the loop's initial logs are zeros shaped like the step's outputs; a step
     whose outputs have no static shape runs once before the loop instead.
 
-    ``idle(n)`` (period="time"): counts the call's leading steps at which no local replica works without
-    running them and returns how many are left (at least one). The workers then run different numbers
-    of loop iterations, and a collective's rendezvous is keyed by its loop iteration, so the call's last
-    step — the one that syncs — runs after the loop, in the function's own frame, on every worker."""
+    ``idle`` (period="time"): a pair ``(now, skip)``: ``now()`` says whether no local replica works at
+    this step, ``skip(logs, flag)`` counts the step without running it when ``flag`` and returns
+    ``logs``. Every worker runs the same number of loop iterations (a collective's rendezvous is keyed by
+    its loop iteration, and the call's last step syncs), each either the step or, on a worker idle there,
+    only its count — but the call's last step always runs (undone on idle replicas), so its logs are a
+    step's. The step appears once in the graph."""
 
     def train_function(iterator: Any) -> Any:
         n = tf.cast(steps_var.read_value(), tf.int32)
@@ -95,19 +97,23 @@ def _loop_function(step: Any, steps_var: Any, before_trace: Any = None, idle: An
         concrete = step.get_concrete_function(iterator)
         init = _zeros_like_spec(concrete.structured_outputs)
         start = tf.constant(0)
-        last_apart = idle is not None and init is not None
         if init is None:
             init, start = concrete(iterator), tf.constant(1)
-        if last_apart:
-            n = idle(n) - 1
 
-        def body(i: tf.Tensor, _: Any) -> Any:
-            return i + 1, concrete(iterator)
+        def body(i: tf.Tensor, logs: Any) -> Any:
+            if idle is None:
+                return i + 1, concrete(iterator)
+            now, skip = idle
+            idle_here = tf.logical_and(i < n - 1, now())  # the call's last step runs: its logs are the call's
+            # a loop of 0 or 1 steps, not a tf.cond: the step's collectives take their instance keys as
+            # call-time captures, which a cond branch does not lift (a while body does)
+            runs = 1 - tf.cast(idle_here, tf.int32)
+            _, logs = tf.while_loop(
+                lambda j, _: j < runs, lambda j, _: (j + 1, concrete(iterator)), (0, skip(logs, idle_here))
+            )
+            return i + 1, logs
 
         _, outputs = tf.while_loop(lambda i, _: i < n, body, (start, init), parallel_iterations=1)
-        if last_apart:
-            with tf.control_dependencies(tf.nest.flatten(outputs)):
-                outputs = concrete(iterator)
         return outputs
 
     return _LoopFunction(tf.function(train_function, autograph=False, reduce_retracing=True), before_trace)

@@ -283,32 +283,35 @@ class TimePeriodState:
             return tf.group(self.comp_s.assign(self.comp_s * 0.5), self.timed.assign(self.timed * 0.5))
 
     # ---- the graph loop's idle steps --------------------------------------------------------------
-    def idle_hooks(self, optimizer: Any, state: Any, warmup_steps: int) -> Any:
-        """``skip(n)`` for the graph loop: of a call's ``n`` steps, the leading ones at which every local
-        replica is idle (k < H − max τ_i: they come first in a period, and a call never crosses a sync)
-        are only counted (t, k, the strategy's steps), not run — all but the call's last step, which runs
-        (undone on idle replicas) so that a call always ends with a step. Returns the steps left to run."""
+    def idle_hooks(self, optimizer: Any, state: Any, warmup_steps: int) -> Tuple[Any, Any]:
+        """``(now, skip)`` for the graph loop: ``now()`` is true at a step at which every local replica is
+        idle (k < H − max τ_i, after the warm-up: the leading steps of a period); ``skip(logs, idle)``
+        counts the step without running it when ``idle`` (t, k, the strategy's steps; the next step's
+        clock starts here) and returns ``logs``."""
         h = tf.constant(self.h, tf.int64)
         tel = self.ext.telemetry
 
-        def skip(n: tf.Tensor) -> tf.Tensor:
+        def now() -> tf.Tensor:
             t = tf.cast(optimizer.iterations, tf.int64) + 1
             k = state.local_steps.read_value()
             busiest = tf.reduce_max(tf.stack(self._local_counts()))
-            m = tf.clip_by_value(h - busiest - k, 0, tf.maximum(tf.cast(n, tf.int64) - 1, 0))
-            m = tf.where(t > warmup_steps, m, tf.zeros_like(m))
-            ops = [
-                optimizer.iterations.assign_add(tf.cast(m, optimizer.iterations.dtype), read_value=False),
-                state.local_steps.assign_add(m, read_value=False),
-                tel.steps.assign_add(m, read_value=False),
-            ]
-            if self.measured:  # the first step's clock starts here: the gap since the last call is no step's
-                with tf.control_dependencies(ops):
-                    ops.append(tel.last_end.assign(tf.timestamp(), read_value=False))
-            with tf.control_dependencies(ops):
-                return n - tf.cast(m, n.dtype)
+            return tf.logical_and(t > warmup_steps, k < h - busiest)
 
-        return skip
+        def skip(logs: Any, idle: tf.Tensor) -> Any:
+            one = tf.cast(idle, tf.int64)
+            ops = [
+                optimizer.iterations.assign_add(tf.cast(one, optimizer.iterations.dtype), read_value=False),
+                state.local_steps.assign_add(one, read_value=False),
+                tel.steps.assign_add(one, read_value=False),
+            ]
+            if self.measured:  # the gap since the last step is no step's
+                with tf.control_dependencies(ops):
+                    stamp = tf.where(idle, tf.timestamp(), tel.last_end.read_value())
+                    ops.append(tel.last_end.assign(stamp, read_value=False))
+            with tf.control_dependencies(ops):
+                return tf.nest.map_structure(tf.identity, logs)
+
+        return now, skip
 
     # ---- checkpoints and stats --------------------------------------------------------------------
     def checkpoint_tensors(self, state: Any) -> Dict[str, tf.Tensor]:
