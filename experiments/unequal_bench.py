@@ -48,6 +48,7 @@ TTA_KEEP = (
     "real_steps",
     "period_steps",
     "cluster_wall_s",
+    "curve",
 )
 
 
@@ -189,7 +190,8 @@ def emulation_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
-def setting_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def emulation_setting_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per emulation record: the record itself (its keys are the columns)."""
     return records
 
 
@@ -204,7 +206,7 @@ PAGE = Page(
     [
         Table(
             "Setting",
-            setting_rows,
+            emulation_setting_rows,
             [(k, k, "g") for k in ("workers", "bandwidth_mbit", "interval", "steps", "batch_size")]
             + [("model", "model", "")],
         ),
