@@ -50,9 +50,12 @@ def _train(strategy, w0, b0, batches, r):
     return out, opt
 
 
-def two_level_reference(w0, b0, batches, hosts, rule, big_h, h, codec=None, lr=LR, schedule=None):
+def two_level_reference(
+    w0, b0, batches, hosts, rule, big_h, h, codec=None, lr=LR, schedule=None, restart_after=None
+):
     """Local steps x_i ← x_i − lr(∇f_i − Δ_i) (G_i += ∇f_i), then core.hierarchical's sync every h (global
-    every H). ``schedule``: the (H, h) in force at each step instead (changing only after a global sync).
+    every H). ``schedule``: the (H, h) in force at each step instead (changing only after a global sync);
+    ``restart_after``: the step after whose sync Δ_i and β_c are zeroed (where "auto" chose).
     Per step: each replica's [w, b], then each replica's [Δw, Δb]."""
     r = len(batches[0])
     schedule = schedule or [(big_h, h)] * len(batches)
@@ -90,6 +93,9 @@ def two_level_reference(w0, b0, batches, hosts, rule, big_h, h, codec=None, lr=L
                     x0[j] = new.xs[0].copy()
             if is_global:
                 k = 0
+        if len(out) + 1 == restart_after:
+            st["deltas"] = [[np.zeros_like(x) for x in xi] for xi in st["deltas"]]
+            st["host_deltas"] = [[np.zeros_like(x) for x in xi] for xi in st["host_deltas"]]
         out.append([[x.copy() for x in xi] for xi in xs] + [[d.copy() for d in di] for di in st["deltas"]])
     return out
 
@@ -253,7 +259,17 @@ def test_auto_host_interval_applies_the_choice_and_follows_the_numpy_rule(rule):
         assert s[f"interval_t_{key}_s"] == pytest.approx(np.median(samples), rel=1e-5, abs=2e-6)
     # syncs: 2 warm-up, 2 probe, then at steps 12 and 16; host syncs: 4 in the probe, at steps 10 and 14
     assert (s["syncs"], s["host_syncs"]) == (6, 6)
-    want = two_level_reference(w0, b0, batches, hosts, rule, 0, 0, schedule=_auto_schedule(n, 4, 2))
+    want = two_level_reference(
+        w0,
+        b0,
+        batches,
+        hosts,
+        rule,
+        0,
+        0,
+        schedule=_auto_schedule(n, 4, 2),
+        restart_after=CHOSEN_AT,
+    )
     _compare(got, want, r, "vrl", atol=2e-5)
 
 
@@ -267,7 +283,9 @@ def test_auto_host_interval_is_the_rule_on_the_agreed_medians():
     s = strategy.stats()
     h, m = TwoLevelInterval(target_ratio=0.01, max_interval=8).choose(*_agreed(s), hosts=2)
     assert (s["interval_chosen"], s["host_interval"], s["interval"]) == (1, h, m * h)
-    want = two_level_reference(w0, b0, batches, hosts, "vrl", 0, 0, schedule=_auto_schedule(n, m * h, h))
+    want = two_level_reference(
+        w0, b0, batches, hosts, "vrl", 0, 0, schedule=_auto_schedule(n, m * h, h), restart_after=CHOSEN_AT
+    )
     _compare(got, want, r, "vrl", atol=2e-5)
 
 

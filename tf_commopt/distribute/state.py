@@ -107,6 +107,14 @@ class SkipCorrectState(_trackable.Trackable):
             return None
         return [list(d.values) for d in self.deltas]
 
+    def restart_corrections(self) -> tf.Tensor:
+        """Zero every replica's Δ (and two-level β_c): the correction starts over, estimated anew at the
+        next syncs (Σ_i Δ_i stays 0). Returns a tensor to depend on."""
+        rows = (self.components(self.deltas) or []) + (self.components(self.host_deltas) or [])
+        ops = [c.assign(tf.zeros_like(c)) for row in rows for c in row]
+        with tf.control_dependencies(ops):
+            return tf.constant(0, tf.int64)
+
     def grad_sum_components(self) -> Optional[List[List[Any]]]:
         """grad_sums[j][i]: G of variable j on local replica i (None unless the rule is "gradient")."""
         if self.grad_sums is None:

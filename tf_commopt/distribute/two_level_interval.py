@@ -13,7 +13,8 @@ strategy's steps t = 1, 2, ...):
 3. **chosen**: at the last probe sync every worker takes the medians of its samples, the workers average
    the three medians (one MEAN all-reduce) and every worker sets, and keeps,
    (h, m) = :meth:`TwoLevelInterval.choose <tf_commopt.core.levels.TwoLevelInterval.choose>`
-   (t̃_intra, t̃_inter, t̃_comp, hosts), H = m·h.
+   (t̃_intra, t̃_inter, t̃_comp, hosts), H = m·h; the strategy then zeroes every Δ_i and β_c
+   (``SkipCorrectState.restart_corrections``: they were estimated over one-step host periods).
 
 h is a host variable read in the step (the host syncs' rhythm and their correction's 1/h), like H.
 The rule is a :class:`~tf_commopt.core.levels.TwoLevelInterval`: ``host_interval="auto"`` is
