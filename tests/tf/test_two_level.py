@@ -213,8 +213,8 @@ def test_set_interval_keeps_a_multiple_of_the_host_interval():
 
 
 # ---- host_interval="auto" ------------------------------------------------------------------------------
-PROBE = AutoInterval(max_interval=8, warmup_steps=2, probe_interval=3, measure_syncs=2)
-CHOSEN_AT = 2 + 3 * 2  # the step of the last probe sync, where (h, H) is chosen
+PROBE = AutoInterval(max_interval=8, warmup_steps=2, probe_interval=4, measure_syncs=2)
+CHOSEN_AT = 2 + 4 * 2  # the step of the last probe sync, where (h, H) is chosen
 CALLS = []
 
 
@@ -227,11 +227,11 @@ class _Fixed(TwoLevelInterval):
 
 
 def _auto_schedule(n, big_h, h):
-    """(H, h) at each step: warm-up (1, 1), the probe (probe_interval, 1), then the chosen (H, h)."""
+    """(H, h) at each step: warm-up (1, 1), the probe (probe_interval, probe_interval // 2), then the
+    chosen (H, h)."""
     p = PROBE.probe_interval
-    return (
-        [(1, 1)] * PROBE.warmup_steps + [(p, 1)] * (p * PROBE.measure_syncs) + [(big_h, h)] * (n - CHOSEN_AT)
-    )
+    probe = [(p, max(1, p // 2))] * (p * PROBE.measure_syncs)
+    return [(1, 1)] * PROBE.warmup_steps + probe + [(big_h, h)] * (n - CHOSEN_AT)
 
 
 def _agreed(s):
@@ -253,12 +253,13 @@ def test_auto_host_interval_applies_the_choice_and_follows_the_numpy_rule(rule):
     assert CALLS == [(*_agreed(s), 2)]  # the agreed medians, in the rule's order, once
     assert s["interval_t_inter_s"] == s["interval_t_comm_s"] > 0 and s["interval_t_comp_s"] > 0
     # the medians of this worker's samples (one process: the mean over replicas of equal values)
-    for key, count in (("intra", 4), ("comm", 2), ("comp", 6)):
+    for key, count in (("intra", 2), ("comm", 2), ("comp", 8)):
         samples = s[f"interval_t_{key}_samples_s"]
         assert len(samples) == count
         assert s[f"interval_t_{key}_s"] == pytest.approx(np.median(samples), rel=1e-5, abs=2e-6)
-    # syncs: 2 warm-up, 2 probe, then at steps 12 and 16; host syncs: 4 in the probe, at steps 10 and 14
-    assert (s["syncs"], s["host_syncs"]) == (6, 6)
+    # syncs: 2 warm-up, 2 probe (steps 6, 10), then at 14 and 18; host syncs: at 4 and 8 (the probe's h = 2),
+    # then at 12 and 16
+    assert (s["syncs"], s["host_syncs"]) == (6, 4)
     want = two_level_reference(
         w0,
         b0,

@@ -380,7 +380,7 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
         the selection added), ``interval_t_comm_samples_s`` / ``interval_t_comp_samples_s`` (this
         worker's probe samples: the spread behind the medians).
 
-        With ``host_interval``: ``host_interval`` (h; with ``"auto"`` 1 until chosen), ``hosts``,
+        With ``host_interval``: ``host_interval`` (h; with ``"auto"`` 1 in the warm-up, the probe's until chosen), ``hosts``,
         ``host_syncs``, ``host_comm_s``, ``inter_host_bytes``; with ``host_interval="auto"`` also
         ``interval_t_intra_s`` (an intra-host sync), ``interval_t_inter_s`` (a global sync, the same as
         ``interval_t_comm_s``) and ``interval_t_intra_samples_s``.

@@ -6,7 +6,9 @@ phases of the strategy's :class:`~tf_commopt.distribute.interval_policy.AutoInte
 strategy's steps t = 1, 2, ...):
 
 1. **warm-up** (t ≤ ``warmup_steps``): H = h = 1 (a global sync after every step);
-2. **probe**: h = 1 and H = ``probe_interval`` until ``measure_syncs`` global syncs are done: every
+2. **probe**: h = max(1, ``probe_interval`` // 2) and H = ``probe_interval`` (one host sync per period
+   at the default 16: a probe that host-syncs every step would pay for it at every step) until
+   ``measure_syncs`` global syncs are done: every
    step's local computation is a t_comp sample (the syncs are not in it), every host sync a t_intra
    sample (an intra-host-only sync), every global sync a t_inter sample (the whole global sync, its host
    part included);
@@ -130,6 +132,7 @@ class TwoLevelIntervalState(IntervalState):
         super().__init__(policy, overlap=False)
         self.levels = levels
         self.hosts = 1  # set by bind()
+        self.probe_h = max(1, self.probe_interval // 2)  # the probe's host interval (set after the warm-up)
         self.h = host_variable(1, tf.int64, "skip_correct/host_interval")
         self.t_intra = host_variable(0.0, tf.float64, "skip_correct/t_intra")
         self._intra_cap = (self.probe_interval - 1) * self.measure_syncs
@@ -155,9 +158,11 @@ class TwoLevelIntervalState(IntervalState):
         host_synced: Optional[tf.Tensor] = None,
     ) -> tf.Tensor:
         """As :meth:`IntervalState.record`, and a host sync's seconds (``sync_dt`` when ``host_synced``)
-        are a t_intra sample while probing."""
+        are a t_intra sample while probing; the warm-up's last step sets the probe's h."""
         take = tf.logical_and(self.probing(steps), host_synced)
         i = self.n_intra.read_value()
+        warm_end = tf.logical_and(self.chosen.read_value() == 0, steps == self.warmup_steps)
+        self.h.assign(tf.where(warm_end, tf.constant(self.probe_h, tf.int64), self.h.read_value()))
 
         def put() -> tf.Tensor:
             stored = tf.cond(
@@ -192,7 +197,7 @@ class TwoLevelIntervalState(IntervalState):
 
     # ---- eager -------------------------------------------------------------------------------------
     def as_dict(self) -> Dict[str, Any]:
-        """IntervalState's keys and ``host_interval`` (h now: 1 until chosen), ``interval_t_intra_s``,
+        """IntervalState's keys and ``host_interval`` (h now: 1 in the warm-up, then the probe's until chosen), ``interval_t_intra_s``,
         ``interval_t_inter_s`` (the same as ``interval_t_comm_s``: the global sync) and
         ``interval_t_intra_samples_s`` (this worker's host-sync samples)."""
         out = super().as_dict()
