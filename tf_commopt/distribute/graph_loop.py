@@ -83,9 +83,9 @@ def _loop_function(step: Any, steps_var: Any, before_trace: Any = None, idle: An
     part of the first call): the loop's initial logs are zeros shaped like the step's outputs; a step
     whose outputs have no static shape runs once before the loop instead.
 
-    ``idle`` (period="time"): a pair ``(now, skip)``: ``now()`` says whether no local replica works at
-    this step, ``skip(logs, flag)`` counts the step without running it when ``flag`` and returns
-    ``logs``. Every worker runs the same number of loop iterations (a collective's rendezvous is keyed by
+    ``idle`` (period="time"): ``(begin, now, skip)``: ``begin(logs)`` starts the call (returns ``logs``),
+    ``now()`` says whether no local replica works at this step, ``skip(logs, flag)`` counts the step
+    without running it when ``flag`` and returns ``logs``. Every worker runs the same number of loop iterations (a collective's rendezvous is keyed by
     its loop iteration, and the call's last step syncs), each either the step or, on a worker idle there,
     only its count — but the call's last step always runs (undone on idle replicas), so its logs are a
     step's. The step appears once in the graph."""
@@ -99,11 +99,13 @@ def _loop_function(step: Any, steps_var: Any, before_trace: Any = None, idle: An
         start = tf.constant(0)
         if init is None:
             init, start = concrete(iterator), tf.constant(1)
+        if idle is not None:
+            init = idle[0](init)
 
         def body(i: tf.Tensor, logs: Any) -> Any:
             if idle is None:
                 return i + 1, concrete(iterator)
-            now, skip = idle
+            _, now, skip = idle
             idle_here = tf.logical_and(i < n - 1, now())  # the call's last step runs: its logs are the call's
             # a loop of 0 or 1 steps, not a tf.cond: the step's collectives take their instance keys as
             # call-time captures, which a cond branch does not lift (a while body does)

@@ -283,13 +283,20 @@ class TimePeriodState:
             return tf.group(self.comp_s.assign(self.comp_s * 0.5), self.timed.assign(self.timed * 0.5))
 
     # ---- the graph loop's idle steps --------------------------------------------------------------
-    def idle_hooks(self, optimizer: Any, state: Any, warmup_steps: int) -> Tuple[Any, Any]:
-        """``(now, skip)`` for the graph loop: ``now()`` is true at a step at which every local replica is
-        idle (k < H − max τ_i, after the warm-up: the leading steps of a period); ``skip(logs, idle)``
-        counts the step without running it when ``idle`` (t, k, the strategy's steps; the next step's
-        clock starts here) and returns ``logs``."""
+    def idle_hooks(self, optimizer: Any, state: Any, warmup_steps: int) -> Tuple[Any, Any, Any]:
+        """``(begin, now, skip)`` for the graph loop: ``begin(logs)`` starts the step clock at the call's
+        start (the gap since the last call is Python, no step's work); ``now()`` is true at a step at
+        which every local replica is idle (k < H − max τ_i, after the warm-up: the leading steps of a
+        period); ``skip(logs, idle)`` counts the step without running it when ``idle`` (t, k, the
+        strategy's steps; the next step's clock starts here). Both return ``logs``."""
         h = tf.constant(self.h, tf.int64)
         tel = self.ext.telemetry
+
+        def begin(logs: Any) -> Any:
+            if not self.measured:
+                return logs
+            with tf.control_dependencies([tel.last_end.assign(tf.timestamp(), read_value=False)]):
+                return tf.nest.map_structure(tf.identity, logs)
 
         def now() -> tf.Tensor:
             t = tf.cast(optimizer.iterations, tf.int64) + 1
@@ -311,7 +318,7 @@ class TimePeriodState:
             with tf.control_dependencies(ops):
                 return tf.nest.map_structure(tf.identity, logs)
 
-        return now, skip
+        return begin, now, skip
 
     # ---- checkpoints and stats --------------------------------------------------------------------
     def checkpoint_tensors(self, state: Any) -> Dict[str, tf.Tensor]:
