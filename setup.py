@@ -13,7 +13,6 @@ setup(
     python_requires=">=3.9",
     packages=find_packages(include=["tf_commopt", "tf_commopt.*"]),
     package_data={"tf_commopt": ["data/*.npz", "data/*.txt", "data/profiles/*/*", "data/LICENSE*"]},
-    include_package_data=True,
     install_requires=[
         "tensorflow==2.21.*",
         "tf-keras==2.21.*",
