@@ -15,8 +15,9 @@ R, B, F, C, LR = 2, 5, 3, 4, 0.2
 DEVICES = ["/cpu:0", "/cpu:1"]
 
 
-def _rule_with_schedule(w0, b0, batches, intervals, lr):
-    """Plain numpy skip-and-correct (vrl, plain SGD); intervals[t] = H in force at step t+1."""
+def _rule_with_schedule(w0, b0, batches, intervals, lr, restart_after=None):
+    """Plain numpy skip-and-correct (vrl, plain SGD); intervals[t] = H in force at step t+1;
+    ``restart_after``: the step after whose sync Δ is zeroed (where "auto" chose H)."""
     r = len(batches[0])
     ws = [w0.astype(np.float64) for _ in range(r)]
     bs = [b0.astype(np.float64) for _ in range(r)]
@@ -35,6 +36,8 @@ def _rule_with_schedule(w0, b0, batches, intervals, lr):
                 dws[i] = dws[i] + (wbar - ws[i]) / (k * lr)
                 dbs[i] = dbs[i] + (bbar - bs[i]) / (k * lr)
             ws, bs, k = [wbar.copy() for _ in range(r)], [bbar.copy() for _ in range(r)], 0
+        if t + 1 == restart_after:
+            dws, dbs = [np.zeros_like(d) for d in dws], [np.zeros_like(d) for d in dbs]
         hist.append(([w.copy() for w in ws], [b.copy() for b in bs], [d.copy() for d in dws]))
     return hist
 
@@ -62,8 +65,8 @@ def test_auto_in_a_custom_loop_is_numpy_exact_after_choosing():
     w0, b0 = rng.randn(F, C).astype(np.float32) * 0.3, rng.randn(C).astype(np.float32) * 0.1
     batches = make_batches(14, R, B, F, C, seed=5)
     # steps 1-2 at H = 1 (warm-up), 3-6 at the probe H = 2 (timed syncs after steps 4 and 6, H chosen at
-    # step 6), then H = 4: syncs after steps 10 and 14
-    ref = _rule_with_schedule(w0, b0, batches, [1, 1] + [2] * 4 + [4] * 8, LR)
+    # step 6, where Δ starts over), then H = 4: syncs after steps 10 and 14
+    ref = _rule_with_schedule(w0, b0, batches, [1, 1] + [2] * 4 + [4] * 8, LR, restart_after=6)
     seen = []
 
     def check(t, w, b, opt):

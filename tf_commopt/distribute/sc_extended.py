@@ -291,8 +291,8 @@ class _SkipCorrectMixin(BetweenSyncReads):
                 comm_total = tel.comm_s.read_value()
                 chosen = ivs.record(steps, step_dt, sampled, comm_sample, comm_total, agree, host_synced)
             deps.append(chosen)
-            if self.two_level is not None:  # Δ from the probe's 1-step host periods: start it over
-                deps.append(tf.cond(chosen > 0, state.restart_corrections, lambda: tf.constant(0, tf.int64)))
+            # Δ was estimated over the probe's short periods: start it over for the chosen H
+            deps.append(tf.cond(chosen > 0, state.restart_corrections, lambda: tf.constant(0, tf.int64)))
         with tf.control_dependencies(deps):
             tel.last_end.assign(tf.timestamp())
 
