@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional
 from experiments import _cli
 from experiments.harness import Launch, Sweep, run_sweep
 from experiments.page import Page, Table, median, when
+from tf_commopt.core.interval import validate_interval
 
 VARIANTS = {
     "flat": [],
@@ -82,18 +83,6 @@ def parse_setting(entry: str) -> Dict[str, Any]:
     return {"model": parts[0], "mbit": mbit, "split": parts[2]}
 
 
-def _interval(value: str, name: str) -> Any:
-    """``--interval`` / ``--host_interval``: an integer >= 1 or ``"auto"`` (``_cli.fail`` otherwise)."""
-    if value == "auto":
-        return value
-    try:
-        if int(value) >= 1:
-            return int(value)
-    except ValueError:
-        pass
-    _cli.fail(f"--{name}: must be an integer >= 1 or auto, got {value!r}")
-
-
 def sweep(fv: Any) -> Sweep:
     bad = [v for v in fv.variants if v not in VARIANTS]
     if bad:
@@ -101,7 +90,8 @@ def sweep(fv: Any) -> Sweep:
     for name in ("hosts", "tasks_per_host", "steps", "repeats"):
         if getattr(fv, name) < 1:
             _cli.fail(f"--{name}: must be >= 1, got {getattr(fv, name)}")
-    interval, host_interval = _interval(fv.interval, "interval"), _interval(fv.host_interval, "host_interval")
+    interval = validate_interval(fv.interval, where="--interval")
+    host_interval = validate_interval(fv.host_interval, where="--host_interval")
     if host_interval == "auto" and interval != "auto":
         _cli.fail("--host_interval: auto chooses h with H: give --interval=auto")
     settings = {s: parse_setting(s) for s in fv.settings}

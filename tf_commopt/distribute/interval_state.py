@@ -104,28 +104,34 @@ class IntervalState:
         """Record this step's samples while probing; at the last probe sync choose H (every worker takes
         this branch at the same step: same counters). ``agree`` MEAN-all-reduces a small float64 vector
         (the medians). ``host_synced``: with two-level averaging, whether this step ran a host sync (its
-        seconds in ``sync_dt``); only :class:`~tf_commopt.distribute.two_level_interval.TwoLevelIntervalState`
-        reads it. Returns H chosen at this step, or 0."""
+        seconds in ``sync_dt``), for :meth:`_record_more`. Returns H chosen at this step, or 0."""
         probing = self.probing(steps)
+        more = self._record_more(steps, probing, host_synced, sync_dt)
 
         def sample() -> tf.Tensor:
-            i = self.n_comp.read_value()
-            ops = [
-                tf.cond(
-                    i < self._comp_cap,
-                    lambda: self._put(self.comp_samples, i, step_dt),
-                    lambda: tf.constant(0, tf.int64),
-                ),
-                self.n_comp.assign_add(1),
-            ]
-            with tf.control_dependencies(ops):
+            counted = self._append(self.comp_samples, self.n_comp, self._comp_cap, step_dt)
+            with tf.control_dependencies([counted]):
                 return tf.cond(
                     did_sync,
                     lambda: self._on_sync(sync_dt, comm_total, agree),
                     lambda: tf.constant(0, tf.int64),
                 )
 
-        return tf.cond(probing, sample, lambda: tf.constant(0, tf.int64))
+        with tf.control_dependencies(more):
+            return tf.cond(probing, sample, lambda: tf.constant(0, tf.int64))
+
+    def _record_more(
+        self, steps: tf.Tensor, probing: tf.Tensor, host_synced: Optional[tf.Tensor], sync_dt: tf.Tensor
+    ) -> List[Any]:
+        """Ops a subclass records before this step's samples (none here)."""
+        return []
+
+    def _append(self, buf: Any, count: Any, cap: int, value: tf.Tensor) -> tf.Tensor:
+        """buf[count] = value while there is room (``cap``), and count += 1 either way; the new count."""
+        i = count.read_value()
+        stored = tf.cond(i < cap, lambda: self._put(buf, i, value), lambda: tf.constant(0, tf.int64))
+        with tf.control_dependencies([stored]):
+            return count.assign_add(1)
 
     @staticmethod
     def _put(buf: Any, i: tf.Tensor, value: tf.Tensor) -> tf.Tensor:

@@ -33,7 +33,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -147,35 +147,19 @@ class TwoLevelIntervalState(IntervalState):
         return self.h
 
     # ---- in the traced step ------------------------------------------------------------------------
-    def record(
-        self,
-        steps: tf.Tensor,
-        step_dt: tf.Tensor,
-        did_sync: tf.Tensor,
-        sync_dt: tf.Tensor,
-        comm_total: tf.Tensor,
-        agree: Callable[[tf.Tensor], tf.Tensor],
-        host_synced: Optional[tf.Tensor] = None,
-    ) -> tf.Tensor:
-        """As :meth:`IntervalState.record`, and a host sync's seconds (``sync_dt`` when ``host_synced``)
-        are a t_intra sample while probing; the warm-up's last step sets the probe's h."""
-        take = tf.logical_and(self.probing(steps), host_synced)
-        i = self.n_intra.read_value()
+    def _record_more(
+        self, steps: tf.Tensor, probing: tf.Tensor, host_synced: Optional[tf.Tensor], sync_dt: tf.Tensor
+    ) -> List[Any]:
+        """The warm-up's last step sets the probe's h; a probe host sync's seconds (``sync_dt`` when
+        ``host_synced``) are a t_intra sample."""
         warm_end = tf.logical_and(self.chosen.read_value() == 0, steps == self.warmup_steps)
-        self.h.assign(tf.where(warm_end, tf.constant(self.probe_h, tf.int64), self.h.read_value()))
-
-        def put() -> tf.Tensor:
-            stored = tf.cond(
-                i < self._intra_cap,
-                lambda: self._put(self.intra_samples, i, sync_dt),
-                lambda: tf.constant(0, tf.int64),
-            )
-            with tf.control_dependencies([stored]):
-                return self.n_intra.assign_add(1)
-
-        done = tf.cond(take, put, lambda: i)
-        with tf.control_dependencies([done]):
-            return super().record(steps, step_dt, did_sync, sync_dt, comm_total, agree)
+        set_h = self.h.assign(tf.where(warm_end, tf.constant(self.probe_h, tf.int64), self.h.read_value()))
+        sampled = tf.cond(
+            tf.logical_and(probing, host_synced),
+            lambda: self._append(self.intra_samples, self.n_intra, self._intra_cap, sync_dt),
+            self.n_intra.read_value,
+        )
+        return [set_h, sampled]
 
     def _medians(self) -> List[tf.Tensor]:
         """[t_inter, t_comp, t_intra] (t_intra 0 without a sample: a restored run that probes again)."""

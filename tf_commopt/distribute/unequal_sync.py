@@ -43,6 +43,12 @@ __all__ = ["TimePeriodState"]
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
+def _after(ops: List[Any], logs: Any) -> Any:
+    """``logs`` once ``ops`` ran."""
+    with tf.control_dependencies(ops):
+        return tf.nest.map_structure(tf.identity, logs)
+
+
 class TimePeriodState:
     """The time-based period of one strategy: the count table, x₀, idle masks, the unequal sync.
 
@@ -295,8 +301,7 @@ class TimePeriodState:
         def begin(logs: Any) -> Any:
             if not self.measured:
                 return logs
-            with tf.control_dependencies([tel.last_end.assign(tf.timestamp(), read_value=False)]):
-                return tf.nest.map_structure(tf.identity, logs)
+            return _after([tel.last_end.assign(tf.timestamp(), read_value=False)], logs)
 
         def now() -> tf.Tensor:
             t = tf.cast(optimizer.iterations, tf.int64) + 1
@@ -315,8 +320,7 @@ class TimePeriodState:
                 with tf.control_dependencies(ops):
                     stamp = tf.where(idle, tf.timestamp(), tel.last_end.read_value())
                     ops.append(tel.last_end.assign(stamp, read_value=False))
-            with tf.control_dependencies(ops):
-                return tf.nest.map_structure(tf.identity, logs)
+            return _after(ops, logs)
 
         return begin, now, skip
 
