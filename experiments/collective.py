@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, TextIO
 
 from experiments.config import SYNC_STRATEGIES, Config
 from experiments.record import build_record, save_result
+from tf_commopt.core.period import TimeBudget
 from tf_commopt.core.tfconfig import TFConfig
 from tf_commopt.errors import InputError, TfCommoptError
 
@@ -106,7 +107,7 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
         auto_probe_interval=cfg.auto_probe_interval,
         overlap=cfg.overlap,
         compression=cfg.compression or None,
-        period=cfg.period,
+        period=TimeBudget(tau_eff=cfg.tau_eff) if cfg.period == "time" else cfg.period,
         host_interval=cfg.host_interval or None,
     )
     if multi:
@@ -301,7 +302,10 @@ def _record(cfg: Config, run: Dict[str, Any]) -> Dict[str, Any]:
         record["sync_payload_bytes"] = stats["sync_payload_bytes"]
         if cfg.period == "time":  # this worker's local steps and the counts of the last period
             record.update(
-                period="time", real_steps=stats["real_steps"][0], period_steps=stats["period_steps"]
+                period="time",
+                tau_eff=stats["tau_eff"],
+                real_steps=stats["real_steps"][0],
+                period_steps=stats["period_steps"],
             )
         record.update({k: stats[k] for k in SYNC_STATS if k in stats})
     record.update(_timing(run["clock"], cfg))

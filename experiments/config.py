@@ -57,6 +57,7 @@ class Config:
     optimizer: str = "sgd"
     interval: Union[int, str] = 4
     period: str = "steps"
+    tau_eff: str = "mean"
     correction: str = "auto"
     warmup_steps: int = 0
     correction_lr: str = "effective"
@@ -100,6 +101,8 @@ HELP: Dict[str, str] = {
     "period": "skip_correct/local_sgd: steps (every worker takes --interval local steps per period) or time "
     "(every worker steps for the time the fastest needs for --interval steps, so a slower worker takes "
     "fewer; the sync averages normalised updates)",
+    "tau_eff": "--period=time: how far a sync moves along the normalised average: mean (FedNova's mean "
+    "local step count) or max (the fastest worker's, --interval)",
     "correction": "skip_correct: auto (vrl for plain SGD, gradient otherwise), gradient, vrl or none "
     "(local_sgd forces none)",
     "warmup_steps": "skip_correct/local_sgd: synchronous steps before skipping",
@@ -268,7 +271,10 @@ def _check_two_level(cfg: Config) -> None:
 
 def _check_period(cfg: Config) -> None:
     _choice(cfg.period, ("steps", "time"), "period", "--period")
+    _choice(cfg.tau_eff, ("mean", "max"), "tau_eff", "--tau_eff")
     if cfg.period == "steps":
+        if cfg.tau_eff != "mean":
+            raise InputError("needs --period=time", where="--tau_eff")
         return
     if cfg.strategy not in SYNC_STRATEGIES:
         raise InputError(

@@ -33,7 +33,9 @@ TTA_VARIANTS = {
     "ssgd": ["--strategy=ssgd"],
     "sc_steps": ["--strategy=skip_correct", "--period=steps"],
     "sc_time": ["--strategy=skip_correct", "--period=time"],
+    "sc_time_max": ["--strategy=skip_correct", "--period=time", "--tau_eff=max"],
 }
+TTA_DEFAULT = ["ssgd", "sc_steps", "sc_time"]
 SLOWED = {0: "", 1: "1:2.0", 2: "1:2.0,3:2.0"}  # how many of the workers compute 2x slower
 TTA_KEEP = (
     "wall_s",
@@ -58,6 +60,7 @@ def define(fv: Any) -> None:
     d = dict(flag_values=fv)
     flags.DEFINE_enum("sweep", "emulation", ["emulation", "tta"], "which bench", **d)
     flags.DEFINE_list("variants", ["equal", "slow1x2"], f"emulation: any of {', '.join(VARIANTS)}", **d)
+    flags.DEFINE_list("tta_variants", TTA_DEFAULT, f"tta: any of {', '.join(TTA_VARIANTS)}", **d)
     flags.DEFINE_list("settings", ["100:iid:0", "100:iid:2"], "tta: MBIT:iid|skew:SLOWED (0, 1 or 2)", **d)
     flags.DEFINE_float("target_accuracy", 0.85, "tta: the test accuracy to reach", **d)
     flags.DEFINE_float("eval_every_s", 3.0, "tta: evaluate every this many training seconds", **d)
@@ -122,6 +125,11 @@ def parse_setting(text: str) -> Dict[str, Any]:
 def tta_sweep(fv: Any) -> Sweep:
     """Settings x {ssgd, sc_steps, sc_time} on ``--workers`` (default 4), time to the target accuracy."""
     settings = {s: parse_setting(s) for s in fv.settings}
+    bad = [v for v in fv.tta_variants if v not in TTA_VARIANTS]
+    if bad or not fv.tta_variants:
+        _cli.fail(
+            f"--tta_variants: unknown {', '.join(bad) or '(none given)'}; choose from {', '.join(TTA_VARIANTS)}"
+        )
     workers = fv.workers if fv["workers"].present else 4  # the emulation's default is 2
     for text, setting in settings.items():
         need = 1 + max(parse_slow_workers(SLOWED[setting["slowed"]]), default=1)
@@ -147,7 +155,7 @@ def tta_sweep(fv: Any) -> Sweep:
     return Sweep(
         "unequal_tta",
         list(settings),
-        list(TTA_VARIANTS),
+        list(fv.tta_variants),
         fv.repeats,
         launch,
         extra=extra,
@@ -268,36 +276,38 @@ def tta_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
+def _goal_row(r: Dict[str, Any], variant: str) -> Dict[str, Any]:
+    runs = r["runs"]
+    t_time, t_steps = ([x.get("time_to_target_s") for x in runs[v]] for v in (variant, "sc_steps"))
+    ratio = None
+    if t_time and t_steps and None not in t_time + t_steps:
+        ratio = median(t_time) / median(t_steps)
+    train = _med(runs[variant], "train_s"), _med(runs["sc_steps"], "train_s")
+    train_ratio = train[0] / train[1] if None not in train else None
+    acc = _med(runs[variant], "test_accuracy"), _med(runs["sc_steps"], "test_accuracy")
+    diff = 100 * (acc[0] - acc[1]) if None not in acc else None
+    bound = 0.7 if r["slowed"] else 1.0
+    ok = None if ratio is None or diff is None else ratio <= bound and (not r["slowed"] or diff >= -0.5)
+    bound_text = f"≤ {bound:g}" + (", accuracy ≥ −0.5" if r["slowed"] else "")
+    return dict(
+        setting=_where(r),
+        variant=variant,
+        ratio=ratio,
+        train_ratio=train_ratio,
+        bound=bound_text,
+        acc_diff=diff,
+        goal=verdict(ok),
+    )
+
+
 def goal_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Time-based against step-based skip-and-correct per setting: the ratio of the median times to target
-    and the accuracy difference; the goal is <= 0.7 and within 0.5 points with slowed workers, <= 1 with
-    none (a ratio needs every run of both to reach the target)."""
+    """Time-based (each ``sc_time*`` variant) against step-based skip-and-correct per setting: the ratio of
+    the median times to target and the accuracy difference; the goal is <= 0.7 and within 0.5 points with
+    slowed workers, <= 1 with none (a ratio needs every run of both to reach the target)."""
     out = []
     for r in records:
-        runs = r["runs"]
-        if "sc_time" not in runs or "sc_steps" not in runs:
-            continue
-        t_time, t_steps = ([x.get("time_to_target_s") for x in runs[v]] for v in ("sc_time", "sc_steps"))
-        ratio = None
-        if t_time and t_steps and None not in t_time + t_steps:
-            ratio = median(t_time) / median(t_steps)
-        train = _med(runs["sc_time"], "train_s"), _med(runs["sc_steps"], "train_s")
-        train_ratio = train[0] / train[1] if None not in train else None
-        acc = _med(runs["sc_time"], "test_accuracy"), _med(runs["sc_steps"], "test_accuracy")
-        diff = 100 * (acc[0] - acc[1]) if None not in acc else None
-        bound = 0.7 if r["slowed"] else 1.0
-        ok = None if ratio is None or diff is None else ratio <= bound and (not r["slowed"] or diff >= -0.5)
-        bound_text = f"≤ {bound:g}" + (", accuracy ≥ −0.5" if r["slowed"] else "")
-        out.append(
-            dict(
-                setting=_where(r),
-                ratio=ratio,
-                train_ratio=train_ratio,
-                bound=bound_text,
-                acc_diff=diff,
-                goal=verdict(ok),
-            )
-        )
+        if "sc_steps" in r["runs"]:
+            out += [_goal_row(r, v) for v in ("sc_time", "sc_time_max") if v in r["runs"]]
     return out
 
 
@@ -308,7 +318,9 @@ TTA_PAGE = Page(
     "workers first), "
     "IID or label-skewed shards: synchronous SGD, step-based skip-and-correct (every worker H local steps "
     "per period, so the fast ones wait at each sync) and time-based skip-and-correct (`--period=time`: "
-    "every worker steps for the time the fastest needs for H steps, FedNova-normalised sync) at the same H. "
+    "every worker steps for the time the fastest needs for H steps, FedNova-normalised sync; `sc_time_max` "
+    "with `--tau_eff=max`, a sync moving as far as the fastest worker's steps along the normalised "
+    "average) at the same H. "
     "Each run evaluates the averaged model every few training seconds (evaluation time excluded) and "
     "records the training seconds to the first evaluation at or above the target accuracy and the final "
     "test accuracy; medians over the repeats, the variants interleaved. The real steps are those of the "
@@ -342,6 +354,7 @@ TTA_PAGE = Page(
             goal_rows,
             [
                 ("setting", "setting", ""),
+                ("variant", "variant", ""),
                 ("time to target ratio", "ratio", ".2f"),
                 ("training s ratio", "train_ratio", ".2f"),
                 ("goal", "bound", ""),

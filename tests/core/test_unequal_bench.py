@@ -33,6 +33,12 @@ def test_the_sweep_launches_each_variant_at_the_same_interval():
     for a in argv.values():
         assert "--interval=8" in a and "--non_iid_classes=2" in a and "--slow_workers=1:2.0,3:2.0" in a
     assert "--period=time" in argv["sc_time"] and "--period=steps" in argv["sc_steps"]
+    fv(["bench", "--sweep=tta", "--settings=10:skew:2", "--tta_variants=sc_steps,sc_time_max"])
+    sweep = unequal_bench.tta_sweep(fv)
+    assert sweep.variants == ["sc_steps", "sc_time_max"]
+    assert "--tau_eff=max" in sweep.launch("10:skew:2", "sc_time_max").argv
+    r = run_module("experiments.unequal_bench", ["--sweep=tta", "--tta_variants=sc_time,fast"])
+    assert r.code == 2 and "--tta_variants: unknown fast" in r.err, r.err
     assert sweep.launch("10:skew:2", "ssgd").workers == 4 and sweep.launch("10:skew:2", "ssgd").mbit == 10.0
 
 

@@ -313,10 +313,11 @@ def least_squares(r: int, features: int = 6, rows: int = 16, seed: int = 0):
     return grad
 
 
-def run_time_rule(w0, b0, batches, h, taus, correction, make_opt, clr, mean_after=()):
+def run_time_rule(w0, b0, batches, h, taus, correction, make_opt, clr, mean_after=(), tau_eff="mean"):
     """period="time" (docs/skip_correct.md, "Workers of different speeds"), float64. A period is H
-    global steps; replica i applies only the last τ_i; at k == H FedNova's normalised average x⁺ = x₀ − mean(τ)·mean_i (x₀ − x_i)/τ_i; vrl Δ_i += (d_i − mean d)/clr; gradient
-    Δ_i = G_i/τ_i − mean_j G_j/τ_j. Per step: (xs, deltas).
+    global steps; replica i applies only the last τ_i; at k == H FedNova's normalised average
+    x⁺ = x₀ − τ_eff·mean_i (x₀ − x_i)/τ_i, τ_eff = mean(τ) or max(τ); vrl Δ_i += (d_i − mean d)/clr;
+    gradient Δ_i = G_i/τ_i − mean_j G_j/τ_j. Per step: (xs, deltas).
     ``mean_after``: steps after which every replica's model is set to the replicas' mean
     (``strategy.sync()`` mid-period; Δ_i, G_i, x₀ and k are kept)."""
     r = len(taus)
@@ -337,11 +338,11 @@ def run_time_rule(w0, b0, batches, h, taus, correction, make_opt, clr, mean_afte
             opts[i].done_step()
         k += 1
         if k == h:
-            tau_eff = sum(taus) / r
+            scale = max(taus) if tau_eff == "max" else sum(taus) / r
             for p in range(2):
                 d = [(x0[p] - xs[i][p]) / taus[i] for i in range(r)]
                 d_bar = sum(d) / r
-                new = x0[p] - tau_eff * d_bar
+                new = x0[p] - scale * d_bar
                 if correction == "vrl":
                     for i in range(r):
                         ds[i][p] = ds[i][p] + (d[i] - d_bar) / clr

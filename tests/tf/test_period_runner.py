@@ -18,6 +18,21 @@ def test_time_period_runs_and_records_its_counts():
     assert rec["steps"] == 8
 
 
+def test_tau_eff_reaches_the_strategy():
+    cfg = train.Config(
+        strategy="skip_correct",
+        model="mlp",
+        seed=1,
+        replicas=2,
+        steps=4,
+        interval=4,
+        period="time",
+        tau_eff="max",
+    )
+    rec = train.run(cfg, out=io.StringIO()).record
+    assert rec["period"] == "time" and rec["tau_eff"] == "max"
+
+
 @pytest.mark.parametrize(
     "flags,message",
     [
@@ -25,6 +40,11 @@ def test_time_period_runs_and_records_its_counts():
         (["--period=time", "--strategy=ssgd"], "--period: --strategy=ssgd has no local steps"),
         (["--period=time", "--interval=auto"], "--period: --period=time needs an integer --interval"),
         (["--period=time", "--overlap"], "--period: --period=time needs no --overlap"),
+        (
+            ["--period=time", "--tau_eff=median"],
+            "--tau_eff: unknown tau_eff 'median'; choose one of mean, max",
+        ),
+        (["--tau_eff=max"], "--tau_eff: needs --period=time"),
     ],
 )
 def test_bad_period_flags_are_one_line(flags, message, capsys):

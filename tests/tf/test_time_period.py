@@ -39,9 +39,17 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("correction,optimizer", [("vrl", "sgd"), ("gradient", "momentum"), ("none", "sgd")])
+@pytest.mark.parametrize(
+    "correction,optimizer,tau_eff",
+    [
+        ("vrl", "sgd", "mean"),
+        ("gradient", "momentum", "mean"),
+        ("none", "sgd", "mean"),
+        ("vrl", "sgd", "max"),
+    ],
+)
 @pytest.mark.parametrize("r,h,times,counts", CASES)
-def test_unequal_counts_match_numpy_every_step(r, h, times, counts, correction, optimizer):
+def test_unequal_counts_match_numpy_every_step(r, h, times, counts, correction, optimizer, tau_eff):
     assert TimeBudget(step_times=times).counts(h) == counts
     w0, b0 = _init()
     steps = 3 * h + 2  # three syncs and a period under way
@@ -51,11 +59,11 @@ def test_unequal_counts_match_numpy_every_step(r, h, times, counts, correction, 
     else:
         make_tf = lambda: tf.keras.optimizers.SGD(LR, momentum=0.5)  # noqa: E731
         make_np = lambda: _NumpyOpt("sgd", LR, momentum=0.5)  # noqa: E731
-    ref, syncs = run_time_rule(w0, b0, batches, h, counts, correction, make_np, LR)
+    ref, syncs = run_time_rule(w0, b0, batches, h, counts, correction, make_np, LR, tau_eff=tau_eff)
     strategy = SkipCorrectStrategy(
         interval=h,
         correction=correction,
-        period=TimeBudget(step_times=times),
+        period=TimeBudget(step_times=times, tau_eff=tau_eff),
         devices=["/cpu:%d" % i for i in range(r)],
     )
 
@@ -69,11 +77,13 @@ def test_unequal_counts_match_numpy_every_step(r, h, times, counts, correction, 
 
     _run(strategy, batches, w0, b0, make_tf, r, check)
     st = strategy.stats()
-    assert st["period_steps"] == list(counts) and st["syncs"] == 3
+    assert st["period_steps"] == list(counts) and st["syncs"] == 3 and st["tau_eff"] == tau_eff
     assert st["real_steps"] == [3 * c + max(0, 2 - (h - c)) for c in counts]
     # the reference's syncs are core/unequal.py's rule too (a second, independent statement of it)
     for _, xs, x0, new in syncs:
-        np.testing.assert_allclose(unequal.normalised_average(x0, xs, list(counts)), new, rtol=1e-12)
+        np.testing.assert_allclose(
+            unequal.normalised_average(x0, xs, list(counts), tau_eff=tau_eff), new, rtol=1e-12
+        )
     # not a trivial case: the normalised average differs from the plain mean
     p, xs, x0, new = syncs[0]
     assert np.abs(new - sum(xs) / r).max() > 1e-4
@@ -90,13 +100,14 @@ def test_equal_speeds_are_the_step_rule_bit_for_bit(correction, momentum):
         TimeBudget(step_times=(0.02,) * r),
         TimeBudget(step_times=(0.02, 0.02, 0.021, 0.02)),  # 5% slower: within the default tolerance
         TimeBudget(step_times=(0.02, 0.02, 0.021, 0.02), tolerance=0.0),
+        TimeBudget(step_times=(0.02,) * r, tau_eff="max"),
     ):
         strategy = SkipCorrectStrategy(
             interval=h, correction=correction, period=period, devices=["/cpu:%d" % i for i in range(r)]
         )
         w, b, opt = _run(strategy, batches, w0, b0, lambda: tf.keras.optimizers.SGD(LR, momentum=momentum), r)
         out.append(([c.numpy() for c in w.values], strategy.extended.correction_state(opt).delta_numpy()[0]))
-    for same in (1, 2):
+    for same in (1, 2, 4):
         for i in range(r):
             np.testing.assert_array_equal(out[0][0][i], out[same][0][i])
         np.testing.assert_array_equal(out[0][1], out[same][1])
@@ -118,6 +129,8 @@ def test_bad_period_arguments_are_one_line_errors():
         )
     with pytest.raises(InputError, match=r"step_times=\.\.\.\)\[1\]: must be a finite number"):
         TimeBudget(step_times=(1.0, -1.0))
+    with pytest.raises(InputError, match=r"tau_eff=\.\.\.\): must be one of mean, max, got 'median'"):
+        TimeBudget(tau_eff="median")
 
 
 def test_checkpoint_mid_period_restores_x0_counts_and_corrections(tmp_path):

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from tf_commopt.core.interval import first_iteration_interval, validate_max_interval
+from tf_commopt.core.unequal import validate_tau_eff
 from tf_commopt.errors import InputError
 
 __all__ = ["TimePeriod", "TimeBudget", "resolve_period", "validate_step_times"]
@@ -175,6 +176,9 @@ class TimeBudget:
             of that period travel in one small all-reduce and set the next period's counts.
         tolerance: a replica whose step time is within this fraction of the fastest's takes H steps, as
             the fastest does (measured times scatter; 0: every difference counts).
+        tau_eff: how far the sync moves along the normalised average direction (``core/unequal.py``):
+            ``"mean"`` (FedNova's Σ_i p_i τ_i) or ``"max"`` (the fastest replica's τ, H). Equal counts
+            make both the step rule.
 
     >>> TimeBudget(step_times=(0.01, 0.02)).counts(4)
     (4, 2)
@@ -187,10 +191,12 @@ class TimeBudget:
     min_steps: int = 1
     step_times: Optional[Tuple[float, ...]] = None
     tolerance: float = 0.2
+    tau_eff: str = "mean"
 
     def __post_init__(self) -> None:
         _positive_int(self.min_steps, "TimeBudget(min_steps=...)")
         _tolerance(self.tolerance, "TimeBudget(tolerance=...)")
+        validate_tau_eff(self.tau_eff, "TimeBudget(tau_eff=...)")
         if self.step_times is not None:
             object.__setattr__(
                 self, "step_times", validate_step_times(self.step_times, where="TimeBudget(step_times=...)")
@@ -218,7 +224,7 @@ def resolve_period(period: object, where: str = "period") -> Optional[TimeBudget
     as given; anything else is a one-line InputError.
 
     >>> resolve_period("steps") is None, resolve_period("time")
-    (True, TimeBudget(min_steps=1, step_times=None, tolerance=0.2))
+    (True, TimeBudget(min_steps=1, step_times=None, tolerance=0.2, tau_eff='mean'))
     """
     if isinstance(period, TimeBudget):
         return period

@@ -7,14 +7,18 @@ Optimization", NeurIPS 2020) with skip-and-correct's corrections re-derived per 
 "Workers of different speeds")::
 
     d_i   = (x₀ − x_i) / τ_i                   worker i's mean move per local step
-    τ_eff = Σ_i p_i τ_i
+    τ_eff = Σ_i p_i τ_i   ("mean", FedNova's)   or   max_i τ_i   ("max")
     x⁺    = x₀ − τ_eff · Σ_i p_i d_i           (every worker)
     vrl:       Δ_i ← Δ_i + (d_i − Σ_j p_j d_j) / clr
     gradient:  Δ_i ← G_i/τ_i − Σ_j p_j G_j/τ_j,   G_i ← 0
     none:      Δ_i unchanged (0)
 
 clr is the lr of the vrl update (the optimizer's, or lr/(1 − β) under heavy-ball momentum); the model
-update does not depend on it. Σ_i p_i Δ_i stays 0. With equal τ_i = k and p_i = 1/R this is today's rule:
+update does not depend on it. τ_eff only scales the step along the normalised direction Σ p_i d_i (FedNova's
+general form leaves it free; its fixed point does not depend on it): ``"mean"`` moves as far as the
+workers did on average, ``"max"`` as far as the fastest worker's steps would along the averaged
+direction, so a period of the fastest worker's budget makes as much progress as a period of H steps on
+every worker. The corrections do not depend on τ_eff. Σ_i p_i Δ_i stays 0. With equal τ_i = k and p_i = 1/R this is today's rule:
 x⁺ = mean_i x_i, vrl Δ_i + (x̄ − x_i)/(k·clr), gradient (G_i − Ḡ)/k.
 
 Every function uses only ``+ − * /`` on its array arguments, so the same code runs on numpy arrays and on
@@ -39,6 +43,8 @@ from tf_commopt.errors import InputError
 
 __all__ = [
     "RULES",
+    "TAU_EFF",
+    "validate_tau_eff",
     "validate_steps",
     "batch_weights",
     "effective_steps",
@@ -51,6 +57,7 @@ __all__ = [
 ]
 
 RULES = ("vrl", "gradient", "none")
+TAU_EFF = ("mean", "max")
 
 
 def validate_steps(steps: Sequence[object], where: str = "steps") -> List[int]:
@@ -101,14 +108,30 @@ def _weights(weights: Optional[Sequence[float]], n: int) -> List[float]:
     return [float(p) for p in weights]
 
 
-def effective_steps(steps: Sequence[int], weights: Optional[Sequence[float]] = None) -> float:
-    """τ_eff = Σ_i p_i τ_i (p_i = 1/R when ``weights`` is None).
+def validate_tau_eff(tau_eff: object, where: str = "tau_eff") -> str:
+    """``"mean"`` or ``"max"`` (one-line InputError otherwise).
 
-    >>> effective_steps([4, 2]), effective_steps([4, 2], [0.75, 0.25])
-    (3.0, 3.5)
+    >>> validate_tau_eff("max")
+    'max'
+    """
+    if tau_eff not in TAU_EFF:
+        raise InputError(f"must be one of {', '.join(TAU_EFF)}, got {tau_eff!r}", where=where)
+    return str(tau_eff)
+
+
+def effective_steps(
+    steps: Sequence[int], weights: Optional[Sequence[float]] = None, tau_eff: str = "mean"
+) -> float:
+    """τ_eff: Σ_i p_i τ_i (``"mean"``; p_i = 1/R when ``weights`` is None) or max_i τ_i (``"max"``).
+
+    >>> effective_steps([4, 2]), effective_steps([4, 2], [0.75, 0.25]), effective_steps([4, 2], tau_eff="max")
+    (3.0, 3.5, 4.0)
     """
     taus = validate_steps(steps)
-    return float(sum(p * t for p, t in zip(_weights(weights, len(taus)), taus)))
+    ps = _weights(weights, len(taus))
+    if validate_tau_eff(tau_eff) == "max":
+        return float(max(taus))
+    return float(sum(p * t for p, t in zip(ps, taus)))
 
 
 def worker_share(x0: Any, x_i: Any, tau_i: int, p_i: float, grad_sum_i: Any = None) -> Tuple[Any, float, Any]:
@@ -134,13 +157,20 @@ def from_sums(x0: Any, d_sum: Any, tau_eff: float) -> Any:
 
 
 def normalised_average(
-    x0: Any, xs: Sequence[Any], steps: Sequence[int], weights: Optional[Sequence[float]] = None
+    x0: Any,
+    xs: Sequence[Any],
+    steps: Sequence[int],
+    weights: Optional[Sequence[float]] = None,
+    tau_eff: str = "mean",
 ) -> Any:
-    """FedNova's x⁺ = x₀ − τ_eff · Σ_i p_i (x₀ − x_i)/τ_i (one variable, every worker's copy in ``xs``).
+    """FedNova's x⁺ = x₀ − τ_eff · Σ_i p_i (x₀ − x_i)/τ_i (one variable, every worker's copy in ``xs``;
+    ``tau_eff`` as in :func:`effective_steps`).
 
     >>> import numpy as np
     >>> normalised_average(np.array([1.0]), [np.array([0.0]), np.array([0.5])], [2, 2])   # = mean
     array([0.25])
+    >>> normalised_average(np.array([1.0]), [np.array([0.0]), np.array([0.5])], [4, 2], tau_eff="max")
+    array([0.])
     """
     taus = validate_steps(steps)
     if len(xs) != len(taus):
@@ -148,7 +178,7 @@ def normalised_average(
     ps = _weights(weights, len(taus))
     shares = [worker_share(x0, x, t, p) for x, t, p in zip(xs, taus, ps)]
     d_sum = _sum([s[0] for s in shares])
-    return from_sums(x0, d_sum, sum(s[1] for s in shares))
+    return from_sums(x0, d_sum, effective_steps(taus, ps, tau_eff))
 
 
 def _sum(parts: Sequence[Any]) -> Any:
@@ -204,6 +234,7 @@ def unequal_sync(
     deltas: Optional[Sequence[Any]] = None,
     grad_sums: Optional[Sequence[Any]] = None,
     weights: Optional[Sequence[float]] = None,
+    tau_eff: str = "mean",
 ) -> Tuple[Any, List[Any]]:
     """One variable's sync: (x⁺, the new Δ_i of every worker) for ``rule`` in vrl, gradient, none.
 
@@ -216,10 +247,11 @@ def unequal_sync(
         deltas: each worker's Δ_i (zeros when None).
         grad_sums: ``gradient``: each worker's G_i (the period's raw gradient sum).
         weights: p_i (default 1/R each; :func:`batch_weights` from unequal batches).
+        tau_eff: ``"mean"`` (FedNova's Σ p_i τ_i) or ``"max"`` (max_i τ_i).
     """
     if rule not in RULES:
         raise InputError(f"unknown rule {rule!r}; expected one of {', '.join(RULES)}", where="rule")
-    new_x = normalised_average(x0, xs, steps, weights)
+    new_x = normalised_average(x0, xs, steps, weights, tau_eff)
     deltas = list(deltas) if deltas is not None else [x0 * 0.0 for _ in xs]
     if rule == "vrl":
         if not (isinstance(clr, (int, float)) and math.isfinite(clr) and clr > 0):

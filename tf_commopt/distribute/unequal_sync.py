@@ -232,7 +232,8 @@ class TimePeriodState:
             parts += [[s[1] for s in row] for row in shares]
         parts += [[x * tf.cast(p, x.dtype) for x in xs[j]] for j in range(n, len(variables))]
         reduced = averaging.fused_reduce(self.ext, tf.distribute.ReduceOp.SUM, parts)
-        tau_eff = tf.reduce_mean(tf.cast(table, tf.float64))  # Σ_i p_i τ_i, p_i = 1/R
+        counts = tf.cast(table, tf.float64)  # τ_eff: Σ_i p_i τ_i (p_i = 1/R) or max_i τ_i
+        tau_eff = tf.reduce_max(counts) if self.budget.tau_eff == "max" else tf.reduce_mean(counts)
         deltas = state.delta_components()
         ops = []
         for j, v in enumerate(variables):
@@ -352,9 +353,10 @@ class TimePeriodState:
 
     def as_dict(self) -> Dict[str, Any]:
         """``period_steps`` (τ_i of every replica for the coming period), ``period_step_times_s`` (the
-        table they came from), ``real_steps`` (steps each local replica applied)."""
+        table they came from), ``real_steps`` (steps each local replica applied), ``tau_eff``."""
         return {
             "period": "time",
+            "tau_eff": self.budget.tau_eff,
             "period_steps": [int(c) for c in self.counts.numpy()],
             "period_step_times_s": [round(float(t), 6) for t in self.times.numpy()],
             "real_steps": [int(c) for c in self.taken.numpy()],
