@@ -1,6 +1,7 @@
 """Two-level averaging on 4 workers as 2 hosts x 2 (``run_cluster(workers=4, tasks_per_host=2)``).
 
-For each codec (none, bf16): softmax regression, custom loop, H = 4, h = 2, vrl, this worker's own data
+For each codec (none, bf16): softmax regression, custom loop, H = 4, h = 2, vrl, a global sync pipelined in
+3 chunks, this worker's own data
 (row[TASK] of ``make_batches(9, 4, ...)``): its w, b and Δ of w after every step and the strategy's stats;
 then model.fit for 8 steps and evaluate. The numpy reference lives in the test.
 """
@@ -20,6 +21,7 @@ def run(codec: str) -> None:
         SkipCorrectStrategy, interval=H, host_interval=HOST_H, correction="vrl", compression=codec or None
     )
     assert strategy.num_replicas_in_sync == R, strategy.num_replicas_in_sync
+    strategy.extended.two_level.chunk_elements = 5  # a global sync in 3 chunks (6, 6, 4 of 16 values)
     w0, b0 = _start()
     with strategy.scope():
         w, b = tf.Variable(w0), tf.Variable(b0)

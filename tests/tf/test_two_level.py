@@ -149,6 +149,24 @@ def test_compressed_host_level_follows_the_numpy_rule():
     assert not np.allclose(got[-1][0][0], exact[-1][0][0], rtol=0, atol=1e-7)  # rounding is on
 
 
+@pytest.mark.parametrize("compression", [None, "bf16"])
+def test_a_chunked_global_sync_is_the_one_pass_sync_bit_for_bit(compression):
+    r = 4
+    w0, b0 = _start(3)
+    batches = make_batches(9, r, B, F, C, seed=6)
+    runs = []
+    for chunk in (1 << 20, 5):  # one chunk; four chunks of 5, 5, 5 and 1 values (w: 12, b: 4)
+        strategy = _strategy(r, interval=4, host_interval=2, hosts=[0, 0, 1, 1], compression=compression)
+        strategy.extended.two_level.chunk_elements = chunk
+        runs.append(_train(strategy, w0, b0, batches, r)[0])
+    for (wa, ba, da), (wb, bb, db) in zip(*runs):
+        for i in range(r):
+            np.testing.assert_array_equal(wa[i], wb[i])
+            np.testing.assert_array_equal(ba[i], bb[i])
+        for dva, dvb in zip(da, db):  # Δ of w, of b
+            np.testing.assert_array_equal(dva, dvb)
+
+
 def test_host_interval_equal_to_interval_is_the_flat_rule():
     r = 4
     w0, b0 = _start(2)

@@ -12,7 +12,9 @@ process (logical devices grouped by ``hosts``) the same sums are local ``add_n``
 
 The collectives are raw ``CollectiveReduceV2`` ops in sub-groups (group keys from the strategy's own key
 base; instance keys counted at trace time, the same sequence on every worker, as TensorFlow's own
-strategies count them).
+strategies count them). Each kind (host sums, slices across hosts, host joins) is ordered on its own
+lane (an ordering token), so :meth:`TwoLevelAverager.pipelined` can cut a global sync into chunks whose
+host sum runs while the previous chunk crosses the slow link.
 
 Example:
     >>> hosts_from_cluster({"worker": ["a:1", "a:2", "b:1", "b:2"]})
@@ -25,6 +27,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
 
 from tf_commopt._compat import (
     container_strategy,
@@ -36,7 +39,10 @@ from tf_commopt.cluster.layout import HOSTS_ENV
 from tf_commopt.core.hierarchical import host_groups
 from tf_commopt.errors import InputError
 
-__all__ = ["hosts_from_cluster", "resolve_hosts", "TwoLevelAverager"]
+__all__ = ["hosts_from_cluster", "resolve_hosts", "TwoLevelAverager", "CHUNK_ELEMENTS"]
+
+CHUNK_ELEMENTS = 1 << 20  # values per chunk of a pipelined global sync (4 MB of float32)
+LANES = ("host", "cross", "join")
 
 
 def hosts_from_cluster(cluster: Dict[str, Sequence[str]], env: Optional[str] = None) -> Tuple[Any, ...]:
@@ -108,10 +114,16 @@ class TwoLevelAverager:
         self.local_host = [host_of[first + i] for i in range(n_local)]
         self.n_host = [len(self.groups[c]) for c in self.local_host]
         self._key, self._instance = int(key_base), 0
+        self.chunk_elements = CHUNK_ELEMENTS
+        self._tokens: Dict[str, Any] = {}
         if self.workers > 1:
             c = self.local_host[0]
             mates = sorted({r // n_local for r in self.groups[c]})
             self.per_host, self.rank, self.host_id = len(mates), mates.index(first // n_local), c
+            with tf.init_scope(), tf.device(ext.worker_devices[0]):  # plain variables: no strategy creator
+                self._tokens = {
+                    k: resource_variable_ops.ResourceVariable(0.0, trainable=False) for k in LANES
+                }
             sizes = {len({r // n_local for r in g}) for g in self.groups}
             if len(sizes) > 1:
                 raise InputError(
@@ -121,15 +133,16 @@ class TwoLevelAverager:
                 )
 
     # ---- collectives ------------------------------------------------------------------------------
-    def _sum(self, x: tf.Tensor, group_key: int, size: int) -> tf.Tensor:
-        """One raw all-reduce SUM of ``x`` in a sub-group (this worker's first device)."""
+    def _sum(self, x: tf.Tensor, group_key: int, size: int, lane: str) -> tf.Tensor:
+        """One raw all-reduce SUM of ``x`` in a sub-group (this worker's first device), ordered after the
+        earlier collectives of its ``lane`` only."""
         self._instance += 1
         return tf.raw_ops.CollectiveReduceV2(
             input=x,
             group_size=size,
             group_key=group_key,
             instance_key=self._instance,
-            ordering_token=[],
+            ordering_token=[self._tokens[lane].handle],
             merge_op="Add",
             final_op="Id",
         )
@@ -147,7 +160,7 @@ class TwoLevelAverager:
                 self.ext.telemetry.bytes.assign_add(int(flats[mine[0]].shape[0]) * flats[mine[0]].dtype.size)
                 total = tf.add_n([flats[i] for i in mine]) if len(mine) > 1 else tf.identity(flats[mine[0]])
                 if self.workers > 1 and self.per_host > 1:
-                    total = self._sum(total, self._host_key(), self.per_host)
+                    total = self._sum(total, self._host_key(), self.per_host, "host")
             for i in mine:
                 with tf.device(devices[i]):
                     out[i] = tf.identity(total)
@@ -185,8 +198,42 @@ class TwoLevelAverager:
         piece = padded[self.rank * size : (self.rank + 1) * size]
         self.ext.telemetry.inter_host_bytes.assign_add(size * flat.dtype.size)
         self.ext.telemetry.bytes.assign_add((size + (n if p > 1 else 0)) * flat.dtype.size)
-        summed = self._sum(piece, self._key + 10_000 + self.rank, self.hosts)
+        summed = self._sum(piece, self._key + 10_000 + self.rank, self.hosts, "cross")
         if p == 1:
             return summed
         spread = tf.pad(summed, [[self.rank * size, (p - 1 - self.rank) * size]])
-        return self._sum(spread, self._host_key(), p)[:n]
+        return self._sum(spread, self._host_key(), p, "join")[:n]
+
+    def pipelined(self, flats: List[tf.Tensor], prep: Any) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
+        """Per local replica: (the host sum of ``flats``, the mean over hosts of ``prep``'s values), in
+        chunks of about ``chunk_elements`` values: ``prep(sums, lo, hi)`` maps the host sums of
+        ``flats[i][lo:hi]`` to what each replica sends across (:meth:`cross_host_mean`'s ``values``).
+        The chunks' collectives run on three lanes, so a chunk's host sum overlaps the previous chunk's
+        slow-link transfer; the results are those of one unchunked pass, element for element.
+
+        >>> sums, means = avg.pipelined(flats, lambda s, lo, hi: [x / 2.0 for x in s])  # doctest: +SKIP
+        """
+        n, q = int(flats[0].shape[0]), max(1, getattr(self, "per_host", 1))
+        step = max(q, -(-int(self.chunk_elements) // q) * q)  # a multiple of p: slices need no padding
+        devices = self.ext.worker_devices
+        sums: List[List[tf.Tensor]] = [[] for _ in flats]
+        means: List[List[tf.Tensor]] = [[] for _ in flats]
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            part = []
+            for i, f in enumerate(flats):
+                with tf.device(devices[i]):
+                    part.append(f[lo:hi] if (lo, hi) != (0, n) else f)
+            s = self.host_sum(part)
+            for i, x in enumerate(self.cross_host_mean(prep(s, lo, hi))):
+                sums[i].append(s[i])
+                means[i].append(x)
+        return _join(sums, devices), _join(means, devices)
+
+
+def _join(chunks: List[List[tf.Tensor]], devices: Sequence[str]) -> List[tf.Tensor]:
+    out = []
+    for i, row in enumerate(chunks):
+        with tf.device(devices[i]):
+            out.append(tf.concat(row, 0) if len(row) > 1 else row[0])
+    return out

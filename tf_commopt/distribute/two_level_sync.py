@@ -196,6 +196,59 @@ def _across_compressed(
     return xbar, _map(lambda m, q: m - q, mean[:n], sent[:n]), s_diff, ops
 
 
+def _pipelined(
+    avg: TwoLevelAverager, variables: Sequence[Any], state: Any, n: int, t0: Any
+) -> Tuple[_HostLevel, Rows, Rows, List[Any]]:
+    """vrl / none: the host sums and the mean over hosts of the trainable variables as one pipeline
+    (:meth:`TwoLevelAverager.pipelined`), the same values as :func:`_host_level` then
+    :func:`_across_exact` / :func:`_across_compressed`. Returns (host level, x̄, Q̄ − Q_c, ops)."""
+    with tf.control_dependencies([t0]):
+        xs = [[c.read_value() for c in v.values] for v in variables]
+    wire = WIRE_DTYPES[state.compression] if state.compression is not None else None
+    flats, sizes = _pack(xs[:n])
+    if wire is not None:
+        anchors, res = state.components(state.anchors), state.components(state.residuals)
+        a_flat = _pack([[a.read_value() for a in row] for row in anchors])[0]
+        e_flat = _pack([[e.read_value() for e in row] for row in res])[0]
+    kept: List[Any] = []  # per chunk: each replica's v_c and wire values (compressed)
+
+    def prep(sums: List[tf.Tensor], lo: int, hi: int) -> List[tf.Tensor]:
+        out, vs = [], []
+        for i, x in enumerate(sums):
+            with tf.device(x.device):
+                m = x / float(avg.n_host[i])
+                if wire is None:
+                    out.append(m)
+                    continue
+                vs.append(m - a_flat[i][lo:hi] + e_flat[i][lo:hi])
+                out.append(tf.cast(vs[-1], wire))
+        kept.append((vs, out))
+        return out
+
+    sums, across = avg.pipelined(flats, prep)
+    means = _unpack([s / float(m) for s, m in zip(sums, avg.n_host)], sizes, xs[:n])
+    if n < len(xs):  # averaged non-trainable state: float32, one small unchunked pass
+        ex_flats, ex_sizes = _pack(xs[n:])
+        ex_sums = avg.host_sum(ex_flats)
+        ex_means = [s / float(m) for s, m in zip(ex_sums, avg.n_host)]
+        means += _unpack(ex_means, ex_sizes, xs[n:])
+        ex_bar = _unpack(avg.cross_host_mean(ex_means), ex_sizes, xs[n:])
+    else:
+        ex_bar = []
+    hl = _HostLevel(xs, means, None, None)
+    if wire is None:
+        xbar = _unpack(across, sizes, xs[:n])
+        return hl, xbar + ex_bar, _map(lambda a, b: a - b, xbar, means[:n]), []
+    v_rows = _unpack([tf.concat([k[0][i] for k in kept], 0) for i in range(len(flats))], sizes, xs[:n])
+    wires = [tf.concat([k[1][i] for k in kept], 0) for i in range(len(flats))]
+    sent = _unpack([tf.cast(w, tf.float32) for w in wires], sizes, xs[:n])
+    mean = _unpack(across, sizes, xs[:n])
+    xbar = _map(lambda a, q: a.read_value() + q, anchors, mean)
+    ops = [a.assign(x) for ra, rx in zip(anchors, xbar) for a, x in zip(ra, rx)]
+    ops += [e.assign(v - q) for re, rv, rq in zip(res, v_rows, sent) for e, v, q in zip(re, rv, rq)]
+    return hl, xbar + ex_bar, _map(lambda m, q: m - q, mean, sent), ops
+
+
 @_no_autograph
 def global_sync(
     avg: TwoLevelAverager, variables: Sequence[Any], state: Any, n_trainable: int, local_steps: Any, lr: Any
@@ -204,12 +257,16 @@ def global_sync(
     Returns its seconds (also in the strategy's telemetry)."""
     t0 = tf.timestamp()
     n = n_trainable if state is not None else 0
-    hl = _host_level(avg, variables, state, t0)
-    if state is not None and state.compression is not None:
-        xbar, diff, s_diff, ops = _across_compressed(avg, hl, state, n)
+    s_diff = None
+    if n > 0 and state.rule != "gradient":  # chunked: host sums overlap the slow link
+        hl, xbar, diff, ops = _pipelined(avg, variables, state, n, t0)
     else:
-        xbar, diff, sbar = _across_exact(avg, hl)
-        s_diff, ops = (_map(lambda s, m: s - m, hl.s_new, sbar) if sbar is not None else None), []
+        hl = _host_level(avg, variables, state, t0)
+        if state is not None and state.compression is not None:
+            xbar, diff, s_diff, ops = _across_compressed(avg, hl, state, n)
+        else:
+            xbar, diff, sbar = _across_exact(avg, hl)
+            s_diff, ops = (_map(lambda s, m: s - m, hl.s_new, sbar) if sbar is not None else None), []
     ops += _corrections(avg, state, n, hl, lr, (diff, s_diff, local_steps)) + _assign(variables, xbar)
     with tf.control_dependencies(ops):
         t1 = tf.timestamp()
