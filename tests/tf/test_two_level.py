@@ -292,6 +292,31 @@ def test_auto_host_interval_applies_the_choice_and_follows_the_numpy_rule(rule):
     _compare(got, want, r, "vrl", atol=2e-5)
 
 
+def test_a_t_intra_sample_is_the_host_syncs_measured_seconds():
+    r, n, hosts = 4, CHOSEN_AT + 8, [0, 0, 1, 1]
+    w0, b0 = _start(6)
+    strategy = _strategy(r, interval=PROBE, host_interval=_Fixed(max_interval=8), hosts=hosts)
+    with strategy.scope():
+        w, b = tf.Variable(w0), tf.Variable(b0)
+        opt = tf.keras.optimizers.SGD(LR)
+    step = softmax_step(strategy, w, b, opt, r * B)
+    seen, host_s = [], 0.0
+    for t, row in enumerate(make_batches(n, r, B, F, C, seed=9), start=1):
+        step(row)
+        s = strategy.stats()
+        grown = s["host_comm_s"] - host_s
+        host_s = s["host_comm_s"]
+        new = s["interval_t_intra_samples_s"][len(seen) :]
+        if t <= CHOSEN_AT:  # the probe: each host sync's seconds are its sample
+            assert len(new) == (1 if grown > 0 else 0), (t, new, grown)
+            if new:
+                assert new[0] == pytest.approx(grown, abs=1e-6)
+        else:  # after the choice host syncs go on (at 12 and 16) but are no sample
+            assert not new
+        seen += new
+    assert len(seen) == 2 and s["host_syncs"] == 4 and all(x > 0 for x in seen)
+
+
 def test_auto_host_interval_is_the_rule_on_the_agreed_medians():
     r, n, hosts = 4, CHOSEN_AT + 8, ["a", "b", "b", "b"]
     w0, b0 = _start(5)
