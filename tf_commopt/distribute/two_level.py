@@ -27,11 +27,11 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
-from tensorflow.python.ops import resource_variable_ops
 
 from tf_commopt._compat import (
     container_strategy,
     num_workers,
+    resource_variable_ops,
     strategy_cluster_resolver,
     worker_index,
 )
