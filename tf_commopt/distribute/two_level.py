@@ -116,6 +116,7 @@ class TwoLevelAverager:
         self._key, self._instance = int(key_base), 0
         self.chunk_elements = CHUNK_ELEMENTS
         self._tokens: Dict[str, Any] = {}
+        self.per_host = 1  # workers per host (a cluster sets it below)
         if self.workers > 1:
             c = self.local_host[0]
             mates = sorted({r // n_local for r in self.groups[c]})
@@ -213,7 +214,7 @@ class TwoLevelAverager:
 
         >>> sums, means = avg.pipelined(flats, lambda s, lo, hi: [x / 2.0 for x in s])  # doctest: +SKIP
         """
-        n, q = int(flats[0].shape[0]), max(1, getattr(self, "per_host", 1))
+        n, q = int(flats[0].shape[0]), self.per_host
         step = max(q, -(-int(self.chunk_elements) // q) * q)  # a multiple of p: slices need no padding
         devices = self.ext.worker_devices
         sums: List[List[tf.Tensor]] = [[] for _ in flats]

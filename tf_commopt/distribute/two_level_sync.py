@@ -222,7 +222,8 @@ def _pipelined(
                     continue
                 vs.append(m - a_flat[i][lo:hi] + e_flat[i][lo:hi])
                 out.append(tf.cast(vs[-1], wire))
-        kept.append((vs, out))
+        if wire is not None:
+            kept.append((vs, out))
         return out
 
     sums, across = avg.pipelined(flats, prep)
