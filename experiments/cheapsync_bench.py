@@ -208,7 +208,8 @@ PAGE = Page(
     "is what one worker put into all-reduces, host mates' included; MB on the slow link is what one host "
     "sends the other, derived from the records as the bench module's docstring says. The syncs include "
     "the run's last, out-of-rhythm average before evaluation (float32; two-level variants send it "
-    "across the hosts once too). Wall time includes the first call (graph building), which compression "
+    "across the hosts once too) when the last step was not a scheduled sync; records from 12-03 07:00 "
+    "on skip it when it was (6 syncs instead of 7 at 48 steps, H = 8). Wall time includes the first call (graph building), which compression "
     "lengthens. Medians of the repeats, variants interleaved; ratios are to flat's medians.",
     [
         Table(

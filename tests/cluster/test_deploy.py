@@ -19,7 +19,9 @@ from tf_commopt.cluster.layout import pick_ports
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(ROOT, "docs", "deploy.md")
 STEPS = 2 * (4000 // 64)  # 2 epochs of the 4,000 training images, global batch 64 (32 per worker per step)
-SYNCS = STEPS // 4 + 2 + 1  # H = 4, plus the two epoch-end backups and evaluate (they average first)
+# H = 4, plus the first epoch's end backup (step 62 is mid-period: it averages first); the second epoch
+# ends at a sync (124 = 31·4), so its backup and evaluate find the replicas equal and send nothing
+SYNCS = STEPS // 4 + 1
 
 
 def _blocks() -> Dict[str, str]:

@@ -136,3 +136,30 @@ def test_interval_one_none_is_ssgd_and_cross_replica_read_is_mean():
     strategy.sync()
     for c in w.values:
         np.testing.assert_allclose(c.numpy(), comps.mean(axis=0), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("compression", [None, "bf16"])
+def test_sync_sends_nothing_when_the_replicas_hold_the_global_model(compression):
+    w0, b0 = _init()
+    batches = make_batches(7, R, B, F, C, seed=5)
+    ref = run_rule(w0, b0, batches[:6], 3, "vrl", LR)
+    strategy = SkipCorrectStrategy(interval=3, correction="vrl", compression=compression, devices=DEVICES)
+    w, b, opt = _custom_loop(strategy, batches[:6], w0, b0, lambda *a: None)
+    before = strategy.stats()
+    assert before["syncs"] == 2 and strategy.extended.replicas_equal()
+    strategy.sync()  # the last step was a scheduled sync: every copy is already the global model
+    after = strategy.stats()
+    assert (after["syncs"], after["bytes_communicated"]) == (before["syncs"], before["bytes_communicated"])
+    if compression is None:
+        assert_copies_follow(w, b, ref[-1][0], ref[-1][1], 6)
+    comps = np.stack([c.numpy() for c in w.values])
+    np.testing.assert_array_equal(comps, np.broadcast_to(comps[0], comps.shape))
+    step = softmax_step(strategy, w, b, opt, R * B)
+    step(batches[6])  # one local step: the copies differ, so sync() averages them
+    assert not strategy.extended.replicas_equal()
+    comps = np.stack([c.numpy() for c in w.values])
+    assert np.abs(comps[1] - comps[0]).max() > 1e-5
+    strategy.sync()
+    assert strategy.stats()["syncs"] == before["syncs"] + 1
+    for c in w.values:
+        np.testing.assert_allclose(c.numpy(), comps.mean(axis=0), rtol=1e-6, atol=1e-6)

@@ -94,13 +94,13 @@ def test_skip_correct_strategies_run_or_say_what_is_missing():
         strategy="skip_correct",
         replicas=2,
         model="mlp",
-        steps=4,
+        steps=5,
         interval=2,
         compression="bf16",
         correction="vrl",
     ).record
     assert rec["compression"] == "bf16" and rec["sync_payload_bytes"] == rec["params"] * 2
-    # two scheduled syncs in bf16, the final out-of-rhythm average (evaluation) in float32
+    # two scheduled syncs in bf16, the final out-of-rhythm average (evaluation, step 5) in float32
     assert rec["bytes_communicated"] == 2 * rec["params"] * 2 + rec["params"] * 4
 
 

@@ -383,9 +383,20 @@ class _SkipCorrectMixin(BetweenSyncReads):
         return len(applied)
 
     # ---- out-of-rhythm sync -----------------------------------------------------------------------
+    def replicas_equal(self) -> bool:
+        """Whether every replica already holds the last global model: no local step since the last
+        scheduled sync (or warm-up step) of any optimizer, and no averaging in flight (eager)."""
+        states = list(self._sc_states.values())
+        if not states or self._sc_overlap:
+            return False
+        return all(int(s.local_steps.numpy()) == 0 for s in states)
+
     def sync_now(self) -> None:
         """Average every replica's model now (no Δ update, the H rhythm is kept). With overlap, the
-        in-flight averaging is applied first (its Δ update included)."""
+        in-flight averaging is applied first (its Δ update included). Nothing is sent when the
+        replicas already hold the last global model (:meth:`replicas_equal`)."""
+        if self.replicas_equal():
+            return
         self.drain()
         states = list(self._sc_states.values())
         if states:
