@@ -5,8 +5,8 @@ each a sweep of runner launches (docs/results/sc_speed.md):
   ``mwms`` (``ssgd``), ``sc_local`` (``local_sgd``, H beyond the run) and ``sc_h16`` (H = 16);
 * ``sync`` — one sync's wall time against the ring all-reduce bound, per ``--sync_settings`` entry;
 * ``auto`` — ``--auto_runs`` identical runs of ``--interval=auto``: how stable the chosen H is;
-* ``table`` — SSGD, fixed H without correction blocking and overlapped, and ``auto``, on each
-  ``--table_settings`` entry.
+* ``table`` — SSGD, fixed H without correction blocking, overlapped and with bf16 deltas, and ``auto``,
+  on each ``--table_settings`` entry (and PyTorch's local SGD where torch is installed).
 
 Example:
     python -m experiments.sc_speed_bench --parts=sync,auto,table --out=docs/results/sc_speed.jsonl
@@ -29,6 +29,8 @@ TABLE_VARIANTS = {  # {h}: the setting's H
     "sc_block": ["--strategy=skip_correct", "--interval={h}", "--correction=none", "--nooverlap"],
     "sc_overlap": ["--strategy=skip_correct", "--interval={h}", "--correction=none", "--overlap"],
     "sc_auto": ["--strategy=skip_correct", "--interval=auto", "--nooverlap"],
+    "sc_bf16": ["--strategy=skip_correct", "--interval={h}", "--correction=none", "--nooverlap"]
+    + ["--compression=bf16"],
     # the outside reference, measured in the same sweep: PyTorch's PeriodicModelAverager (needs torch)
     "torch_local": ["--interval={h}"],
 }
