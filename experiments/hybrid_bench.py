@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import statistics
 import sys
 import time
@@ -32,8 +31,8 @@ from absl import flags
 from experiments.graphs import load_graph as _load_graph
 from tf_commopt.core.costgraph import CostGraph
 from tf_commopt.core.devices import Cluster, parse_capacities
-from tf_commopt.core.planner import REPLICA_SHAPES, plan_hybrid, search_grouped_hybrid
-from tf_commopt.core.simulate.hybrid import ideal_iteration_ms, simulate_dp, simulate_grouped_hybrid
+from tf_commopt.core.planner import REPLICA_SHAPES, search_grouped_hybrid
+from tf_commopt.core.simulate.hybrid import ideal_iteration_ms, simulate_dp
 from tf_commopt.errors import InputError, TfCommoptError
 
 PROFILES = [
@@ -297,153 +296,75 @@ def summary(rows: List[dict]) -> str:
     return "\n".join(out)
 
 
-# ----------------------------------------------------------------------------- real (TensorFlow)
-def init_tf(num_devices: int, inter_op_threads: int = 16, intra_op_threads: int = 1):
-    """Import TensorFlow with ``num_devices`` logical CPUs (call before any other TensorFlow use)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import tensorflow as tf
-
-    try:
-        if inter_op_threads:
-            tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
-        if intra_op_threads:
-            tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
-        tf.config.set_logical_device_configuration(
-            tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * num_devices
-        )
-    except RuntimeError:  # already initialised (e.g. under pytest's tf tier): use what exists
-        pass
-    return tf
-
-
-def real_vs_sim(
-    capacities: Sequence[float],
-    base_slowdown: float = 1.0,
-    width: int = 1024,
-    depth: int = 6,
-    batch: int = 512,
-    microbatches: int = 4,
-    repeats: int = 15,
-    num_groups: int = 1,
-    profile_repeats: int = 5,
-    inter_op_threads: int = 16,
-    intra_op_threads: int = 1,
-    exclusive: bool = True,
-    sim_costs: str = "roofline",
-) -> dict:
-    """Measure grouped hybrid and data parallel (equal and proportional split) on emulated devices and
-    simulate the same configurations.
-
-    Devices ``/CPU:0..N-1`` (logical CPUs) of capacity ``c`` run ``base_slowdown / c`` times slower
-    (:mod:`tf_commopt.tf.slowdown`: stateless sleeps, so the devices overlap; a large ``base_slowdown``
-    makes the sleeps dominate the CPU time the devices share). The model is an MLP of ``depth`` Dense(``width``) layers. The same
-    :class:`GroupedHybridTrainer` runs all three: data parallel = one group per device (``group_weights``
-    equal, or the capacities), hybrid = ``num_groups`` groups (its capacity-aware plans, M micro-batches).
-    The timed steps are interleaved (one step of each configuration per round) and medians are
-    reported, so slow drifts of the shared machine's load hit all configurations alike. The simulation
-    uses the strategy's own groups, plans and batch split, per-layer costs from ``sim_costs``
-    (``"roofline"``: :func:`tf_commopt.tf.graph_import.from_keras_model`; ``"measured"``:
-    :func:`tf_commopt.tf.profiler.profile_keras_model` on ``/CPU:0``) and free communication (in one
-    process a transfer is a memory copy); only ratios are compared (``sim_ms`` is in the cost graph's
-    units times ``base_slowdown``).
-    """
-    import numpy as np
-
-    tf = init_tf(len(capacities), inter_op_threads, intra_op_threads)
-    import tf_keras as keras
-
-    from tf_commopt.distribute.hybrid import GroupedHybridTrainer
-    from tf_commopt.tf.graph_import import from_keras_model
-    from tf_commopt.tf.profiler import profile_keras_model
-
-    n = len(capacities)
-    devices = [f"/CPU:{i}" for i in range(n)]
-    slow = {d: base_slowdown / c for d, c in zip(devices, capacities) if base_slowdown / c > 1.0}
-
-    def build():
-        keras.utils.set_random_seed(0)
-        x = keras.Input((width,), name="x")
-        h = x
-        for i in range(depth):
-            h = keras.layers.Dense(width, activation="relu", name=f"d{i}")(h)
-        return keras.Model(x, keras.layers.Dense(10, name="logits")(h))
-
-    rng = np.random.default_rng(0)
-    x = tf.constant(rng.normal(size=(batch, width)).astype("float32"))
-    y = tf.constant(rng.integers(0, 10, batch).astype("int32"))
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    singles = [[i] for i in range(n)]
-    configs = {
-        "data_parallel": dict(groups=singles, group_weights=[1.0] * n, microbatches=1),
-        "data_parallel_proportional": dict(groups=singles, group_weights=list(capacities), microbatches=1),
-        "hybrid": dict(num_groups=num_groups, microbatches=microbatches, method="balanced"),
-    }
-    strategies = {}
-    for name, kw in configs.items():
-        s = GroupedHybridTrainer(
-            devices=devices, capacities=list(capacities), slowdown=slow, exclusive_devices=exclusive, **kw
-        )
-        with s.scope():
-            model = build()
-            s.compile(model, optimizer=keras.optimizers.SGD(0.01), loss=loss)
-        s.train_step(x, y)
-        s.train_step(x, y)
-        strategies[name] = s
-    times: Dict[str, List[float]] = {k: [] for k in strategies}
-    for _ in range(repeats):
-        for name, s in strategies.items():
-            t0 = time.perf_counter()
-            s.train_step(x, y)
-            times[name].append((time.perf_counter() - t0) * 1e3)
-    real = {k: statistics.median(v) for k, v in times.items()}
-    # simulate the same configurations
-    hyb = strategies["hybrid"]
-    if sim_costs == "measured":
-        graph = profile_keras_model(hyb.model, batch_size=batch, device="/CPU:0", repeats=profile_repeats)
-    else:
-        graph = from_keras_model(hyb.model, batch_size=batch)
-    cl = Cluster.from_capacities(list(capacities), bandwidth_gbps=1e9)
-    sim = {}
-    for name, s in strategies.items():
-        hp = plan_hybrid(
-            graph,
-            cl,
-            s.groups,
-            microbatches=s.microbatches,
-            plans=s.graph_plans,
-            weights=s.group_batch_sizes(batch),
-        )
-        r = simulate_grouped_hybrid(graph, cl, hp, overlap=s.overlap, bucket_bytes=s.bucket_bytes)
-        sim[name] = r.iteration_ms * base_slowdown
-    out = {
-        "profile": f"mlp{depth}x{width}",
-        "capacities": list(capacities),
-        "base_slowdown": base_slowdown,
-        "batch": batch,
-        "microbatches": microbatches,
-        "repeats": repeats,
-        "exclusive_devices": exclusive,
-        "sim_costs": sim_costs,
-        "groups": hyb.groups,
-        "stage_layers": hyb.stats()["stage_layers"],
-        "group_batch_sizes": {k: s.group_batch_sizes(batch) for k, s in strategies.items()},
-        "real_ms": real,
-        "real_iqr_ms": {
-            k: [float(np.percentile(v, 25)), float(np.percentile(v, 75))] for k, v in times.items()
-        },
-        "sim_ms": sim,
-        "profile_total_ms": graph.total_ms(),
-        "hybrid_iteration_ms": real["hybrid"],
-        "data_parallel_iteration_ms": real["data_parallel"],
-        "ideal_iteration_ms": ideal_iteration_ms(graph, cl) * base_slowdown,
-    }
-    for k in ("hybrid", "data_parallel_proportional"):
-        out[f"real_ratio_{k}"] = real[k] / real["data_parallel"]
-        out[f"sim_ratio_{k}"] = sim[k] / sim["data_parallel"]
-    return out
-
-
 # ----------------------------------------------------------------------------- main
+def _check_kinds(graphs: Dict[str, CostGraph]) -> None:
+    """A cluster whose device kinds no profile has would be skipped silently: a one-line error instead."""
+    for spec in FLAGS.clusters:
+        wanted = {d.kind for d in parse_cluster(spec, 10.0, 0.0).devices if d.kind is not None}
+        if graphs and wanted and not any(wanted <= set(g.kinds) for g in graphs.values()):
+            have = sorted({k for g in graphs.values() for k in g.kinds}) or ["none"]
+            raise InputError(
+                f"kind(s) {', '.join(sorted(wanted))} in none of the profiles (their kinds: "
+                f"{', '.join(have)}); a device is CAP, KIND or CAP:KIND",
+                where=f"--clusters {spec!r}",
+            )
+
+
+def _simulated_rows(names: List[str], bws: List[float], counts: List[int]) -> List[dict]:
+    """Every profile x cluster x bandwidth, printed as it comes (JSON lines with ``--json``)."""
+    rows: List[dict] = []
+    cache: Dict = {}
+    graphs = {name: load_graph(name) for name in names}
+    _check_kinds(graphs)
+    for name in names:
+        for spec in FLAGS.clusters:
+            for bw in bws:
+                rs = run_config(graphs[name], name, spec, bw, counts, cache)
+                rows += rs
+                for r in rs if FLAGS.json else rs[:1]:
+                    print(
+                        json.dumps(r)
+                        if FLAGS.json
+                        else f"{name} [{spec}] {bw:g} Gbit/s: best {r['grouping']} G={r['num_groups']} hybrid "
+                        f"{r['hybrid_iteration_ms']:.1f} ms, DP prop.+overlap "
+                        f"{r['data_parallel_proportional_overlap_iteration_ms']:.1f}, DP equal "
+                        f"{r['data_parallel_iteration_ms']:.1f}, ideal {r['ideal_iteration_ms']:.1f}",
+                        flush=True,
+                    )
+    return rows
+
+
+def _real_row() -> None:
+    """``--real``: the emulated-device run next to its simulation (:mod:`experiments.hybrid_real`)."""
+    from experiments.hybrid_real import real_vs_sim
+
+    caps = parse_capacities(",".join(FLAGS.real_capacities), where="--real_capacities")
+    real = real_vs_sim(
+        caps,
+        FLAGS.real_base_slowdown,
+        FLAGS.real_width,
+        FLAGS.real_depth,
+        FLAGS.real_batch,
+        FLAGS.real_microbatches,
+        FLAGS.real_repeats,
+        FLAGS.real_groups,
+        inter_op_threads=FLAGS.real_inter_op_threads,
+        intra_op_threads=FLAGS.real_intra_op_threads,
+        exclusive=FLAGS.real_exclusive,
+        sim_costs=FLAGS.real_sim_costs,
+    )
+    real["kind"] = "real"
+    print(
+        json.dumps(real)
+        if FLAGS.json
+        else f"real (emulated {caps}): hybrid/DP measured {real['real_ratio_hybrid']:.3f} simulated "
+        f"{real['sim_ratio_hybrid']:.3f}; DP prop./DP measured "
+        f"{real['real_ratio_data_parallel_proportional']:.3f} simulated "
+        f"{real['sim_ratio_data_parallel_proportional']:.3f}; medians {real['real_ms']}",
+        flush=True,
+    )
+
+
 def main(argv):
     del argv
     try:
@@ -459,70 +380,14 @@ def main(argv):
     try:
         for spec in FLAGS.clusters:
             parse_cluster(spec, 10.0, 0.0)  # bad specs fail before any work
-        names = (
-            []
-            if FLAGS.real_only or FLAGS.from_json
-            else list(FLAGS.profiles) + [f"keras/{a}" for a in FLAGS.keras_apps]
-        )
         if FLAGS.from_json:
             with open(FLAGS.from_json) as f:
                 rows = [json.loads(line) for line in f if line.startswith("{") and '"kind"' not in line]
-        cache: Dict = {}
-        graphs = {name: load_graph(name) for name in names}
-        for spec in FLAGS.clusters:  # a cluster whose kinds no profile has would be skipped silently
-            wanted = {d.kind for d in parse_cluster(spec, 10.0, 0.0).devices if d.kind is not None}
-            if graphs and wanted and not any(wanted <= set(g.kinds) for g in graphs.values()):
-                have = sorted({k for g in graphs.values() for k in g.kinds}) or ["none"]
-                raise InputError(
-                    f"kind(s) {', '.join(sorted(wanted))} in none of the profiles (their kinds: "
-                    f"{', '.join(have)}); a device is CAP, KIND or CAP:KIND",
-                    where=f"--clusters {spec!r}",
-                )
-        for name in names:
-            graph = graphs[name]
-            for spec in FLAGS.clusters:
-                for bw in bws:
-                    rs = run_config(graph, name, spec, bw, counts, cache)
-                    rows += rs
-                    for r in rs:
-                        if FLAGS.json:
-                            print(json.dumps(r), flush=True)
-                    if rs and not FLAGS.json:
-                        r = rs[0]
-                        print(
-                            f"{name} [{spec}] {bw:g} Gbit/s: best {r['grouping']} G={r['num_groups']} hybrid "
-                            f"{r['hybrid_iteration_ms']:.1f} ms, DP prop.+overlap "
-                            f"{r['data_parallel_proportional_overlap_iteration_ms']:.1f}, DP equal "
-                            f"{r['data_parallel_iteration_ms']:.1f}, ideal {r['ideal_iteration_ms']:.1f}",
-                            flush=True,
-                        )
-        real = None
+        if not (FLAGS.real_only or FLAGS.from_json):
+            names = list(FLAGS.profiles) + [f"keras/{a}" for a in FLAGS.keras_apps]
+            rows += _simulated_rows(names, bws, counts)
         if FLAGS.real or FLAGS.real_only:
-            caps = parse_capacities(",".join(FLAGS.real_capacities), where="--real_capacities")
-            real = real_vs_sim(
-                caps,
-                FLAGS.real_base_slowdown,
-                FLAGS.real_width,
-                FLAGS.real_depth,
-                FLAGS.real_batch,
-                FLAGS.real_microbatches,
-                FLAGS.real_repeats,
-                FLAGS.real_groups,
-                inter_op_threads=FLAGS.real_inter_op_threads,
-                intra_op_threads=FLAGS.real_intra_op_threads,
-                exclusive=FLAGS.real_exclusive,
-                sim_costs=FLAGS.real_sim_costs,
-            )
-            real["kind"] = "real"
-            print(
-                json.dumps(real)
-                if FLAGS.json
-                else f"real (emulated {caps}): hybrid/DP measured {real['real_ratio_hybrid']:.3f} simulated "
-                f"{real['sim_ratio_hybrid']:.3f}; DP prop./DP measured "
-                f"{real['real_ratio_data_parallel_proportional']:.3f} simulated "
-                f"{real['sim_ratio_data_parallel_proportional']:.3f}; medians {real['real_ms']}",
-                flush=True,
-            )
+            _real_row()
     except TfCommoptError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

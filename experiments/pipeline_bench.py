@@ -35,7 +35,7 @@ from typing import Dict, List, Optional
 
 from absl import flags
 
-from experiments.graphs import load_graph as _load_graph
+from experiments.graphs import load_graph
 from tf_commopt.core.costgraph import CostGraph, Node
 from tf_commopt.core.partition.api import make_cluster
 from tf_commopt.core.plan import PartitionPlan
@@ -96,11 +96,6 @@ def speed_check() -> Dict[str, float]:
             best = min(best, time.perf_counter() - t0)
         out[sched] = best
     return out
-
-
-def load_graph(name: str) -> CostGraph:
-    """See :func:`experiments.graphs.load_graph`."""
-    return _load_graph(name, where="--profiles")
 
 
 def capacities(k: int, devices: str) -> Optional[List[float]]:
