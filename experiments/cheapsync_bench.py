@@ -33,6 +33,7 @@ VARIANTS = {
     "fp16": ["--compression=fp16"],
     "two_level": ["--host_interval={h}"],
     "two_level_bf16": ["--host_interval={h}", "--compression=bf16"],
+    "two_level_int8": ["--host_interval={h}", "--compression=int8"],
 }
 KEEP = ("wall_s", "test_accuracy", "syncs", "comm_s", "compute_s", "bytes_communicated", "sync_payload_bytes")
 KEEP += ("first_sync_s", "interval", "cluster_wall_s", "host_syncs", "host_comm_s", "inter_host_bytes")

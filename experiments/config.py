@@ -123,7 +123,8 @@ HELP: Dict[str, str] = {
     "overlap": "skip_correct/local_sgd: run each sync's all-reduce in the background while the replicas "
     "keep stepping; the stale average is applied at the next sync",
     "compression": "skip_correct/local_sgd: bf16 or fp16: each sync sends the model delta in that dtype with "
-    "error feedback (half the bytes); empty = float32",
+    "error feedback (half the bytes); int8 (with --host_interval): the hosts exchange it as int8 blocks with "
+    "a float32 scale each (about a quarter); empty = float32",
     "host_interval": "skip_correct/local_sgd: two-level averaging: the replicas of one host (tasks "
     "sharing a host in tf_commopt.cluster --hosts/--tasks-per-host, or a TF_CONFIG host name) average "
     "every this many local steps, all every --interval (a multiple of it); 'auto' (with --interval=auto): "
@@ -214,7 +215,9 @@ def validate(cfg: Config) -> Config:
             f"overlaps the syncs of skip_correct/local_sgd; --strategy={cfg.strategy} has none",
             where="--overlap",
         )
-    _choice(cfg.compression, ("", "bf16", "fp16"), "compression", "--compression")
+    _choice(cfg.compression, ("", "bf16", "fp16", "int8"), "compression", "--compression")
+    if cfg.compression == "int8" and str(cfg.host_interval) in ("", "0"):
+        raise InputError("int8 needs two-level averaging: give --host_interval", where="--compression")
     if cfg.compression and (cfg.strategy not in SYNC_STRATEGIES or cfg.overlap):
         raise InputError(
             f"compresses the blocking syncs of skip_correct/local_sgd; not with --strategy={cfg.strategy}"

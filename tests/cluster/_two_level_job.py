@@ -1,6 +1,6 @@
 """Two-level averaging on 4 workers as 2 hosts x 2 (``run_cluster(workers=4, tasks_per_host=2)``).
 
-For each codec (none, bf16): softmax regression, custom loop, H = 4, h = 2, vrl, a global sync pipelined in
+For each codec (none, bf16, int8): softmax regression, custom loop, H = 4, h = 2, vrl, a global sync pipelined in
 3 chunks, this worker's own data
 (row[TASK] of ``make_batches(9, 4, ...)``): its w, b and Δ of w after every step and the strategy's stats;
 then model.fit for 8 steps and evaluate. The numpy reference lives in the test.

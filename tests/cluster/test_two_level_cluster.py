@@ -1,6 +1,6 @@
 """SkipCorrectStrategy(host_interval=2) on a real cluster of 4 workers as 2 hosts x 2 (the launcher's
 ``tasks_per_host``; hosts from ``$TF_COMMOPT_HOSTS``): every worker's steps follow the numpy rule of
-tf_commopt.core.hierarchical, float32 and bf16; host mates hold the same bits after a host sync, all
+tf_commopt.core.hierarchical, float32, bf16 and int8 (its host values exchanged by all-gather); host mates hold the same bits after a host sync, all
 workers after a global one; a global sync puts half the host value per worker on the slow link."""
 
 import sys
@@ -20,7 +20,7 @@ R, H, HOST_H, STEPS = 4, 4, 2, 9
 def two_level_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("two_level")
     r = run_cluster(
-        [sys.executable, "-m", "tests.cluster._two_level_job", str(out), "none", "bf16"],
+        [sys.executable, "-m", "tests.cluster._two_level_job", str(out), "none", "bf16", "int8"],
         workers=R,
         tasks_per_host=2,
         env={"TF_CPP_MIN_LOG_LEVEL": "2"},
@@ -49,7 +49,7 @@ def _results(run, codec):
     return got
 
 
-@pytest.mark.parametrize("codec", ["", "bf16"])
+@pytest.mark.parametrize("codec", ["", "bf16", "int8"])
 def test_four_workers_on_two_hosts_follow_the_two_level_rule(two_level_run, codec):
     got = _results(two_level_run, codec)
     w0, b0 = _start()
@@ -59,7 +59,8 @@ def test_four_workers_on_two_hosts_follow_the_two_level_rule(two_level_run, code
         # bf16: the cluster adds the two host values in the wire dtype (one rounding of Q_0 + Q_1, unit
         # roundoff 2^-8, not fed back), the reference exactly: allow 3 such roundings of the model's move
         moved = max(np.abs(ref[t][i][0] - w0).max() for i in range(R))
-        atol = 2e-5 + (3 * 2.0**-8 * moved if codec else 0.0)
+        # int8: the reference adds the decoded host values exactly, the cluster in float32
+        atol = 2e-5 + {"": 0.0, "bf16": 3 * 2.0**-8 * moved, "int8": 1e-6}[codec]
         for i, g in enumerate(got):
             np.testing.assert_allclose(
                 g["w"][t], ref[t][i][0], rtol=1e-5, atol=atol, err_msg=f"step {t + 1} w{i}"
@@ -76,6 +77,8 @@ def test_four_workers_on_two_hosts_follow_the_two_level_rule(two_level_run, code
     n = F * C + C
     for g in got:
         assert (g["syncs"], g["host_syncs"], g["hosts"]) == (2, 2, 2)
-        # per global sync, the slow link carries this worker's half of the host value (wire dtype)
-        assert g["inter_host_bytes"] == 2 * -(-n // 2) * (2 if codec else 4)
+        # per global sync, the slow link carries this worker's half of the host value (wire dtype; int8:
+        # a slice of whole 256-value blocks and their float32 scales, so one padded block here)
+        per_sync = 256 + 4 if codec == "int8" else -(-n // 2) * (2 if codec else 4)
+        assert g["inter_host_bytes"] == 2 * per_sync
         assert g["fit_host_syncs"] > 2 and np.isfinite(g["loss"])

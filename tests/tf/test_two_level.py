@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 from tests.tf.sc_reference import make_batches, softmax_grads, softmax_step
-from tf_commopt.core import hierarchical
+from tf_commopt.core import compress, hierarchical
 from tf_commopt.core.levels import TwoLevelInterval
 from tf_commopt.distribute import AutoInterval, SkipCorrectStrategy
 from tf_commopt.errors import InputError
@@ -73,24 +73,18 @@ def two_level_reference(
         k += 1
         if k % h == 0:
             is_global = k == big_h
-            for j in range(2):
-                level = hierarchical.LevelState(
-                    [xs[i][j] for i in range(r)], **{f: [st[f][i][j] for i in range(r)] for f in fields}
-                )
-                kw = dict(clr=lr, codec=codec, round_fn=None if codec is None else _bf16)
+            # int8 rounds blocks of the packed buffer [w, b] (as the strategy packs): sync it as one
+            views = _packed if codec == "int8" else _split
+            for get, put in views(xs, st, x0, fields):
+                anchor, level = get()
+                kw = dict(clr=lr, codec=codec, round_fn=_ROUND.get(codec))
                 if is_global and len(groups) > 1:  # also for m = 1: β_c then holds for a later m (auto)
-                    new = hierarchical.global_sync(x0[j], level, groups, rule, h, big_h // h, **kw)
+                    new = hierarchical.global_sync(anchor, level, groups, rule, h, big_h // h, **kw)
                 else:
                     new = hierarchical.two_level_sync(
-                        x0[j], level, groups, rule, h, big_h // h, is_global, **kw
+                        anchor, level, groups, rule, h, big_h // h, is_global, **kw
                     )
-                for i in range(r):
-                    xs[i][j] = new.xs[i]
-                    for f in fields:
-                        if getattr(new, f) is not None:
-                            st[f][i][j] = getattr(new, f)[i]
-                if is_global:
-                    x0[j] = new.xs[0].copy()
+                put(new, is_global)
             if is_global:
                 k = 0
         if len(out) + 1 == restart_after:
@@ -103,6 +97,58 @@ def two_level_reference(
 def _bf16(v):
     """Round float64 to bfloat16 (nearest even), back to float64 (as TF rounds a float32 value)."""
     return tf.cast(tf.cast(tf.constant(np.asarray(v, np.float32)), tf.bfloat16), tf.float64).numpy()
+
+
+_ROUND = {"bf16": _bf16, "int8": compress.round_int8}
+
+
+def _split(xs, st, x0, fields):
+    """Per variable j: (get, put) of the reference's state as core.hierarchical takes it (x₀, LevelState)
+    and back."""
+    r = len(xs)
+    for j in range(len(x0)):
+
+        def get(j=j):
+            per = {f: [st[f][i][j] for i in range(r)] for f in fields}
+            return x0[j], hierarchical.LevelState([xs[i][j] for i in range(r)], **per)
+
+        def put(new, is_global, j=j):
+            for i in range(r):
+                xs[i][j] = new.xs[i]
+                for f in fields:
+                    if getattr(new, f) is not None:
+                        st[f][i][j] = getattr(new, f)[i]
+            if is_global:
+                x0[j] = new.xs[0].copy()
+
+        yield get, put
+
+
+def _packed(xs, st, x0, fields):
+    """One (get, put): every variable flattened into one buffer in order, as the strategy packs them."""
+    r, shapes = len(xs), [x.shape for x in x0]
+
+    def cat(arrays):
+        return np.concatenate([np.ravel(a) for a in arrays])
+
+    def split(v):
+        parts = np.split(v, np.cumsum([int(np.prod(sh)) for sh in shapes])[:-1])
+        return [p.reshape(sh) for p, sh in zip(parts, shapes)]
+
+    def get():
+        per = {f: [cat(st[f][i]) for i in range(r)] for f in fields}
+        return cat(x0), hierarchical.LevelState([cat(xs[i]) for i in range(r)], **per)
+
+    def put(new, is_global):
+        for i in range(r):
+            xs[i] = split(new.xs[i])
+            for f in fields:
+                if getattr(new, f) is not None:
+                    st[f][i] = split(getattr(new, f)[i])
+        if is_global:
+            x0[:] = split(new.xs[0].copy())
+
+    yield get, put
 
 
 def _compare(got, want, r, rule, atol):
@@ -149,13 +195,51 @@ def test_compressed_host_level_follows_the_numpy_rule():
     assert not np.allclose(got[-1][0][0], exact[-1][0][0], rtol=0, atol=1e-7)  # rounding is on
 
 
-@pytest.mark.parametrize("compression", [None, "bf16"])
+def test_int8_host_values_follow_the_numpy_rule():
+    r, big_h, h = 4, 4, 2
+    w0, b0 = _start(1)
+    batches = make_batches(9, r, B, F, C, seed=4)
+    strategy = _strategy(r, interval=big_h, host_interval=h, hosts=[0, 0, 1, 1], compression="int8")
+    got, opt = _train(strategy, w0, b0, batches, r)
+    want = two_level_reference(w0, b0, batches, [0, 0, 1, 1], "vrl", big_h, h, codec="int8")
+    _compare(got, want, r, "vrl", atol=2e-5)
+    exact = two_level_reference(w0, b0, batches, [0, 0, 1, 1], "vrl", big_h, h)
+    assert not np.allclose(got[-1][0][0], exact[-1][0][0], rtol=0, atol=1e-6)  # rounding is on
+    n = F * C + C  # one block: 18 int8 values and one float32 scale per replica and global sync
+    assert strategy.stats()["sync_payload_bytes"] == n + 4
+
+
+def test_int8_on_tensors_is_the_numpy_codec_bit_for_bit():
+    from tf_commopt.distribute.compressed_sync import quantize_int8
+
+    rng = np.random.RandomState(5)
+    for n in (1, 255, 256, 257, 1000):
+        v = (rng.randn(n) * 10.0 ** rng.uniform(-6, 1, n)).astype(np.float32)
+        v[: n // 300] = 0.0
+        q, scales, sent = quantize_int8(tf.constant(v))
+        np.testing.assert_array_equal(sent.numpy(), compress.round_int8(v))
+        assert q.dtype == tf.int8 and np.abs(q.numpy()).max() <= 127
+        blocks = np.pad(q.numpy().astype(np.float32), (0, -n % 256)).reshape(-1, 256)
+        np.testing.assert_array_equal((blocks * scales.numpy()[:, None]).reshape(-1)[:n], sent.numpy())
+
+
+def test_int8_takes_vrl_and_none_not_the_gradient_correction():
+    w0, b0 = _start()
+    batches = make_batches(2, 4, B, F, C, seed=1)
+    kw = dict(interval=4, host_interval=2, hosts=[0, 0, 1, 1], compression="int8", correction="gradient")
+    with pytest.raises(InputError, match="compression=...*gradient correction"):
+        _train(_strategy(4, **kw), w0, b0, batches, 4)
+
+
+@pytest.mark.parametrize("compression", [None, "bf16", "int8"])
 def test_a_chunked_global_sync_is_the_one_pass_sync_bit_for_bit(compression):
     r = 4
     w0, b0 = _start(3)
-    batches = make_batches(9, r, B, F, C, seed=6)
+    if compression == "int8":  # chunks of whole int8 blocks: 303 values are chunks of 256 and 47
+        w0 = np.random.RandomState(3).randn(100, C).astype(np.float32) * 0.3
+    batches = make_batches(9, r, B, w0.shape[0], C, seed=6)
     runs = []
-    for chunk in (1 << 20, 5):  # one chunk; four chunks of 5, 5, 5 and 1 values (w: 12, b: 4)
+    for chunk in (1 << 20, 5):  # one chunk; four chunks of 5, 5, 5 and 3 values (w: 15, b: 3)
         strategy = _strategy(r, interval=4, host_interval=2, hosts=[0, 0, 1, 1], compression=compression)
         strategy.extended.two_level.chunk_elements = chunk
         runs.append(_train(strategy, w0, b0, batches, r)[0])
@@ -195,6 +279,7 @@ def test_host_interval_equal_to_interval_is_the_flat_rule():
         (dict(interval="auto", host_interval="auto", period="time"), "period"),
         (dict(interval="auto", host_interval="auto", auto_probe_interval=1), "host_interval"),
         (dict(interval=AutoInterval(max_interval=64), host_interval=TwoLevelInterval()), "host_interval"),
+        (dict(interval=8, compression="int8"), "compression"),
     ],
 )
 def test_bad_two_level_arguments_are_one_line_errors(kw, where):
@@ -365,3 +450,12 @@ def test_the_runner_takes_host_interval_auto():
         validate(Config(strategy="skip_correct", interval=4, host_interval="auto"))
     with pytest.raises(InputError, match=r"^--host_interval: must be an integer >= 0 or 'auto'"):
         validate(Config(strategy="skip_correct", host_interval="often"))
+
+
+def test_the_runner_says_int8_needs_two_levels(capsys):
+    from experiments import train
+
+    argv = ["train", "--strategy=skip_correct", "--model=mlp", "--steps=2", "--compression=int8"]
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("experiments.train: error: --compression: int8 needs"), err

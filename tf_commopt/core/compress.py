@@ -10,7 +10,9 @@ x₀ plus the residual e_i it kept from earlier rounding (docs/skip_correct.md, 
     none:      Δ_i unchanged
 
 ``round`` is round-to-nearest-even into the wire dtype and back (:func:`round_bf16`, :func:`round_fp16`; in
-TensorFlow ``tf.cast`` there and back). The corrections use what each worker *sent* (q_i, Ĝ_i), so
+TensorFlow ``tf.cast`` there and back). ``"int8"`` (two-level averaging only: int8 cannot be summed, so the
+hosts exchange their values by all-gather and add them in float32) rounds blocks of ``INT8_BLOCK``
+consecutive values of the flat buffer to multiples of their scale s = max|v|/127 (:func:`round_int8`). The corrections use what each worker *sent* (q_i, Ĝ_i), so
 Σ_i Δ_i stays 0 exactly; error feedback keeps the running sum of applied averages within one rounding of
 the sum of the exact averages (Σ_n mean_i q_i = Σ_n mean_i d_i − mean_i e_i). If the reduced sum has a
 non-finite element (fp16 overflows at |v| ≥ 65520), every worker sees it and the sync is done uncompressed:
@@ -39,6 +41,8 @@ from tf_commopt.errors import InputError
 
 __all__ = [
     "CODECS",
+    "BLOCK_CODECS",
+    "INT8_BLOCK",
     "WIRE_BYTES",
     "UNIT_ROUNDOFF",
     "FP16_MAX",
@@ -46,6 +50,7 @@ __all__ = [
     "bf16_bits",
     "round_bf16",
     "round_fp16",
+    "round_int8",
     "rounder",
     "encode",
     "reduce_sum",
@@ -54,8 +59,10 @@ __all__ = [
     "sync_bytes",
 ]
 
-CODECS = ("bf16", "fp16")
-WIRE_BYTES = {None: 4, "bf16": 2, "fp16": 2}
+CODECS = ("bf16", "fp16")  # float codecs: summed in the wire dtype, flat or two-level
+BLOCK_CODECS = ("int8",)  # blockwise codecs: two-level averaging only (exchanged by all-gather)
+INT8_BLOCK = 256  # values per int8 block (one float32 scale each)
+WIRE_BYTES = {None: 4, "bf16": 2, "fp16": 2, "int8": 1}  # per value (int8: plus 4 bytes per block)
 UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
 """u: |round(v) − v| ≤ u·|v| for v in the codec's normal range (half a unit in the last place)."""
 FP16_MAX = 65504.0
@@ -64,14 +71,14 @@ RULES = ("vrl", "gradient", "none")
 
 
 def validate_compression(value: object, where: str = "compression") -> Optional[str]:
-    """``None``, ``"bf16"`` or ``"fp16"`` (one-line InputError naming ``where`` otherwise).
+    """``None``, ``"bf16"``, ``"fp16"`` or ``"int8"`` (one-line InputError naming ``where`` otherwise).
 
     >>> validate_compression("bf16"), validate_compression(None)
     ('bf16', None)
     """
-    if value is None or value in CODECS:
+    if value is None or value in CODECS + BLOCK_CODECS:
         return value
-    raise InputError(f"must be 'bf16', 'fp16' or None, got {value!r}", where=where)
+    raise InputError(f"must be 'bf16', 'fp16', 'int8' or None, got {value!r}", where=where)
 
 
 def bf16_bits(x: Any) -> np.ndarray:
@@ -116,10 +123,31 @@ def round_fp16(x: Any) -> Any:
         return arr.astype(np.float16).astype(dtype)
 
 
+def round_int8(x: Any, block: int = INT8_BLOCK) -> Any:
+    """``x`` (flattened) in blocks of ``block`` values, each rounded to a multiple of its scale
+    s = max|v|/127 (float32; round to nearest even, |q| ≤ 127; a block of zeros stays zeros), back in
+    ``x``'s shape and float dtype. |round_int8(v) − v| ≤ s/2 = max|block|/254 elementwise. The arithmetic is
+    float32's, as on the wire (TensorFlow: :func:`tf_commopt.distribute.compressed_sync.quantize_int8`).
+
+    >>> [float(v) for v in round_int8(np.array([1.0, 0.5, 0.3, -0.01]))]   # s = 1/127; 63.5 -> 64
+    [1.0, 0.5039370059967041, 0.29921260476112366, -0.007874015718698502]
+    """
+    arr = np.asarray(x)
+    dtype = arr.dtype if arr.dtype in (np.float32, np.float64) else np.float64
+    flat = arr.astype(np.float32).reshape(-1)
+    pad = -len(flat) % block
+    blocks = np.concatenate([flat, np.zeros(pad, np.float32)]).reshape(-1, block)
+    scale = np.max(np.abs(blocks), axis=1) / np.float32(127.0)
+    safe = np.where(scale > 0, scale, np.float32(1.0))[:, None]
+    q = np.clip(np.round(blocks / safe), -127, 127)
+    out = (q * scale[:, None]).reshape(-1)[: len(flat)]
+    return out.reshape(arr.shape).astype(dtype)
+
+
 def rounder(codec: Optional[str]) -> Optional[Callable[[Any], Any]]:
     """The numpy rounding function of a codec (None for no compression)."""
     codec = validate_compression(codec)
-    return None if codec is None else {"bf16": round_bf16, "fp16": round_fp16}[codec]
+    return None if codec is None else {"bf16": round_bf16, "fp16": round_fp16, "int8": round_int8}[codec]
 
 
 def encode(delta: Any, residual: Any, round_fn: Callable[[Any], Any]) -> tuple:
@@ -283,6 +311,9 @@ def sync_bytes(
         raise InputError(
             f"unknown rule {correction!r}; expected one of {', '.join(RULES)}", where="correction"
         )
-    per = WIRE_BYTES[validate_compression(compression)]
+    compression = validate_compression(compression)
+    per = param_count * WIRE_BYTES[compression]
+    if compression in BLOCK_CODECS:
+        per += 4 * -(-param_count // INT8_BLOCK)
     buffers = 2 if correction == "gradient" else 1
-    return param_count * per * buffers + state_count * 4
+    return per * buffers + state_count * 4

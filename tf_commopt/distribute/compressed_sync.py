@@ -34,14 +34,25 @@ from typing import Any, List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from tf_commopt._compat import container_strategy
-from tf_commopt.core.compress import WIRE_BYTES, validate_compression
+from tf_commopt.core.compress import BLOCK_CODECS, INT8_BLOCK, sync_bytes, validate_compression
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.averaging import fused_reduce
-from tf_commopt.distribute.state import SkipCorrectState
+from tf_commopt.distribute.state import SkipCorrectState, _pass_through
+from tf_commopt.errors import InputError
 
-__all__ = ["WIRE_DTYPES", "wire_dtype", "anchor_op", "mark_stale", "average", "payload_bytes"]
+__all__ = [
+    "WIRE_DTYPES",
+    "wire_dtype",
+    "quantize_int8",
+    "encode",
+    "check_rule",
+    "anchor_op",
+    "mark_stale",
+    "average",
+    "payload_bytes",
+]
 
-WIRE_DTYPES = {"bf16": tf.bfloat16, "fp16": tf.float16}
+WIRE_DTYPES = {"bf16": tf.bfloat16, "fp16": tf.float16, "int8": tf.int8}
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
@@ -55,19 +66,64 @@ def wire_dtype(codec: Optional[str]) -> Optional[tf.DType]:
     return None if codec is None else WIRE_DTYPES[codec]
 
 
+def quantize_int8(v: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """A float32 vector in blocks of ``INT8_BLOCK`` values: (int8 values, one float32 scale per block,
+    the values they stand for in float32), as :func:`tf_commopt.core.compress.round_int8` rounds.
+
+    >>> q, scales, sent = quantize_int8(tf.constant([1.0, 0.5, 0.3, -0.01]))    # doctest: +SKIP
+    >>> q.numpy().tolist(), sent.numpy()[1]                                      # doctest: +SKIP
+    ([127, 64, 38, -1], 0.503937)
+    """
+    n = int(v.shape[0])
+    pad = -n % INT8_BLOCK
+    blocks = tf.reshape(tf.pad(v, [[0, pad]]) if pad else v, [-1, INT8_BLOCK])
+    scales = tf.reduce_max(tf.abs(blocks), axis=1) / 127.0
+    safe = tf.where(scales > 0, scales, tf.ones_like(scales))[:, None]
+    q = tf.clip_by_value(tf.round(blocks / safe), -127.0, 127.0)
+    sent = tf.reshape(q * scales[:, None], [-1])
+    return tf.cast(tf.reshape(q, [-1]), tf.int8)[:n], scales, sent[:n] if pad else sent
+
+
+def encode(v: tf.Tensor, codec: str) -> Tuple[Any, tf.Tensor]:
+    """(what crosses the link, the float32 values it stands for) of a float32 vector: the vector in
+    the wire dtype (bf16, fp16), or int8 values and their scales (int8).
+
+    >>> wire, sent = encode(tf.constant([1.0 / 3]), "bf16")    # doctest: +SKIP
+    >>> float(sent[0])                                           # doctest: +SKIP
+    0.333984375
+    """
+    if codec in BLOCK_CODECS:
+        q, scales, sent = quantize_int8(v)
+        return (q, scales), sent
+    wire = tf.cast(v, WIRE_DTYPES[codec])
+    return wire, tf.cast(wire, tf.float32)
+
+
+def check_rule(codec: Optional[str], rule: str, optimizer: str) -> None:
+    """A one-line error (through tracing) when ``codec`` cannot carry the resolved correction ``rule``:
+    int8 carries vrl and none (the gradient rule's G_i would share the blocks of the model's deltas)."""
+    if rule == "gradient" and codec in BLOCK_CODECS:
+        raise _pass_through(
+            InputError(
+                f"{codec!r} compresses the vrl and none corrections; the gradient correction (chosen for "
+                f"{optimizer}) needs 'bf16', 'fp16' or None",
+                where="SkipCorrectStrategy(compression=...)",
+            )
+        )
+
+
 def payload_bytes(variables: Sequence[Any], n_trainable: int, rule: str, codec: Optional[str]) -> int:
-    """Bytes one replica puts into one scheduled sync's all-reduce: the trainable deltas (and G_i for
-    ``gradient``) in the wire dtype, the other averaged state in its own dtype."""
-    wire = WIRE_BYTES[validate_compression(codec)]
-    total = 0
-    for j, v in enumerate(variables):
-        n = int(v.shape.num_elements())
-        if j < n_trainable:
-            per = wire if codec is not None else v.dtype.size
-            total += n * per * (2 if rule == "gradient" else 1)
-        else:
-            total += n * v.dtype.size
-    return total
+    """Bytes one replica puts into one scheduled sync: the trainable deltas (and G_i for ``gradient``) in
+    the wire dtype (int8: with a float32 scale per block of the flat buffer), the other averaged state in
+    its own dtype."""
+    codec = validate_compression(codec)
+    trainable = [int(v.shape.num_elements()) for v in variables[:n_trainable]]
+    if codec is None:
+        total = sum(n * v.dtype.size for n, v in zip(trainable, variables))
+        total *= 2 if rule == "gradient" else 1
+    else:
+        total = sync_bytes(sum(trainable), codec, rule)
+    return total + sum(int(v.shape.num_elements()) * v.dtype.size for v in variables[n_trainable:])
 
 
 def _round(v: tf.Tensor, wire: tf.DType) -> Tuple[tf.Tensor, tf.Tensor]:

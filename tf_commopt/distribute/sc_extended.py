@@ -184,6 +184,7 @@ class _SkipCorrectMixin(BetweenSyncReads):
             beta = float(optimizer_momentum(optimizer))
             nesterov = bool(getattr(optimizer, "nesterov", False))
             rule = _corr.resolve_correction(self._sc_correction, type(optimizer).__name__, beta, nesterov)
+            compressed_sync.check_rule(self.compression, rule, type(optimizer).__name__)
             self._sc_internal = True
             try:
                 state = SkipCorrectState(

@@ -54,7 +54,7 @@ from tf_commopt._compat import (
     require_internals,
     strategy_cluster_resolver,
 )
-from tf_commopt.core.compress import validate_compression
+from tf_commopt.core.compress import BLOCK_CODECS, validate_compression
 from tf_commopt.core.interval import validate_interval
 from tf_commopt.core.levels import TwoLevelInterval
 from tf_commopt.core.period import TimeBudget, resolve_period
@@ -145,6 +145,12 @@ def _validated(
             where="SkipCorrectStrategy(compression=...)",
         )
     host_interval = _check_two_level(host_interval, hosts, resolved, budget, overlap)
+    if compression in BLOCK_CODECS and host_interval is None:
+        raise InputError(
+            f"{compression!r} needs two-level averaging (host_interval): int8 values cannot be summed on "
+            "the wire, so the hosts exchange them by all-gather; flat syncs take 'bf16' or 'fp16'",
+            where="SkipCorrectStrategy(compression=...)",
+        )
     return dict(
         host_interval=host_interval,
         hosts=hosts,

@@ -36,6 +36,7 @@ from tf_commopt._compat import (
     worker_index,
 )
 from tf_commopt.cluster.layout import HOSTS_ENV
+from tf_commopt.core.compress import INT8_BLOCK
 from tf_commopt.core.hierarchical import host_groups
 from tf_commopt.errors import InputError
 
@@ -167,10 +168,13 @@ class TwoLevelAverager:
                     out[i] = tf.identity(total)
         return out
 
-    def cross_host_mean(self, values: List[tf.Tensor]) -> List[tf.Tensor]:
+    def cross_host_mean(self, values: List[Any]) -> List[tf.Tensor]:
         """Per local replica: Σ_c (n_c/R)·v_c in float32, from ``values`` (each replica's host value, the
-        same on a host's replicas; in the wire dtype when compressed)."""
+        same on a host's replicas; in the wire dtype when compressed; int8: (values, block scales) pairs,
+        :func:`~tf_commopt.distribute.compressed_sync.quantize_int8`)."""
         devices = self.ext.worker_devices
+        if isinstance(values[0], tuple):
+            return self._gathered_mean(values)
         with tf.device(devices[0]):
             if self.workers == 1:  # every host is local: the weighted sum in float32
                 self.ext.telemetry.bytes.assign_add(int(values[0].shape[0]) * values[0].dtype.size)
@@ -205,17 +209,74 @@ class TwoLevelAverager:
         spread = tf.pad(summed, [[self.rank * size, (p - 1 - self.rank) * size]])
         return self._sum(spread, self._host_key(), p, "join")[:n]
 
-    def pipelined(self, flats: List[tf.Tensor], prep: Any) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
+    def _gathered_mean(self, values: List[Tuple[tf.Tensor, tf.Tensor]]) -> List[tf.Tensor]:
+        """:meth:`cross_host_mean` of int8 host values: int8 cannot be summed on the wire, so worker r of
+        every host all-gathers slice r (its int8 values and their blocks' scales) across the hosts, adds
+        the hosts' decoded slices in float32 in host order, and the host's workers join their slices."""
+        devices = self.ext.worker_devices
+        with tf.device(devices[0]):
+            if self.workers == 1:  # every host is local: decode each host's value, the weighted sum
+                q, scales = values[0]
+                self.ext.telemetry.bytes.assign_add(int(q.shape[0]) + 4 * int(scales.shape[0]))
+                first = {c: self.local_host.index(c) for c in range(self.hosts)}
+                terms = [_decode(*values[first[c]]) * (len(self.groups[c]) / self.replicas) for c in first]
+                mean = tf.add_n(terms) if len(terms) > 1 else terms[0]
+            else:
+                mean = self._gathered_sum(*values[0]) / float(self.hosts)
+        out = []
+        for d in devices:
+            with tf.device(d):
+                out.append(tf.identity(mean))
+        return out
+
+    def _gathered_sum(self, q: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
+        """Σ_c over hosts of the decoded int8 host value (``q``, ``scales``): per-worker slices of whole
+        blocks across the hosts by all-gather, then the host's slices joined (float32)."""
+        n, p = int(q.shape[0]), self.per_host
+        size = -(-n // (p * INT8_BLOCK)) * INT8_BLOCK  # a slice of whole blocks, a multiple of 4 bytes
+        nb = size // INT8_BLOCK
+        q = tf.pad(q, [[0, size * p - n]]) if size * p != n else q
+        scales = tf.pad(scales, [[0, nb * p - int(scales.shape[0])]])
+        piece = q[self.rank * size : (self.rank + 1) * size]
+        own = scales[self.rank * nb : (self.rank + 1) * nb]
+        payload = tf.concat([tf.bitcast(tf.reshape(piece, [-1, 4]), tf.int32), tf.bitcast(own, tf.int32)], 0)
+        self.ext.telemetry.inter_host_bytes.assign_add(size + 4 * nb)
+        self.ext.telemetry.bytes.assign_add(size + 4 * nb + (4 * n if p > 1 else 0))
+        self._instance += 1
+        gathered = tf.raw_ops.CollectiveGatherV2(
+            input=payload,
+            group_size=self.hosts,
+            group_key=self._key + 10_000 + self.rank,
+            instance_key=self._instance,
+            ordering_token=[self._tokens["cross"].handle],
+        )
+        rows = tf.reshape(gathered, [self.hosts, size // 4 + nb])
+        total = None
+        for c in range(self.hosts):
+            part = _decode(
+                tf.reshape(tf.bitcast(rows[c, : size // 4], tf.int8), [-1]),
+                tf.bitcast(rows[c, size // 4 :], tf.float32),
+            )
+            total = part if total is None else total + part
+        if p == 1:
+            return total[:n]
+        spread = tf.pad(total, [[self.rank * size, (p - 1 - self.rank) * size]])
+        return self._sum(spread, self._host_key(), p, "join")[:n]
+
+    def pipelined(
+        self, flats: List[tf.Tensor], prep: Any, align: int = 1
+    ) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
         """Per local replica: (the host sum of ``flats``, the mean over hosts of ``prep``'s values), in
-        chunks of about ``chunk_elements`` values: ``prep(sums, lo, hi)`` maps the host sums of
+        chunks of about ``chunk_elements`` values (a multiple of ``align`` per worker of a host: int8
+        blocks start at multiples of ``INT8_BLOCK`` of the flat buffer): ``prep(sums, lo, hi)`` maps the host sums of
         ``flats[i][lo:hi]`` to what each replica sends across (:meth:`cross_host_mean`'s ``values``).
         The chunks' collectives run on three lanes, so a chunk's host sum overlaps the previous chunk's
         slow-link transfer; the results are those of one unchunked pass, element for element.
 
         >>> sums, means = avg.pipelined(flats, lambda s, lo, hi: [x / 2.0 for x in s])  # doctest: +SKIP
         """
-        n, q = int(flats[0].shape[0]), self.per_host
-        step = max(q, -(-int(self.chunk_elements) // q) * q)  # a multiple of p: slices need no padding
+        n, q = int(flats[0].shape[0]), self.per_host * align
+        step = max(q, -(-int(self.chunk_elements) // q) * q)  # a multiple of p·align: whole slices, blocks
         devices = self.ext.worker_devices
         sums: List[List[tf.Tensor]] = [[] for _ in flats]
         means: List[List[tf.Tensor]] = [[] for _ in flats]
@@ -230,6 +291,13 @@ class TwoLevelAverager:
                 sums[i].append(s[i])
                 means[i].append(x)
         return _join(sums, devices), _join(means, devices)
+
+
+def _decode(q: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
+    """int8 values and their blocks' scales -> float32 (the inverse of ``quantize_int8``'s rounding)."""
+    n = int(q.shape[0])
+    blocks = tf.reshape(tf.pad(tf.cast(q, tf.float32), [[0, -n % INT8_BLOCK]]), [-1, INT8_BLOCK])
+    return tf.reshape(blocks * scales[:, None], [-1])[:n]
 
 
 def _join(chunks: List[List[tf.Tensor]], devices: Sequence[str]) -> List[tf.Tensor]:

@@ -31,7 +31,8 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tf_commopt.distribute.compressed_sync import WIRE_DTYPES
+from tf_commopt.core.compress import BLOCK_CODECS, INT8_BLOCK
+from tf_commopt.distribute.compressed_sync import WIRE_DTYPES, encode
 from tf_commopt.distribute.two_level import TwoLevelAverager
 
 __all__ = ["host_sync", "global_sync"]
@@ -204,29 +205,31 @@ def _pipelined(
     :func:`_across_exact` / :func:`_across_compressed`. Returns (host level, x̄, Q̄ − Q_c, ops)."""
     with tf.control_dependencies([t0]):
         xs = [[c.read_value() for c in v.values] for v in variables]
-    wire = WIRE_DTYPES[state.compression] if state.compression is not None else None
+    codec = state.compression
     flats, sizes = _pack(xs[:n])
-    if wire is not None:
+    if codec is not None:
         anchors, res = state.components(state.anchors), state.components(state.residuals)
         a_flat = _pack([[a.read_value() for a in row] for row in anchors])[0]
         e_flat = _pack([[e.read_value() for e in row] for row in res])[0]
-    kept: List[Any] = []  # per chunk: each replica's v_c and wire values (compressed)
+    kept: List[Any] = []  # per chunk: each replica's v_c and the float32 values its wire values stand for
 
-    def prep(sums: List[tf.Tensor], lo: int, hi: int) -> List[tf.Tensor]:
-        out, vs = [], []
+    def prep(sums: List[tf.Tensor], lo: int, hi: int) -> List[Any]:
+        out, vs, sent = [], [], []
         for i, x in enumerate(sums):
             with tf.device(x.device):
                 m = x / float(avg.n_host[i])
-                if wire is None:
+                if codec is None:
                     out.append(m)
                     continue
                 vs.append(m - a_flat[i][lo:hi] + e_flat[i][lo:hi])
-                out.append(tf.cast(vs[-1], wire))
-        if wire is not None:
-            kept.append((vs, out))
+                wire, q = encode(vs[-1], codec)
+                out.append(wire)
+                sent.append(q)
+        if codec is not None:
+            kept.append((vs, sent))
         return out
 
-    sums, across = avg.pipelined(flats, prep)
+    sums, across = avg.pipelined(flats, prep, align=INT8_BLOCK if codec in BLOCK_CODECS else 1)
     means = _unpack([s / float(m) for s, m in zip(sums, avg.n_host)], sizes, xs[:n])
     if n < len(xs):  # averaged non-trainable state: float32, one small unchunked pass
         ex_flats, ex_sizes = _pack(xs[n:])
@@ -237,12 +240,11 @@ def _pipelined(
     else:
         ex_bar = []
     hl = _HostLevel(xs, means, None, None)
-    if wire is None:
+    if codec is None:
         xbar = _unpack(across, sizes, xs[:n])
         return hl, xbar + ex_bar, _map(lambda a, b: a - b, xbar, means[:n]), []
     v_rows = _unpack([tf.concat([k[0][i] for k in kept], 0) for i in range(len(flats))], sizes, xs[:n])
-    wires = [tf.concat([k[1][i] for k in kept], 0) for i in range(len(flats))]
-    sent = _unpack([tf.cast(w, tf.float32) for w in wires], sizes, xs[:n])
+    sent = _unpack([tf.concat([k[1][i] for k in kept], 0) for i in range(len(flats))], sizes, xs[:n])
     mean = _unpack(across, sizes, xs[:n])
     xbar = _map(lambda a, q: a.read_value() + q, anchors, mean)
     ops = [a.assign(x) for ra, rx in zip(anchors, xbar) for a, x in zip(ra, rx)]
