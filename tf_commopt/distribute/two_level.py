@@ -212,7 +212,8 @@ class TwoLevelAverager:
     def _gathered_mean(self, values: List[Tuple[tf.Tensor, tf.Tensor]]) -> List[tf.Tensor]:
         """:meth:`cross_host_mean` of int8 host values: int8 cannot be summed on the wire, so worker r of
         every host all-gathers slice r (its int8 values and their blocks' scales) across the hosts, adds
-        the hosts' decoded slices in float32 in host order, and the host's workers join their slices."""
+        the hosts' decoded slices in float32 (in the gather's order, the same on every host), and the host's
+        workers join their slices."""
         devices = self.ext.worker_devices
         with tf.device(devices[0]):
             if self.workers == 1:  # every host is local: decode each host's value, the weighted sum
