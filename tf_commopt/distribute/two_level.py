@@ -251,25 +251,22 @@ class TwoLevelAverager:
             instance_key=self._instance,
             ordering_token=[self._tokens["cross"].handle],
         )
-        rows = tf.reshape(gathered, [self.hosts, size // 4 + nb])
-        total = None
-        for c in range(self.hosts):
-            part = _decode(
-                tf.reshape(tf.bitcast(rows[c, : size // 4], tf.int8), [-1]),
-                tf.bitcast(rows[c, size // 4 :], tf.float32),
-            )
-            total = part if total is None else total + part
+        rows = tf.reshape(gathered, [self.hosts, size // 4 + nb])  # one row per host
+        q_rows = tf.reshape(tf.bitcast(rows[:, : size // 4], tf.int8), [self.hosts, nb, INT8_BLOCK])
+        s_rows = tf.bitcast(rows[:, size // 4 :], tf.float32)[:, :, None]
+        total = tf.reshape(tf.reduce_sum(tf.cast(q_rows, tf.float32) * s_rows, axis=0), [-1])
         if p == 1:
             return total[:n]
         spread = tf.pad(total, [[self.rank * size, (p - 1 - self.rank) * size]])
         return self._sum(spread, self._host_key(), p, "join")[:n]
 
     def pipelined(
-        self, flats: List[tf.Tensor], prep: Any, align: int = 1
+        self, flats: List[tf.Tensor], prep: Any, align: int = 1, wire_bytes: int = 4
     ) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
         """Per local replica: (the host sum of ``flats``, the mean over hosts of ``prep``'s values), in
-        chunks of about ``chunk_elements`` values (a multiple of ``align`` per worker of a host: int8
-        blocks start at multiples of ``INT8_BLOCK`` of the flat buffer): ``prep(sums, lo, hi)`` maps the host sums of
+        chunks of about ``chunk_elements`` values (4x as many with 1-byte ``wire_bytes``: int8 chunks carry
+        a float32 chunk's bytes, each chunk's codec costs graph ops) and a multiple of ``align`` per worker
+        of a host (int8 blocks start at multiples of ``INT8_BLOCK``): ``prep(sums, lo, hi)`` maps the host sums of
         ``flats[i][lo:hi]`` to what each replica sends across (:meth:`cross_host_mean`'s ``values``).
         The chunks' collectives run on three lanes, so a chunk's host sum overlaps the previous chunk's
         slow-link transfer; the results are those of one unchunked pass, element for element.
@@ -277,7 +274,8 @@ class TwoLevelAverager:
         >>> sums, means = avg.pipelined(flats, lambda s, lo, hi: [x / 2.0 for x in s])  # doctest: +SKIP
         """
         n, q = int(flats[0].shape[0]), self.per_host * align
-        step = max(q, -(-int(self.chunk_elements) // q) * q)  # a multiple of p·align: whole slices, blocks
+        values = int(self.chunk_elements) * (4 if wire_bytes == 1 else 1)
+        step = max(q, -(-values // q) * q)  # a multiple of p·align: whole slices, whole blocks
         devices = self.ext.worker_devices
         sums: List[List[tf.Tensor]] = [[] for _ in flats]
         means: List[List[tf.Tensor]] = [[] for _ in flats]

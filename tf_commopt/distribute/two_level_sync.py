@@ -229,7 +229,8 @@ def _pipelined(
             kept.append((vs, sent))
         return out
 
-    sums, across = avg.pipelined(flats, prep, align=INT8_BLOCK if codec in BLOCK_CODECS else 1)
+    block = codec in BLOCK_CODECS
+    sums, across = avg.pipelined(flats, prep, align=INT8_BLOCK if block else 1, wire_bytes=1 if block else 4)
     means = _unpack([s / float(m) for s, m in zip(sums, avg.n_host)], sizes, xs[:n])
     if n < len(xs):  # averaged non-trainable state: float32, one small unchunked pass
         ex_flats, ex_sizes = _pack(xs[n:])
