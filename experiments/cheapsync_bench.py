@@ -4,7 +4,7 @@ docs/results/cheapsync.md.
 
 A sweep of runner launches (``experiments.harness``): every setting (model, inter-host Mbit/s, iid or
 label-skewed) runs each variant ``--repeats`` times, interleaved: ``flat`` (float32 syncs), ``bf16`` and
-``fp16`` (``--compression``), ``two_level`` and ``two_level_bf16`` (``--host_interval``). The page shows
+``fp16`` (``--compression``), ``two_level``, ``two_level_bf16`` and ``two_level_int8`` (``--host_interval``). The page shows
 the medians of wall time, test accuracy and sync time, their ratios to ``flat``, and the bytes one
 worker put into the syncs; the bytes that cross the slow link are derived from them: a ring all-reduce
 over N ranks sends 2(N-1)/N of each rank's payload to the next rank, and with the tasks in host order
@@ -204,7 +204,8 @@ PAGE = Page(
     "sends float32 models in a ring over every worker; `bf16` / `fp16` the period's model delta in half "
     "precision with error feedback (`--compression`); `two_level` averages the host mates every "
     "`--host_interval` steps and, every H, crosses the hosts once per host value, each worker carrying "
-    "its slice (`--host_interval`); `two_level_bf16` both. Wall time is the runner's training time "
+    "its slice (`--host_interval`); `two_level_bf16` both; `two_level_int8` two-level with the hosts "
+    "exchanging int8 blocks (a float32 scale per 256 values) by all-gather. Wall time is the runner's training time "
     "(start-up excluded); sync s is the summed time of the global syncs (host syncs apart); bytes/worker "
     "is what one worker put into all-reduces, host mates' included; MB on the slow link is what one host "
     "sends the other, derived from the records as the bench module's docstring says. The syncs include "

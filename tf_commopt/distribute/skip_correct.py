@@ -226,6 +226,8 @@ class SkipCorrectStrategy(distribute_lib.Strategy):
             that dtype, with error feedback (the rounding residual kept per replica, in checkpoints, and
             added to the next delta): half the bytes (:mod:`tf_commopt.distribute.compressed_sync`,
             docs/skip_correct.md "Compressed syncs"). Averaged non-trainable state stays float32.
+            ``"int8"`` (with ``host_interval``, vrl or none): the hosts exchange the delta in blocks of 256
+            int8 values with a float32 scale each, by all-gather (docs/skip_correct.md, "int8 across hosts").
         period: ``"steps"`` (default: every replica takes H local steps per period) or ``"time"`` (every
             replica steps for the wall time the fastest needs for H steps, so a worker k times slower
             takes about H/k; the sync averages normalised updates, FedNova's rule, and equal speeds give
