@@ -233,6 +233,8 @@ class TwoLevelAverager:
     def _gathered_sum(self, q: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
         """Σ_c over hosts of the decoded int8 host value (``q``, ``scales``): per-worker slices of whole
         blocks across the hosts by all-gather, then the host's slices joined (float32)."""
+        if self.hosts == 1:
+            return _decode(q, scales)
         n, p = int(q.shape[0]), self.per_host
         size = -(-n // (p * INT8_BLOCK)) * INT8_BLOCK  # a slice of whole blocks, a multiple of 4 bytes
         nb = size // INT8_BLOCK

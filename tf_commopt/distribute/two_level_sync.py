@@ -205,7 +205,7 @@ def _pipelined(
     :func:`_across_exact` / :func:`_across_compressed`. Returns (host level, x̄, Q̄ − Q_c, ops)."""
     with tf.control_dependencies([t0]):
         xs = [[c.read_value() for c in v.values] for v in variables]
-    codec = state.compression
+    codec = state.compression if avg.hosts > 1 else None  # one host: nothing crosses, nothing rounded
     flats, sizes = _pack(xs[:n])
     if codec is not None:
         anchors, res = state.components(state.anchors), state.components(state.residuals)
@@ -266,7 +266,7 @@ def global_sync(
         hl, xbar, diff, ops = _pipelined(avg, variables, state, n, t0)
     else:
         hl = _host_level(avg, variables, state, t0)
-        if state is not None and state.compression is not None:
+        if state is not None and state.compression is not None and avg.hosts > 1:
             xbar, diff, s_diff, ops = _across_compressed(avg, hl, state, n)
         else:
             xbar, diff, sbar = _across_exact(avg, hl)
