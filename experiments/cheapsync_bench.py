@@ -205,13 +205,13 @@ PAGE = Page(
     "precision with error feedback (`--compression`); `two_level` averages the host mates every "
     "`--host_interval` steps and, every H, crosses the hosts once per host value, each worker carrying "
     "its slice (`--host_interval`); `two_level_bf16` both; `two_level_int8` two-level with the hosts "
-    "exchanging int8 blocks (a float32 scale per 256 values) by all-gather. Wall time is the runner's training time "
+    "exchanging int8 blocks (a float32 scale each) by all-gather. Wall time is the runner's training time "
     "(start-up excluded); sync s is the summed time of the global syncs (host syncs apart); bytes/worker "
     "is what one worker put into all-reduces, host mates' included; MB on the slow link is what one host "
     "sends the other, derived from the records as the bench module's docstring says. The syncs include "
     "the run's last, out-of-rhythm average before evaluation (float32; two-level variants send it "
-    "across the hosts once too) when the last step was not a scheduled sync; records from 12-03 07:00 "
-    "on skip it when it was (6 syncs instead of 7 at 48 steps, H = 8). Wall time includes the first call (graph building), which compression "
+    "across the hosts once too) when the last step was not a scheduled sync; newer records skip it when "
+    "it was (their syncs column counts one less). Wall time includes the first call (graph building), which compression "
     "lengthens. Medians of the repeats, variants interleaved; ratios are to flat's medians.",
     [
         Table(

@@ -335,7 +335,10 @@ def test_sync_bytes_halves_fp32():
 @pytest.mark.parametrize(
     "call,message",
     [
-        (lambda: compress.validate_compression("int8"), "compression: must be 'bf16', 'fp16' or None"),
+        (
+            lambda: compress.validate_compression("int4"),
+            "compression: must be 'bf16', 'fp16', 'int8' or None",
+        ),
         (lambda: compress.sync_bytes(-1), "param_count: must be an integer >= 0"),
         (lambda: compress.sync_bytes(1, "fp8"), "compression: must be"),
         (lambda: compress.sync_bytes(1, None, "avg"), "correction: unknown rule 'avg'"),

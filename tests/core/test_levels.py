@@ -125,7 +125,8 @@ def test_sync_counts_bytes_and_wall_time_of_one_run():
         (lambda: sync_cost.estimate(1e6, 0.1, 10, 4, 100.0, workers=3), "hosts: 3 workers do not split"),
         (lambda: sync_cost.estimate(0.0, 0.1, 10, 4, 100.0), "model_bytes: must be a finite number > 0"),
         (lambda: sync_cost.estimate(1e6, 0.1, 10, 0, 100.0), "interval: must be an integer >= 1"),
-        (lambda: sync_cost.estimate(1e6, 0.1, 10, 4, 100.0, compression="int8"), "compression: must be"),
+        (lambda: sync_cost.estimate(1e6, 0.1, 10, 4, 100.0, compression="int4"), "compression: must be"),
+        (lambda: sync_cost.estimate(1e6, 0.1, 10, 4, 100.0, compression="int8"), "compression: 'int8' needs"),
     ],
 )
 def test_estimate_bad_input(call, message):
@@ -148,3 +149,16 @@ def test_the_entry_point_prints_the_prediction_and_rejects_bad_flags():
     ):
         r = run_module("experiments.cheapsync_estimate", [bad])
         assert r.code == 2 and needle in r.err and r.err.count("\n") == 1, r.err
+
+
+def test_int8_across_two_hosts_is_an_all_gather_of_a_quarter_and_its_scales():
+    """2 hosts: bf16's all-reduce moves 2·(1/2)·M/2 bytes per link, int8's all-gather (1/2)·2·M/4·(1 + 4/256)."""
+    m, mbit = 40e6, 100.0
+    kw = dict(hosts=2, per_host=2, inter_mbit=mbit, intra_mbit=1e9)
+    bf16 = sync_cost.two_level_sync_s(m, compression="bf16", **kw)
+    int8 = sync_cost.two_level_sync_s(m, compression="int8", **kw)
+    intra = sync_cost.intra_sync_s(m, 2, 1e9)
+    assert bf16 - intra == pytest.approx(m / 2 * 8 / (mbit * 1e6), rel=1e-12)
+    assert int8 - intra == pytest.approx(m / 4 * (1 + 4 / 256) * 8 / (mbit * 1e6), rel=1e-12)
+    run = sync_cost.estimate(m, 0.1, 8, 4, mbit, workers=4, hosts=2, compression="int8", h=4)
+    assert run["slow_link_mb"] == pytest.approx(2 * m / 4 * (1 + 4 / 256) / 1e6, rel=1e-12)

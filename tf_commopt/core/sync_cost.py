@@ -16,6 +16,9 @@ other at ``intra_mbit``; B is the model's float32 bytes and b = B·w/4 its bytes
       T_2L = 2·T_half(B, n, R_intra) + 2(C−1)·(a + (b/C)·8/R_inter)      slow-link bytes: 2(C−1)/C·b
       T_half(B, n, R) = (n−1)·(a + (B/n)·8/R)
 
+  With int8 (two-level only) the shards are all-gathered across the hosts instead, b = B·(1 + 4/256)/4
+  (a float32 scale per 256 values): (C−1)·(a + b·8/R_inter), slow-link bytes (C−1)·b.
+
 * **intra-host sync** (an all-reduce among the host's n workers): T_intra = 2·T_half(B, n, R_intra).
 
 A run of S steps of t_comp seconds with global interval H and intra-host interval h (two-level; h = H
@@ -33,9 +36,9 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-from tf_commopt.core.compress import WIRE_BYTES, validate_compression
+from tf_commopt.core.compress import BLOCK_CODECS, INT8_BLOCK, WIRE_BYTES, validate_compression
 from tf_commopt.errors import InputError
 
 __all__ = ["flat_sync_s", "two_level_sync_s", "intra_sync_s", "estimate", "VARIANTS", "compare"]
@@ -72,8 +75,19 @@ def flat_sync_s(
     model_bytes: float, workers: int, inter_mbit: float, compression=None, latency_s=0.0
 ) -> float:
     """T_flat: one ring over every worker, limited by the slow link (module docstring)."""
-    b = model_bytes * WIRE_BYTES[validate_compression(compression)] / 4.0
+    if validate_compression(compression) in BLOCK_CODECS:
+        raise InputError(f"{compression!r} needs two-level averaging (h)", where="compression")
+    b = model_bytes * WIRE_BYTES[compression] / 4.0
     return 0.0 if workers == 1 else 2.0 * _half(b, workers, inter_mbit, latency_s)
+
+
+def _across_bytes(model_bytes: float, hosts: int, compression: Optional[str]) -> Tuple[float, bool]:
+    """(bytes of one host value on the wire, whether the hosts all-gather it): an all-reduce of the
+    wire dtype; int8 an all-gather of 1 byte per value plus a float32 scale per block."""
+    b = model_bytes * WIRE_BYTES[validate_compression(compression)] / 4.0
+    if compression in BLOCK_CODECS:
+        return b * (1.0 + 4.0 / INT8_BLOCK), True
+    return b, False
 
 
 def intra_sync_s(model_bytes: float, per_host: int, intra_mbit: float, latency_s: float = 0.0) -> float:
@@ -90,11 +104,15 @@ def two_level_sync_s(
     compression=None,
     latency_s: float = 0.0,
 ) -> float:
-    """T_2L: intra-host reduce-scatter and all-gather around an inter-host all-reduce of the shards."""
-    b = model_bytes * WIRE_BYTES[validate_compression(compression)] / 4.0
-    return intra_sync_s(model_bytes, per_host, intra_mbit, latency_s) + 2.0 * _half(
-        b, hosts, inter_mbit, latency_s
+    """T_2L: intra-host reduce-scatter and all-gather around an inter-host all-reduce of the shards
+    (int8: an all-gather of every host's shard)."""
+    b, gather = _across_bytes(model_bytes, hosts, compression)
+    across = (
+        _half(b * hosts, hosts, inter_mbit, latency_s)
+        if gather
+        else 2.0 * _half(b, hosts, inter_mbit, latency_s)
     )
+    return intra_sync_s(model_bytes, per_host, intra_mbit, latency_s) + across
 
 
 def estimate(
@@ -136,7 +154,8 @@ def estimate(
         t_global = two_level_sync_s(model_bytes, hosts, n, inter, intra, compression, latency_s)
         t_intra = intra_sync_s(model_bytes, n, intra, latency_s)
         n_intra = steps // h - steps // interval
-        slow = 2.0 * (hosts - 1) / hosts * b
+        b, gather = _across_bytes(model_bytes, hosts, compression)
+        slow = (hosts - 1) * b if gather else 2.0 * (hosts - 1) / hosts * b
     comm = n_global * t_global + n_intra * t_intra
     return {
         "wall_s": steps * t_comp + comm,
