@@ -7,8 +7,9 @@ workers (the fast link). The mean over hosts cuts the host value's flat buffer i
 of every host all-reduces slice r with worker r of the other hosts, so the slow link carries each host's
 value once (in the wire dtype when compressed) instead of a ring over every worker; then the host's
 workers join their slices with one more host all-reduce (the fast link again). Uncompressed, the sum
-over hosts is float32; compressed, it adds in the wire dtype (as the flat compressed sync does). In one
-process (logical devices grouped by ``hosts``) the same sums are local ``add_n``.
+over hosts is float32; compressed, it adds in the wire dtype (as the flat compressed sync does); int8
+slices (whole blocks of 256 values and their scales) are all-gathered across the hosts instead and added
+in float32. In one process (logical devices grouped by ``hosts``) the same sums are local ``add_n``.
 
 The collectives are raw ``CollectiveReduceV2`` ops in sub-groups (group keys from the strategy's own key
 base; instance keys counted at trace time, the same sequence on every worker, as TensorFlow's own
