@@ -27,6 +27,7 @@ from typing import Any, Dict, Union
 from experiments.models import MODELS
 from experiments.optimizers import OPTIMIZERS, validate_optimizer
 from experiments.slow import parse_slow_workers
+from tf_commopt.core.compress import BLOCK_CODECS, CODECS
 from tf_commopt.core.interval import validate_interval, validate_target_ratio
 from tf_commopt.datasets import DATASETS
 from tf_commopt.distribute.correction import CORRECTIONS, validate_correction_lr
@@ -215,9 +216,7 @@ def validate(cfg: Config) -> Config:
             f"overlaps the syncs of skip_correct/local_sgd; --strategy={cfg.strategy} has none",
             where="--overlap",
         )
-    _choice(cfg.compression, ("", "bf16", "fp16", "int8"), "compression", "--compression")
-    if cfg.compression == "int8" and str(cfg.host_interval) in ("", "0"):
-        raise InputError("int8 needs two-level averaging: give --host_interval", where="--compression")
+    _choice(cfg.compression, ("",) + CODECS + BLOCK_CODECS, "compression", "--compression")
     if cfg.compression and (cfg.strategy not in SYNC_STRATEGIES or cfg.overlap):
         raise InputError(
             f"compresses the blocking syncs of skip_correct/local_sgd; not with --strategy={cfg.strategy}"
@@ -258,6 +257,10 @@ def _host_interval(value: Any) -> Union[int, str]:
 def _check_two_level(cfg: Config) -> None:
     cfg.host_interval = h = _host_interval(cfg.host_interval)
     if not h:
+        if cfg.compression in BLOCK_CODECS:
+            raise InputError(
+                f"{cfg.compression} needs two-level averaging: give --host_interval", where="--compression"
+            )
         return
     auto = h == "auto"
     for bad, why in (

@@ -44,6 +44,7 @@ __all__ = [
     "WIRE_DTYPES",
     "wire_dtype",
     "quantize_int8",
+    "dequantize_int8",
     "encode",
     "check_rule",
     "anchor_op",
@@ -79,9 +80,15 @@ def quantize_int8(v: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     blocks = tf.reshape(tf.pad(v, [[0, pad]]) if pad else v, [-1, INT8_BLOCK])
     scales = tf.reduce_max(tf.abs(blocks), axis=1) / 127.0
     safe = tf.where(scales > 0, scales, tf.ones_like(scales))[:, None]
-    q = tf.clip_by_value(tf.round(blocks / safe), -127.0, 127.0)
-    sent = tf.reshape(q * scales[:, None], [-1])
-    return tf.cast(tf.reshape(q, [-1]), tf.int8)[:n], scales, sent[:n] if pad else sent
+    q = tf.cast(tf.reshape(tf.clip_by_value(tf.round(blocks / safe), -127.0, 127.0), [-1]), tf.int8)[:n]
+    return q, scales, dequantize_int8(q, scales)
+
+
+def dequantize_int8(q: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
+    """int8 values and their blocks' scales -> the float32 values they stand for (q·s per block)."""
+    n = int(q.shape[0])
+    blocks = tf.reshape(tf.pad(tf.cast(q, tf.float32), [[0, -n % INT8_BLOCK]]), [-1, INT8_BLOCK])
+    return tf.reshape(blocks * scales[:, None], [-1])[:n]
 
 
 def encode(v: tf.Tensor, codec: str) -> Tuple[Any, tf.Tensor]:

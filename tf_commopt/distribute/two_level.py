@@ -37,8 +37,9 @@ from tf_commopt._compat import (
     worker_index,
 )
 from tf_commopt.cluster.layout import HOSTS_ENV
-from tf_commopt.core.compress import INT8_BLOCK
+from tf_commopt.core.compress import BLOCK_CODECS, INT8_BLOCK
 from tf_commopt.core.hierarchical import host_groups
+from tf_commopt.distribute.compressed_sync import dequantize_int8
 from tf_commopt.errors import InputError
 
 __all__ = ["hosts_from_cluster", "resolve_hosts", "TwoLevelAverager", "CHUNK_ELEMENTS"]
@@ -221,7 +222,9 @@ class TwoLevelAverager:
                 q, scales = values[0]
                 self.ext.telemetry.bytes.assign_add(int(q.shape[0]) + 4 * int(scales.shape[0]))
                 first = {c: self.local_host.index(c) for c in range(self.hosts)}
-                terms = [_decode(*values[first[c]]) * (len(self.groups[c]) / self.replicas) for c in first]
+                terms = [
+                    dequantize_int8(*values[first[c]]) * (len(self.groups[c]) / self.replicas) for c in first
+                ]
                 mean = tf.add_n(terms) if len(terms) > 1 else terms[0]
             else:
                 mean = self._gathered_sum(*values[0]) / float(self.hosts)
@@ -234,8 +237,6 @@ class TwoLevelAverager:
     def _gathered_sum(self, q: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
         """Σ_c over hosts of the decoded int8 host value (``q``, ``scales``): per-worker slices of whole
         blocks across the hosts by all-gather, then the host's slices joined (float32)."""
-        if self.hosts == 1:
-            return _decode(q, scales)
         n, p = int(q.shape[0]), self.per_host
         size = -(-n // (p * INT8_BLOCK)) * INT8_BLOCK  # a slice of whole blocks, a multiple of 4 bytes
         nb = size // INT8_BLOCK
@@ -264,21 +265,22 @@ class TwoLevelAverager:
         return self._sum(spread, self._host_key(), p, "join")[:n]
 
     def pipelined(
-        self, flats: List[tf.Tensor], prep: Any, align: int = 1, wire_bytes: int = 4
+        self, flats: List[tf.Tensor], prep: Any, codec: Optional[str] = None
     ) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
         """Per local replica: (the host sum of ``flats``, the mean over hosts of ``prep``'s values), in
-        chunks of about ``chunk_elements`` values (4x as many with 1-byte ``wire_bytes``: int8 chunks carry
-        a float32 chunk's bytes, each chunk's codec costs graph ops) and a multiple of ``align`` per worker
-        of a host (int8 blocks start at multiples of ``INT8_BLOCK``): ``prep(sums, lo, hi)`` maps the host sums of
+        chunks of about ``chunk_elements`` values and a multiple of the workers per host; with the int8
+        ``codec`` 4x as many values (a float32 chunk's bytes on the link; each chunk's codec costs graph ops)
+        in whole ``INT8_BLOCK`` blocks per worker: ``prep(sums, lo, hi)`` maps the host sums of
         ``flats[i][lo:hi]`` to what each replica sends across (:meth:`cross_host_mean`'s ``values``).
         The chunks' collectives run on three lanes, so a chunk's host sum overlaps the previous chunk's
         slow-link transfer; the results are those of one unchunked pass, element for element.
 
         >>> sums, means = avg.pipelined(flats, lambda s, lo, hi: [x / 2.0 for x in s])  # doctest: +SKIP
         """
-        n, q = int(flats[0].shape[0]), self.per_host * align
-        values = int(self.chunk_elements) * (4 if wire_bytes == 1 else 1)
-        step = max(q, -(-values // q) * q)  # a multiple of p·align: whole slices, whole blocks
+        block = codec in BLOCK_CODECS
+        n, q = int(flats[0].shape[0]), self.per_host * (INT8_BLOCK if block else 1)
+        values = int(self.chunk_elements) * (4 if block else 1)
+        step = max(q, -(-values // q) * q)  # whole slices (and blocks): a multiple of p (·INT8_BLOCK)
         devices = self.ext.worker_devices
         sums: List[List[tf.Tensor]] = [[] for _ in flats]
         means: List[List[tf.Tensor]] = [[] for _ in flats]
@@ -293,13 +295,6 @@ class TwoLevelAverager:
                 sums[i].append(s[i])
                 means[i].append(x)
         return _join(sums, devices), _join(means, devices)
-
-
-def _decode(q: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
-    """int8 values and their blocks' scales -> float32 (the inverse of ``quantize_int8``'s rounding)."""
-    n = int(q.shape[0])
-    blocks = tf.reshape(tf.pad(tf.cast(q, tf.float32), [[0, -n % INT8_BLOCK]]), [-1, INT8_BLOCK])
-    return tf.reshape(blocks * scales[:, None], [-1])[:n]
 
 
 def _join(chunks: List[List[tf.Tensor]], devices: Sequence[str]) -> List[tf.Tensor]:

@@ -31,7 +31,6 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tf_commopt.core.compress import BLOCK_CODECS, INT8_BLOCK
 from tf_commopt.distribute.compressed_sync import WIRE_DTYPES, encode
 from tf_commopt.distribute.two_level import TwoLevelAverager
 
@@ -198,14 +197,14 @@ def _across_compressed(
 
 
 def _pipelined(
-    avg: TwoLevelAverager, variables: Sequence[Any], state: Any, n: int, t0: Any
+    avg: TwoLevelAverager, variables: Sequence[Any], state: Any, n: int, t0: Any, codec: Optional[str]
 ) -> Tuple[_HostLevel, Rows, Rows, List[Any]]:
     """vrl / none: the host sums and the mean over hosts of the trainable variables as one pipeline
     (:meth:`TwoLevelAverager.pipelined`), the same values as :func:`_host_level` then
-    :func:`_across_exact` / :func:`_across_compressed`. Returns (host level, x̄, Q̄ − Q_c, ops)."""
+    :func:`_across_exact` / :func:`_across_compressed` (``codec``: what crosses the hosts, None exact).
+    Returns (host level, x̄, Q̄ − Q_c, ops)."""
     with tf.control_dependencies([t0]):
         xs = [[c.read_value() for c in v.values] for v in variables]
-    codec = state.compression if avg.hosts > 1 else None  # one host: nothing crosses, nothing rounded
     flats, sizes = _pack(xs[:n])
     if codec is not None:
         anchors, res = state.components(state.anchors), state.components(state.residuals)
@@ -229,8 +228,7 @@ def _pipelined(
             kept.append((vs, sent))
         return out
 
-    block = codec in BLOCK_CODECS
-    sums, across = avg.pipelined(flats, prep, align=INT8_BLOCK if block else 1, wire_bytes=1 if block else 4)
+    sums, across = avg.pipelined(flats, prep, codec)
     means = _unpack([s / float(m) for s, m in zip(sums, avg.n_host)], sizes, xs[:n])
     if n < len(xs):  # averaged non-trainable state: float32, one small unchunked pass
         ex_flats, ex_sizes = _pack(xs[n:])
@@ -261,12 +259,14 @@ def global_sync(
     Returns its seconds (also in the strategy's telemetry)."""
     t0 = tf.timestamp()
     n = n_trainable if state is not None else 0
+    # what crosses the hosts: with one host nothing does, and the global sync is the exact host sync
+    codec = state.compression if state is not None and avg.hosts > 1 else None
     s_diff = None
     if n > 0 and state.rule != "gradient":  # chunked: host sums overlap the slow link
-        hl, xbar, diff, ops = _pipelined(avg, variables, state, n, t0)
+        hl, xbar, diff, ops = _pipelined(avg, variables, state, n, t0, codec)
     else:
         hl = _host_level(avg, variables, state, t0)
-        if state is not None and state.compression is not None and avg.hosts > 1:
+        if codec is not None:
             xbar, diff, s_diff, ops = _across_compressed(avg, hl, state, n)
         else:
             xbar, diff, sbar = _across_exact(avg, hl)
