@@ -260,14 +260,11 @@ def _input(cfg: Config, strategy: Any, data: Any, tfc: Any, multi: bool, model: 
 
 def _evaluate(cfg: Config, model: Any, data: Any) -> tuple:
     """(plain copy of the trained model, test loss, test accuracy): the same numbers whatever the strategy."""
-    import tf_keras
-
-    from experiments.models import build_model
+    from experiments.models import build_model, held_out_figures
 
     plain = build_model(cfg.model, data.input_shape, data.num_classes)
     plain.set_weights(model.get_weights())
-    plain.compile(loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-    test_loss, test_acc = plain.evaluate(data.x_test, data.y_test, batch_size=500, verbose=0)
+    test_loss, test_acc = held_out_figures(plain, data.x_test, data.y_test)
     return plain, test_loss, test_acc
 
 
@@ -350,9 +347,6 @@ def _add_ons(cfg: Config, strategy: Any, model: Any, data: Any, train: Any, call
         finishers.append(finisher)
     if cfg.eval_every or cfg.eval_every_s:
         plain = build_model(cfg.model, data.input_shape, data.num_classes)
-        plain.compile(
-            loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
-        )
         target = cfg.target_accuracy or None
         multi = _compat.num_workers(strategy) > 1
         curve = curves.Curve(

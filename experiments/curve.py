@@ -23,6 +23,8 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from experiments.models import held_out_figures
+
 __all__ = ["Curve", "interval_search"]
 
 SEARCHES = ("", "adacomm", "grid")
@@ -32,7 +34,7 @@ class Curve:
     """The evaluation curve of one run (a tf-keras callback from :meth:`callback`).
 
     Args:
-        strategy, model, plain, data: the run's strategy, its model, a compiled plain copy, the data set.
+        strategy, model, plain, data: the run's strategy, its model, a plain copy, the data set.
         every: evaluate every this many steps (0: not by steps).
         steps: the run's steps (the last one is always evaluated).
         spe: steps per execution (a callback sees one batch end per call).
@@ -75,7 +77,7 @@ class Curve:
             self.eval_syncs += after["syncs"] - before["syncs"]
             self.eval_comm += after["comm_s"] - before["comm_s"]
         self.plain.set_weights(self.model.get_weights())
-        loss, acc = self.plain.evaluate(self.data.x_test, self.data.y_test, batch_size=500, verbose=0)
+        loss, acc = held_out_figures(self.plain, self.data.x_test, self.data.y_test)  # all of it, on every worker
         point = {"step": step, "wall_s": round(self.wall, 3), "test_loss": round(float(loss), 4)}
         self.points.append(dict(point, test_accuracy=round(float(acc), 4)))
         if self.target is not None and self.reached is None and float(acc) >= self.target:

@@ -43,8 +43,8 @@ CMD = [
 ]
 
 
-def _train(bandwidth_mbit=None, topology="switch", model_dir=None):
-    cmd = CMD + ([f"--model_dir={model_dir}"] if model_dir else [])
+def _train(bandwidth_mbit=None, topology="switch", model_dir=None, extra=()):
+    cmd = CMD + ([f"--model_dir={model_dir}"] if model_dir else []) + list(extra)
     r = run_cluster(
         cmd,
         workers=WORKERS,
@@ -115,7 +115,7 @@ def _single_device_reference():
 
 
 def test_ssgd_two_workers_unshaped_equals_one_device(capsys, tmp_path):
-    rec = _train(model_dir=str(tmp_path))
+    rec = _train(model_dir=str(tmp_path), extra=["--eval_every=3"])
     rate = _report(capsys, "loopback, no cap", rec, None, "switch")
     assert rate > 2 * CAP_MBIT  # far above the cap used below: the cap is what slows those runs
     # MultiWorkerMirroredStrategy over 2 processes = one device on the union of their batches
@@ -127,6 +127,15 @@ def test_ssgd_two_workers_unshaped_equals_one_device(capsys, tmp_path):
     for a, b in zip(ref.get_weights(), got.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert rec["train_loss"] == pytest.approx(np.mean(losses), rel=1e-5)
+    # the curve scores the whole test set on every worker (inside fit, model.evaluate would score a
+    # worker's shard): its last point is the saved model's figures, recomputed here from its logits
+    from tf_commopt.datasets import load_dataset
+
+    d = load_dataset("mnist", seed=0)
+    logits = got.predict(d.x_test, batch_size=500, verbose=0)
+    right = float(np.mean(np.argmax(logits, axis=1) == np.asarray(d.y_test).reshape(-1)))
+    assert [p["step"] for p in rec["curve"]] == [0, 3, 6]
+    assert rec["curve"][-1]["test_accuracy"] == round(right, 4) == round(rec["test_accuracy"], 4)
 
 
 @pytest.mark.skipif(not HAVE_NET, reason="needs root, ip and tc")
