@@ -304,7 +304,11 @@ PAGE = Page(
     "per-step compute and model bytes, the full MNIST epoch, weak scaling, a ring all-reduce over per-port "
     "links with a fixed latency per message, H by the thesis rule, capped). Records without a command or "
     "load predate them, made with a launcher whose token bucket let a small model's sync pass partly "
-    "unshaped and a skip-and-correct step that all-reduced its metrics.",
+    "unshaped and a skip-and-correct step that all-reduced its metrics. Records without "
+    "`curve_test_images` predate the runner's scoring of every evaluation on the whole test set: inside a "
+    "multi-worker fit, tf-keras's evaluate scored each worker's shard only, so their curves and times to "
+    "target come from the chief's share of the test images (a quarter of them with four workers; the "
+    "final accuracy is on all of them).",
     [
         Table(
             "Time to accuracy",

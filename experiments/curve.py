@@ -9,7 +9,8 @@ is not counted as a training sync, and every worker evaluates so the workers sta
 the workers agree on a time-based evaluation by a MEAN all-reduce of their "due" flags, at the points
 where they are in step anyway: after each skip-and-correct sync, or every step under SSGD (its time is
 paused too). The record gets ``curve`` ([{step, wall_s, test_loss, test_accuracy}], wall_s = training
-seconds so far), ``eval_s`` (the paused seconds), ``train_s`` (``wall_s`` without them) and ``syncs`` / ``comm_s`` without the evaluation
+seconds so far), ``eval_s`` (the paused seconds), ``curve_test_images`` (the held-out images each point scores: all of them, on every
+worker), ``train_s`` (``wall_s`` without them) and ``syncs`` / ``comm_s`` without the evaluation
 averagings; with ``--target_accuracy=A`` also ``target_accuracy``, ``time_to_target_s`` and
 ``steps_to_target``: the training seconds and steps at the first evaluation reaching A (null if none).
 
@@ -142,6 +143,7 @@ class Curve:
     def record(self, record: Dict[str, Any]) -> Dict[str, Any]:
         """``record`` with the curve, the time to target and without the evaluation averagings."""
         out = dict(record, curve=self.points, eval_s=round(self.paused, 3))
+        out["curve_test_images"] = len(self.data.x_test)  # every point scores all of them
         if "wall_s" in out:  # wall_s keeps the evaluations during fit (as before); train_s is without them
             out["train_s"] = round(out["wall_s"] - (self.paused - self.before_fit), 3)
         if self.target is not None:

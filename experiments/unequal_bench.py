@@ -9,7 +9,8 @@ most steps are local (no wait for a peer). Every task's record is kept (``--step
 time with the same worker's in the equal run: a worker slowed k x should take about k x.
 
 The ``tta`` sweep: a setting is ``MBIT:DATA:SLOWED`` (link rate, ``iid`` or ``skew`` shards, how many
-workers compute 2x slower: workers 1 and 3 first), the variants ``ssgd``, ``sc_steps`` (every worker H
+workers compute 2x slower: workers 1 and 3 first; ``--device_factor=K`` stretches every worker's
+computation K times, the slowed ones 2K), the variants ``ssgd``, ``sc_steps`` (every worker H
 local steps per period) and ``sc_time`` (``--period=time``) at the same H; every run evaluates every
 ``--eval_every_s`` training seconds and records its time to ``--target_accuracy`` and final accuracy.
 
@@ -51,6 +52,7 @@ TTA_KEEP = (
     "period_steps",
     "cluster_wall_s",
     "curve",
+    "curve_test_images",
 )
 
 
@@ -64,6 +66,14 @@ def define(fv: Any) -> None:
     flags.DEFINE_list("settings", ["100:iid:0", "100:iid:2"], "tta: MBIT:iid|skew:SLOWED (0, 1 or 2)", **d)
     flags.DEFINE_float("target_accuracy", 0.85, "tta: the test accuracy to reach", **d)
     flags.DEFINE_float("eval_every_s", 3.0, "tta: evaluate every this many training seconds", **d)
+    flags.DEFINE_float(
+        "device_factor",
+        1.0,
+        "tta: every worker computes this many times slower (the slowed ones twice that): emulated devices "
+        "slower than a core, so that workers sharing the cores do not lend each other the cores a sleeping "
+        "one leaves",
+        **d,
+    )
     flags.DEFINE_integer("workers", 2, "worker processes (tta: 4 unless given)", **d)
     flags.DEFINE_float("bandwidth_mbit", 0.0, "shape each link to this rate (0 = no shaping)", **d)
     flags.DEFINE_integer("steps", 120, "steps per run", **d)
@@ -122,6 +132,18 @@ def parse_setting(text: str) -> Dict[str, Any]:
     return {"mbit": mbit, "data": data, "slowed": slowed}
 
 
+def slow_workers(slowed: str, device_factor: float, workers: int) -> str:
+    """The runner's ``--slow_workers`` for a setting's ``slowed`` workers on devices ``device_factor`` x slower.
+
+    >>> slow_workers("1:2.0", 1.0, 4), slow_workers("1:2.0,3:2.0", 4.0, 4)
+    ('1:2.0', '0:4,1:8,2:4,3:8')
+    """
+    if device_factor == 1.0:
+        return slowed
+    factors = parse_slow_workers(slowed)
+    return ",".join(f"{w}:{device_factor * factors.get(w, 1.0):g}" for w in range(workers))
+
+
 def tta_sweep(fv: Any) -> Sweep:
     """Settings x {ssgd, sc_steps, sc_time} on ``--workers`` (default 4), time to the target accuracy."""
     settings = {s: parse_setting(s) for s in fv.settings}
@@ -138,6 +160,9 @@ def tta_sweep(fv: Any) -> Sweep:
                 f"--workers: setting {text} slows workers 1 and 3 first, needs >= {need}, got {workers}"
             )
 
+    if not fv.device_factor >= 1.0:
+        _cli.fail(f"--device_factor: must be >= 1, got {fv.device_factor:g}")
+
     def launch(setting: str, variant: str) -> Launch:
         st = settings[setting]
         argv = [f"--model={fv.model}", f"--steps={fv.steps}", f"--batch_size={fv.batch_size}"]
@@ -145,11 +170,12 @@ def tta_sweep(fv: Any) -> Sweep:
         argv += [f"--eval_every_s={fv.eval_every_s:g}", f"--target_accuracy={fv.target_accuracy:g}"]
         if st["data"] == "skew":
             argv.append("--non_iid_classes=2")
-        if SLOWED[st["slowed"]]:
-            argv.append(f"--slow_workers={SLOWED[st['slowed']]}")
+        slow = slow_workers(SLOWED[st["slowed"]], fv.device_factor, workers)
+        if slow:
+            argv.append(f"--slow_workers={slow}")
         return Launch(argv, workers=workers, mbit=st["mbit"] or None)
 
-    extra = {k: getattr(fv, k) for k in ("model", "interval", "steps", "batch_size")}
+    extra = {k: getattr(fv, k) for k in ("model", "interval", "steps", "batch_size", "device_factor")}
     extra["workers"] = workers
     extra.update(target_accuracy=fv.target_accuracy, eval_every_s=fv.eval_every_s)
     return Sweep(
@@ -237,7 +263,13 @@ PAGE = Page(
 
 # ---------------------------------------------------------------------------------------- the tta page
 def _where(r: Dict[str, Any]) -> str:
-    return f"{when(r)}: {r['model']}, {r['workers']} workers, {r['mbit']:g} Mbit/s, {r['data']}, {r['slowed']} slowed"
+    text = f"{when(r)}: {r['model']}, {r['workers']} workers, {r['mbit']:g} Mbit/s, {r['data']}, {r['slowed']} slowed"
+    if r.get("device_factor", 1.0) != 1.0:
+        text += f", devices {r['device_factor']:g}x slower"
+    runs = [x for v in r["runs"].values() for x in v]
+    if not all(x.get("curve_test_images") for x in runs):
+        text += " (curves on the first worker's shard)"
+    return text
 
 
 def setting_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -325,7 +357,14 @@ TTA_PAGE = Page(
     "records the training seconds to the first evaluation at or above the target accuracy and the final "
     "test accuracy; medians over the repeats, the variants interleaved. The real steps are those of the "
     "first worker (a fast one; the steps column counts global steps). Time to target is only as fine as "
-    "the evaluation interval; the training seconds ratio compares the whole runs.",
+    "the evaluation interval; the training seconds ratio compares the whole runs. In a setting with devices "
+    "slower (`--device_factor`), every worker's computation is stretched that many times and the slowed "
+    "ones twice that: the emulated devices are slower than a core, so workers sharing the cores neither "
+    "compete for them nor take over the cores a sleeping worker leaves, and each runs at its set speed. "
+    "Settings marked \"curves on the first worker's shard\" were measured before the runner scored every "
+    "evaluation on the whole test set: inside a multi-worker fit, tf-keras's evaluate scored each "
+    "worker's shard only, so their curves and times to target come from the first worker's share of the "
+    "test images (noisier, and not the figure their final accuracy is).",
     [
         Table(
             "Settings",

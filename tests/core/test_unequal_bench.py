@@ -60,3 +60,19 @@ def test_the_workers_must_hold_the_slowed_ones(setting, workers, ok):
             _cli.UsageError, match=f"--workers: setting {setting} slows workers 1 and 3 first"
         ):
             unequal_bench.tta_sweep(fv)
+
+
+def test_a_device_factor_stretches_every_worker_and_the_slowed_ones_twice():
+    from absl import flags
+
+    from experiments import unequal_bench
+
+    fv = flags.FlagValues()
+    unequal_bench.define(fv)
+    fv(["bench", "--sweep=tta", "--settings=100:iid:0,100:iid:2", "--device_factor=4"])
+    sweep = unequal_bench.tta_sweep(fv)
+    assert "--slow_workers=0:4,1:4,2:4,3:4" in sweep.launch("100:iid:0", "sc_time").argv
+    assert "--slow_workers=0:4,1:8,2:4,3:8" in sweep.launch("100:iid:2", "sc_steps").argv
+    assert sweep.extra["device_factor"] == 4.0
+    r = run_module("experiments.unequal_bench", ["--sweep=tta", "--device_factor=0.5"])
+    assert r.code == 2 and "--device_factor: must be >= 1, got 0.5" in r.err, r.err
