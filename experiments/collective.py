@@ -245,13 +245,18 @@ def _input(cfg: Config, strategy: Any, data: Any, tfc: Any, multi: bool, model: 
     """(distributed training set, callbacks, the run's :class:`~experiments.resume.Resume` or None):
     resumable with a backup directory (``--backup_dir``, or the launcher's when it restarts the job)."""
     from experiments import backup, resume
-    from experiments.data import train_dataset_fn
+    from experiments.data import parse_batch_shares, train_dataset_fn
 
     epochs, steps_per_epoch = schedule(cfg, len(data.x_train))
     r = resume.prepare(cfg, tfc, multi, model, strategy, steps_per_epoch, out)
+    shares = parse_batch_shares(cfg.batch_shares)
     if r is None:
-        fn = train_dataset_fn(data.x_train, data.y_train, cfg.batch_size, cfg.seed, cfg.non_iid_classes)
+        fn = train_dataset_fn(
+            data.x_train, data.y_train, cfg.batch_size, cfg.seed, cfg.non_iid_classes, shares
+        )
         return strategy.distribute_datasets_from_function(fn), [], None
+    if shares is not None:
+        raise InputError("a resumable run (a backup directory) has equal batches", where="--batch_shares")
     fn = backup.epoch_dataset_fn(
         data.x_train, data.y_train, cfg.batch_size, cfg.seed, steps_per_epoch, r.epoch, epochs, r.skip
     )
@@ -310,6 +315,8 @@ def _record(cfg: Config, run: Dict[str, Any]) -> Dict[str, Any]:
         record["non_iid_classes"] = cfg.non_iid_classes
     if cfg.slow_workers:
         record.update(slow_workers=cfg.slow_workers, slow_factor=run["slow_factor"])
+    if cfg.batch_shares:
+        record["batch_shares"] = cfg.batch_shares
     if run["resume"] is not None:
         record.update(run["resume"].record())
     record.update({k: round(v, 4) for k, v in run["bench"].items()})

@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Union
 
+from experiments.data import parse_batch_shares
 from experiments.models import MODELS
 from experiments.optimizers import OPTIMIZERS, validate_optimizer
 from experiments.slow import parse_slow_workers
@@ -74,6 +75,7 @@ class Config:
     compression: str = ""
     host_interval: Union[int, str] = 0
     non_iid_classes: int = 0
+    batch_shares: str = ""
     step_times: bool = False
     proc_stats: bool = False
     eval_every: int = 0
@@ -130,6 +132,9 @@ HELP: Dict[str, str] = {
     "sharing a host in tf_commopt.cluster --hosts/--tasks-per-host, or a TF_CONFIG host name) average "
     "every this many local steps, all every --interval (a multiple of it); 'auto' (with --interval=auto): "
     "both chosen from the probe's timings of host syncs, global syncs and steps; 0 = one level",
+    "batch_shares": "skip_correct/local_sgd on a cluster: one share per worker (e.g. 1,0.5,1,0.5): worker i "
+    "batches the per-worker batch times its share over the largest, so a slower worker reads fewer "
+    "examples per step and no worker waits at a sync ('' = equal batches)",
     "non_iid_classes": "0: iid shards; k > 0: label-skewed shards, each worker's (local replicas: each "
     "replica's) mostly holding k labels",
     "step_times": "add step_ms, step_ms_p90 (per-step wall time after step 10) and startup_s "
@@ -232,6 +237,10 @@ def validate(cfg: Config) -> Config:
         raise InputError("give --steps or --steps_per_epoch, not both", where="--steps_per_epoch")
     _check_evaluation(cfg)
     parse_slow_workers(cfg.slow_workers)
+    if parse_batch_shares(cfg.batch_shares) and (cfg.strategy not in SYNC_STRATEGIES or cfg.backup_dir):
+        raise InputError(
+            "needs --strategy=skip_correct or local_sgd, without --backup_dir", where="--batch_shares"
+        )
     _choice(cfg.correction, CORRECTIONS, "correction", "--correction")
     _choice(cfg.interval_search, ("", "adacomm", "grid"), "interval search", "--interval_search")
     if cfg.interval_search and (cfg.strategy != "skip_correct" or cfg.interval == "auto"):

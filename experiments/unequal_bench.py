@@ -35,6 +35,7 @@ TTA_VARIANTS = {
     "sc_steps": ["--strategy=skip_correct", "--period=steps"],
     "sc_time": ["--strategy=skip_correct", "--period=time"],
     "sc_time_max": ["--strategy=skip_correct", "--period=time", "--tau_eff=max"],
+    "sc_balanced": ["--strategy=skip_correct", "--period=steps"],  # + --batch_shares from the setting
 }
 TTA_DEFAULT = ["ssgd", "sc_steps", "sc_time"]
 SLOWED = {0: "", 1: "1:2.0", 2: "1:2.0,3:2.0"}  # how many of the workers compute 2x slower
@@ -144,6 +145,16 @@ def slow_workers(slowed: str, device_factor: float, workers: int) -> str:
     return ",".join(f"{w}:{device_factor * factors.get(w, 1.0):g}" for w in range(workers))
 
 
+def batch_shares(slowed: str, workers: int) -> str:
+    """``--batch_shares`` for ``sc_balanced``: each worker's share is its speed (1 / its factor).
+
+    >>> batch_shares("1:2.0,3:2.0", 4), batch_shares("", 2)
+    ('1,0.5,1,0.5', '1,1')
+    """
+    factors = parse_slow_workers(slowed)
+    return ",".join(f"{1.0 / factors.get(w, 1.0):g}" for w in range(workers))
+
+
 def tta_sweep(fv: Any) -> Sweep:
     """Settings x {ssgd, sc_steps, sc_time} on ``--workers`` (default 4), time to the target accuracy."""
     settings = {s: parse_setting(s) for s in fv.settings}
@@ -173,6 +184,8 @@ def tta_sweep(fv: Any) -> Sweep:
         slow = slow_workers(SLOWED[st["slowed"]], fv.device_factor, workers)
         if slow:
             argv.append(f"--slow_workers={slow}")
+        if variant == "sc_balanced":
+            argv.append(f"--batch_shares={batch_shares(SLOWED[st['slowed']], workers)}")
         return Launch(argv, workers=workers, mbit=st["mbit"] or None)
 
     extra = {k: getattr(fv, k) for k in ("model", "interval", "steps", "batch_size", "device_factor")}
@@ -333,13 +346,14 @@ def _goal_row(r: Dict[str, Any], variant: str) -> Dict[str, Any]:
 
 
 def goal_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Time-based (each ``sc_time*`` variant) against step-based skip-and-correct per setting: the ratio of
+    """Time-based (each ``sc_time*`` variant) and batch-balanced (``sc_balanced``) against step-based
+    skip-and-correct per setting: the ratio of
     the median times to target and the accuracy difference; the goal is <= 0.7 and within 0.5 points with
     slowed workers, <= 1 with none (a ratio needs every run of both to reach the target)."""
     out = []
     for r in records:
         if "sc_steps" in r["runs"]:
-            out += [_goal_row(r, v) for v in ("sc_time", "sc_time_max") if v in r["runs"]]
+            out += [_goal_row(r, v) for v in ("sc_time", "sc_time_max", "sc_balanced") if v in r["runs"]]
     return out
 
 
@@ -352,7 +366,9 @@ TTA_PAGE = Page(
     "per period, so the fast ones wait at each sync) and time-based skip-and-correct (`--period=time`: "
     "every worker steps for the time the fastest needs for H steps, FedNova-normalised sync; `sc_time_max` "
     "with `--tau_eff=max`, a sync moving as far as the fastest worker's steps along the normalised "
-    "average) at the same H. "
+    "average) at the same H; `sc_balanced` is the step rule with batches by speed (`--batch_shares`: a "
+    "worker half as fast reads half as many examples per step, so every worker's H steps take about as "
+    "long). "
     "Each run evaluates the averaged model every few training seconds (evaluation time excluded) and "
     "records the training seconds to the first evaluation at or above the target accuracy and the final "
     "test accuracy; medians over the repeats, the variants interleaved. The real steps are those of the "
@@ -389,7 +405,7 @@ TTA_PAGE = Page(
             ],
         ),
         Table(
-            "Goal: time-based / step-based skip-and-correct",
+            "Goal: time-based or batch-balanced / step-based skip-and-correct",
             goal_rows,
             [
                 ("setting", "setting", ""),
