@@ -40,16 +40,12 @@ def parse_batch_shares(text: str, where: str = FLAG) -> Optional[Tuple[float, ..
     return tuple(out)
 
 
-def share_batch(per_worker: int, shares: Sequence[float], worker: int, where: str = FLAG) -> int:
+def share_batch(per_worker: int, shares: Sequence[float], worker: int) -> int:
     """Worker ``worker``'s batch: ``per_worker`` times its share over the largest (at least 1).
 
     >>> [share_batch(128, (1, 0.5, 1, 0.5), w) for w in range(4)]
     [128, 64, 128, 64]
     """
-    if worker >= len(shares):
-        raise InputError(
-            f"names {len(shares)} shares for a run with more workers (worker {worker} has none)", where=where
-        )
     return max(1, int(round(per_worker * shares[worker] / max(shares))))
 
 
