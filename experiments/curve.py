@@ -78,7 +78,9 @@ class Curve:
             self.eval_syncs += after["syncs"] - before["syncs"]
             self.eval_comm += after["comm_s"] - before["comm_s"]
         self.plain.set_weights(self.model.get_weights())
-        loss, acc = held_out_figures(self.plain, self.data.x_test, self.data.y_test)  # all of it, on every worker
+        loss, acc = held_out_figures(
+            self.plain, self.data.x_test, self.data.y_test
+        )  # all of it, on every worker
         point = {"step": step, "wall_s": round(self.wall, 3), "test_loss": round(float(loss), 4)}
         self.points.append(dict(point, test_accuracy=round(float(acc), 4)))
         if self.target is not None and self.reached is None and float(acc) >= self.target:

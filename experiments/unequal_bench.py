@@ -377,7 +377,7 @@ TTA_PAGE = Page(
     "slower (`--device_factor`), every worker's computation is stretched that many times and the slowed "
     "ones twice that: the emulated devices are slower than a core, so workers sharing the cores neither "
     "compete for them nor take over the cores a sleeping worker leaves, and each runs at its set speed. "
-    "Settings marked \"curves on the first worker's shard\" were measured before the runner scored every "
+    'Settings marked "curves on the first worker\'s shard" were measured before the runner scored every '
     "evaluation on the whole test set: inside a multi-worker fit, tf-keras's evaluate scored each "
     "worker's shard only, so their curves and times to target come from the first worker's share of the "
     "test images (noisier, and not the figure their final accuracy is).",
