@@ -28,7 +28,7 @@ from typing import Any, Dict
 
 from tf_commopt.errors import InputError
 
-__all__ = ["parse_slow_workers", "factor_for", "slow_train_step"]
+__all__ = ["parse_slow_workers", "factor_for", "stretched_workers", "slow_train_step"]
 
 FLAG = "--slow_workers"
 
@@ -78,6 +78,18 @@ def factor_for(slow: Dict[int, float], worker: int, workers: int, where: str = F
             where=where,
         )
     return float(slow.get(worker, 1.0))
+
+
+def stretched_workers(slowed: str, device_factor: float, workers: int) -> str:
+    """The runner's ``--slow_workers`` for a setting's ``slowed`` workers on devices ``device_factor`` x slower.
+
+    >>> stretched_workers("1:2.0", 1.0, 4), stretched_workers("1:2.0,3:2.0", 4.0, 4)
+    ('1:2.0', '0:4,1:8,2:4,3:8')
+    """
+    if device_factor == 1.0:
+        return slowed
+    factors = parse_slow_workers(slowed)
+    return ",".join(f"{w}:{device_factor * factors.get(w, 1.0):g}" for w in range(workers))
 
 
 def slow_train_step(model: Any, factor: float) -> None:

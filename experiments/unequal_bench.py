@@ -25,9 +25,10 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from experiments import _cli
+from experiments.batch_shares import calibrate_shares, speed_shares
 from experiments.harness import Launch, Sweep, run_sweep
 from experiments.page import Page, Table, median, verdict, when
-from experiments.slow import parse_slow_workers
+from experiments.slow import parse_slow_workers, stretched_workers
 
 VARIANTS = {"equal": "", "slow1x2": "1:2.0", "slow1x1.5": "1:1.5"}
 TTA_VARIANTS = {
@@ -67,6 +68,14 @@ def define(fv: Any) -> None:
     flags.DEFINE_list("settings", ["100:iid:0", "100:iid:2"], "tta: MBIT:iid|skew:SLOWED (0, 1 or 2)", **d)
     flags.DEFINE_float("target_accuracy", 0.85, "tta: the test accuracy to reach", **d)
     flags.DEFINE_float("eval_every_s", 3.0, "tta: evaluate every this many training seconds", **d)
+    flags.DEFINE_enum(
+        "share_rule",
+        "speed",
+        ["speed", "measured"],
+        "tta, sc_balanced: shares 1 / each worker's factor, or from a calibration of every worker's step "
+        "time at the full and the half batch (experiments/batch_shares.py), once per setting",
+        **d,
+    )
     flags.DEFINE_float(
         "device_factor",
         1.0,
@@ -133,28 +142,6 @@ def parse_setting(text: str) -> Dict[str, Any]:
     return {"mbit": mbit, "data": data, "slowed": slowed}
 
 
-def slow_workers(slowed: str, device_factor: float, workers: int) -> str:
-    """The runner's ``--slow_workers`` for a setting's ``slowed`` workers on devices ``device_factor`` x slower.
-
-    >>> slow_workers("1:2.0", 1.0, 4), slow_workers("1:2.0,3:2.0", 4.0, 4)
-    ('1:2.0', '0:4,1:8,2:4,3:8')
-    """
-    if device_factor == 1.0:
-        return slowed
-    factors = parse_slow_workers(slowed)
-    return ",".join(f"{w}:{device_factor * factors.get(w, 1.0):g}" for w in range(workers))
-
-
-def batch_shares(slowed: str, workers: int) -> str:
-    """``--batch_shares`` for ``sc_balanced``: each worker's share is its speed (1 / its factor).
-
-    >>> batch_shares("1:2.0,3:2.0", 4), batch_shares("", 2)
-    ('1,0.5,1,0.5', '1,1')
-    """
-    factors = parse_slow_workers(slowed)
-    return ",".join(f"{1.0 / factors.get(w, 1.0):g}" for w in range(workers))
-
-
 def tta_sweep(fv: Any) -> Sweep:
     """Settings x {ssgd, sc_steps, sc_time} on ``--workers`` (default 4), time to the target accuracy."""
     settings = {s: parse_setting(s) for s in fv.settings}
@@ -181,12 +168,30 @@ def tta_sweep(fv: Any) -> Sweep:
         argv += [f"--eval_every_s={fv.eval_every_s:g}", f"--target_accuracy={fv.target_accuracy:g}"]
         if st["data"] == "skew":
             argv.append("--non_iid_classes=2")
-        slow = slow_workers(SLOWED[st["slowed"]], fv.device_factor, workers)
+        slow = stretched_workers(SLOWED[st["slowed"]], fv.device_factor, workers)
         if slow:
             argv.append(f"--slow_workers={slow}")
         if variant == "sc_balanced":
-            argv.append(f"--batch_shares={batch_shares(SLOWED[st['slowed']], workers)}")
+            argv.append(f"--batch_shares={shares(setting, slow)}")
         return Launch(argv, workers=workers, mbit=st["mbit"] or None)
+
+    calibrations: Dict[str, Dict[str, Any]] = {}
+
+    def shares(setting: str, slow: str) -> str:
+        if fv.share_rule == "speed":
+            return speed_shares(SLOWED[settings[setting]["slowed"]], workers)
+        if setting not in calibrations:
+            mbit = settings[setting]["mbit"] or None
+            calibrations[setting] = calibrate_shares(fv.model, fv.batch_size, workers, slow, mbit)
+        return calibrations[setting]["batch_shares"]
+
+    def describe(setting: str) -> Dict[str, Any]:
+        out = dict(settings[setting], slow_workers=SLOWED[settings[setting]["slowed"]])
+        if "sc_balanced" in fv.tta_variants:
+            out["share_rule"] = fv.share_rule
+        if setting in calibrations:
+            out["share_calibration"] = calibrations[setting]
+        return out
 
     extra = {k: getattr(fv, k) for k in ("model", "interval", "steps", "batch_size", "device_factor")}
     extra["workers"] = workers
@@ -199,7 +204,7 @@ def tta_sweep(fv: Any) -> Sweep:
         launch,
         extra=extra,
         keep=TTA_KEEP,
-        describe=lambda s: dict(settings[s], slow_workers=SLOWED[settings[s]["slowed"]]),
+        describe=describe,
     )
 
 
@@ -289,8 +294,18 @@ def setting_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """One row per record: what it ran (model, workers, H, ...), when and under which load."""
     keys = ("model", "workers", "interval", "steps", "batch_size", "target_accuracy", "eval_every_s")
     return [
-        dict({k: r.get(k) for k in keys}, setting=_where(r), load=r.get("load_average_1m")) for r in records
+        dict({k: r.get(k) for k in keys}, setting=_where(r), load=r.get("load_average_1m"), shares=_shares(r))
+        for r in records
     ]
+
+
+def _shares(r: Dict[str, Any]) -> Optional[str]:
+    """sc_balanced's ``--batch_shares`` in record ``r`` and how they were chosen (None without it)."""
+    if "sc_balanced" not in r["runs"]:
+        return None
+    if "share_calibration" in r:
+        return f"measured: {r['share_calibration']['batch_shares']}"
+    return f"by speed: {speed_shares(r['slow_workers'], r['workers'])}"
 
 
 def _med(runs: List[Dict[str, Any]], key: str) -> Any:
@@ -369,6 +384,10 @@ TTA_PAGE = Page(
     "average) at the same H; `sc_balanced` is the step rule with batches by speed (`--batch_shares`: a "
     "worker half as fast reads half as many examples per step, so every worker's H steps take about as "
     "long). "
+    "Its shares are by speed (one over each worker's factor) or measured (`--share_rule=measured`: per "
+    "setting, two short calibration runs time every worker's step at the full and at half the per-worker "
+    "batch, and each worker gets the batch whose step takes as long as the fastest worker's full batch, "
+    "`tf_commopt.core.shares`; the calibration runs are not in the times, as a profile is not). "
     "Each run evaluates the averaged model every few training seconds (evaluation time excluded) and "
     "records the training seconds to the first evaluation at or above the target accuracy and the final "
     "test accuracy; medians over the repeats, the variants interleaved. The real steps are those of the "
@@ -387,7 +406,7 @@ TTA_PAGE = Page(
             setting_rows,
             [("setting", "setting", "")]
             + [(k, k, "g") for k in ("interval", "steps", "batch_size", "target_accuracy", "eval_every_s")]
-            + [("load average", "load", "g")],
+            + [("sc_balanced's batch shares", "shares", ""), ("load average", "load", "g")],
         ),
         Table(
             "Time to target and final accuracy",

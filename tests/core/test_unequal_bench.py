@@ -76,3 +76,66 @@ def test_a_device_factor_stretches_every_worker_and_the_slowed_ones_twice():
     assert sweep.extra["device_factor"] == 4.0
     r = run_module("experiments.unequal_bench", ["--sweep=tta", "--device_factor=0.5"])
     assert r.code == 2 and "--device_factor: must be >= 1, got 0.5" in r.err, r.err
+
+
+def _device_run(fixed_s, per_example_s, calls):
+    """A stand-in cluster for the calibration's launches: worker w's step takes fixed_s[w] +
+    per_example_s[w] * its batch (global batch / workers), reported as tf_commopt's records are."""
+
+    def run(launch):
+        calls.append(launch)
+        batch = int(next(a for a in launch.argv if a.startswith("--batch_size=")).split("=")[1])
+        steps = int(next(a for a in launch.argv if a.startswith("--steps=")).split("=")[1])
+        per = batch // launch.workers
+        tasks = [
+            {"task": f"worker:{w}", "steps": steps, "compute_s": (steps - 1) * (a + c * per)}
+            for w, (a, c) in enumerate(zip(fixed_s, per_example_s))
+        ]
+        return {"tasks": tasks[::-1]}
+
+    return run
+
+
+def test_calibrated_shares_come_from_both_batches_of_every_worker():
+    from experiments.batch_shares import calibrate_shares
+    from tf_commopt.core.shares import equal_time_shares
+
+    fixed, per_example = [0.02, 0.04, 0.02, 0.04], [4e-4, 8e-4, 4e-4, 8e-4]
+    calls = []
+    out = calibrate_shares(
+        "cnn", 512, 4, "0:4,1:8,2:4,3:8", 100.0, run=_device_run(fixed, per_example, calls)
+    )
+    assert [c.argv[2] for c in calls] == ["--batch_size=512", "--batch_size=256"]
+    assert all(c.all_tasks and c.workers == 4 and c.mbit == 100.0 for c in calls)
+    assert all("--slow_workers=0:4,1:8,2:4,3:8" in c.argv and "--step_times" in c.argv for c in calls)
+    full = [a + c * 128 for a, c in zip(fixed, per_example)]
+    half = [a + c * 64 for a, c in zip(fixed, per_example)]
+    want = equal_time_shares(full, half, 128)
+    assert out["batch_shares"] == ",".join(f"{s:g}" for s in want) == "1,0.305,1,0.305"
+    assert out["t_full_ms"] == [round(1e3 * t, 3) for t in full] and out["per_worker_batch"] == 128
+
+
+def test_measured_shares_are_calibrated_once_per_setting_and_recorded(monkeypatch):
+    from absl import flags
+
+    from experiments import unequal_bench
+
+    seen = []
+
+    def calibrate(model, batch, workers, slow, mbit):
+        seen.append((model, batch, workers, slow, mbit))
+        return {"batch_shares": "1,0.4,1,0.4"}
+
+    monkeypatch.setattr(unequal_bench, "calibrate_shares", calibrate)
+    fv = flags.FlagValues()
+    unequal_bench.define(fv)
+    argv = ["bench", "--sweep=tta", "--settings=100:iid:2", "--device_factor=4", "--share_rule=measured"]
+    fv(argv + ["--tta_variants=sc_steps,sc_balanced", "--model=cnn", "--batch_size=512"])
+    sweep = unequal_bench.tta_sweep(fv)
+    for _ in range(2):
+        assert "--batch_shares=1,0.4,1,0.4" in sweep.launch("100:iid:2", "sc_balanced").argv
+    assert seen == [("cnn", 512, 4, "0:4,1:8,2:4,3:8", 100.0)]
+    described = sweep.describe("100:iid:2")
+    assert described["share_rule"] == "measured" and described["share_calibration"] == {
+        "batch_shares": "1,0.4,1,0.4"
+    }

@@ -1,0 +1,85 @@
+"""The runner's ``--batch_shares`` for batch balancing: by speed, or measured by a calibration.
+
+Batch balancing needs each worker's share of the per-worker batch. :func:`speed_shares` gives a worker k
+times slower 1/k, which assumes a step's time is proportional to its batch; it is not (a step has a fixed
+part), so :func:`calibrate_shares` measures instead, as the partitioner's profiles do: two
+short runs of the step rule on the same cluster, one at the full per-worker batch B and one at B/2, each
+worker's compute seconds per step from its record (``compute_s`` over the steps after the first; syncs
+excluded), then :func:`tf_commopt.core.shares.equal_time_shares`. The calibration is paid once per
+cluster and model, like a profile, not by every training run.
+
+Example:
+    >>> speed_shares("1:2.0,3:2.0", 4), speed_shares("", 2)
+    ('1,0.5,1,0.5', '1,1')
+    >>> calibration_argv("cnn", 512, 64, "0:4,1:8")[:4]
+    ['--model=cnn', '--steps=64', '--batch_size=512', '--strategy=skip_correct']
+    >>> per_step_seconds({"tasks": [{"task": "worker:1", "compute_s": 6.3, "steps": 64},
+    ...                             {"task": "worker:0", "compute_s": 3.15, "steps": 64}]}, 2)
+    [0.05, 0.1]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+
+from experiments.harness import Launch, launch
+from experiments.slow import parse_slow_workers
+from tf_commopt.core.shares import equal_time_shares, format_shares
+
+__all__ = ["speed_shares", "calibration_argv", "per_step_seconds", "calibrate_shares"]
+
+STEPS = 64  # per calibration run: four syncs at H = 16, 63 timed steps per worker
+
+
+def speed_shares(slowed: str, workers: int) -> str:
+    """Each worker's share is its speed, 1 / its factor in ``slowed`` (``--slow_workers`` text)."""
+    factors = parse_slow_workers(slowed)
+    return ",".join(f"{1.0 / factors.get(w, 1.0):g}" for w in range(workers))
+
+
+def calibration_argv(model: str, global_batch: int, steps: int, slow: str) -> List[str]:
+    """The runner's flags of one calibration run: the step rule, H = 16, per-worker step times kept."""
+    argv = [f"--model={model}", f"--steps={steps}", f"--batch_size={global_batch}"]
+    argv += ["--strategy=skip_correct", "--period=steps", "--interval=16", "--step_times"]
+    return argv + ([f"--slow_workers={slow}"] if slow else [])
+
+
+def per_step_seconds(record: Dict[str, Any], workers: int) -> List[float]:
+    """Each worker's compute seconds per step (worker order) from an ``all_tasks`` launch's record."""
+    out: Dict[int, float] = {}
+    for task in record["tasks"]:
+        index = int(task["task"].rsplit(":", 1)[1])
+        out[index] = float(task["compute_s"]) / max(1, int(task["steps"]) - 1)
+    missing = [w for w in range(workers) if w not in out]
+    if missing:
+        raise RuntimeError(f"calibration: no record from worker(s) {missing}")
+    return [out[w] for w in range(workers)]
+
+
+def calibrate_shares(
+    model: str,
+    global_batch: int,
+    workers: int,
+    slow: str = "",
+    mbit: Optional[float] = None,
+    steps: int = STEPS,
+    run: Callable[[Launch], Dict[str, Any]] = launch,
+) -> Dict[str, Any]:
+    """Two calibration runs (the full and the half per-worker batch) and the shares they give.
+
+    Returns ``{"batch_shares": "1,0.4,...", "t_full_ms": [...], "t_half_ms": [...], "per_worker_batch": B,
+    "steps": steps}``.
+    """
+    per_worker = global_batch // workers
+    times = []
+    for batch in (per_worker, per_worker // 2):
+        argv = calibration_argv(model, batch * workers, steps, slow)
+        times.append(per_step_seconds(run(Launch(argv, workers=workers, mbit=mbit, all_tasks=True)), workers))
+    shares = equal_time_shares(times[0], times[1], per_worker)
+    return {
+        "batch_shares": format_shares(shares),
+        "t_full_ms": [round(1e3 * t, 3) for t in times[0]],
+        "t_half_ms": [round(1e3 * t, 3) for t in times[1]],
+        "per_worker_batch": per_worker,
+        "steps": steps,
+    }
