@@ -3,9 +3,9 @@
 Batch balancing needs each worker's share of the per-worker batch. :func:`speed_shares` gives a worker k
 times slower 1/k, which assumes a step's time is proportional to its batch; it is not (a step has a fixed
 part), so :func:`calibrate_shares` measures instead, as the partitioner's profiles do: two
-short runs of the step rule on the same cluster, one at the full per-worker batch B and one at B/2, each
-worker's compute seconds per step from its record (``compute_s`` over the steps after the first; syncs
-excluded), then :func:`tf_commopt.core.shares.equal_time_shares`. The calibration is paid once per
+short runs on the same cluster without a sync (local steps only, four per call), one at the full
+per-worker batch B and one at B/2, each worker's median seconds per step from its record (``step_ms``:
+calls after the tenth step), then :func:`tf_commopt.core.shares.equal_time_shares`. The calibration is paid once per
 cluster and model, like a profile, not by every training run.
 
 Example:
@@ -13,8 +13,8 @@ Example:
     ('1,0.5,1,0.5', '1,1')
     >>> calibration_argv("cnn", 512, 64, "0:4,1:8")[:4]
     ['--model=cnn', '--steps=64', '--batch_size=512', '--strategy=skip_correct']
-    >>> per_step_seconds({"tasks": [{"task": "worker:1", "compute_s": 6.3, "steps": 64},
-    ...                             {"task": "worker:0", "compute_s": 3.15, "steps": 64}]}, 2)
+    >>> per_step_seconds({"tasks": [{"task": "worker:1", "step_ms": 100.0},
+    ...                             {"task": "worker:0", "step_ms": 50.0}]}, 2)
     [0.05, 0.1]
 """
 
@@ -28,7 +28,7 @@ from tf_commopt.core.shares import equal_time_shares, format_shares
 
 __all__ = ["speed_shares", "calibration_argv", "per_step_seconds", "calibrate_shares"]
 
-STEPS = 64  # per calibration run: four syncs at H = 16, 63 timed steps per worker
+STEPS = 64  # per calibration run: 16 calls of four local steps, the last 13 timed
 
 
 def speed_shares(slowed: str, workers: int) -> str:
@@ -38,18 +38,19 @@ def speed_shares(slowed: str, workers: int) -> str:
 
 
 def calibration_argv(model: str, global_batch: int, steps: int, slow: str) -> List[str]:
-    """The runner's flags of one calibration run: the step rule, H = 16, per-worker step times kept."""
+    """The runner's flags of one calibration run: local steps only (H beyond the run), four per call,
+    every worker's step times kept."""
     argv = [f"--model={model}", f"--steps={steps}", f"--batch_size={global_batch}"]
-    argv += ["--strategy=skip_correct", "--period=steps", "--interval=16", "--step_times"]
+    argv += ["--strategy=skip_correct", f"--interval={steps + 1}", "--steps_per_execution=4", "--step_times"]
     return argv + ([f"--slow_workers={slow}"] if slow else [])
 
 
 def per_step_seconds(record: Dict[str, Any], workers: int) -> List[float]:
-    """Each worker's compute seconds per step (worker order) from an ``all_tasks`` launch's record."""
+    """Each worker's median seconds per step (worker order) from an ``all_tasks`` launch's record."""
     out: Dict[int, float] = {}
     for task in record["tasks"]:
         index = int(task["task"].rsplit(":", 1)[1])
-        out[index] = float(task["compute_s"]) / max(1, int(task["steps"]) - 1)
+        out[index] = float(task["step_ms"]) / 1e3
     missing = [w for w in range(workers) if w not in out]
     if missing:
         raise RuntimeError(f"calibration: no record from worker(s) {missing}")

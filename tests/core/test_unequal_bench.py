@@ -88,7 +88,7 @@ def _device_run(fixed_s, per_example_s, calls):
         steps = int(next(a for a in launch.argv if a.startswith("--steps=")).split("=")[1])
         per = batch // launch.workers
         tasks = [
-            {"task": f"worker:{w}", "steps": steps, "compute_s": (steps - 1) * (a + c * per)}
+            {"task": f"worker:{w}", "steps": steps, "step_ms": 1e3 * (a + c * per)}
             for w, (a, c) in enumerate(zip(fixed_s, per_example_s))
         ]
         return {"tasks": tasks[::-1]}
@@ -112,7 +112,7 @@ def test_calibrated_shares_come_from_both_batches_of_every_worker():
     half = [a + c * 64 for a, c in zip(fixed, per_example)]
     want = equal_time_shares(full, half, 128)
     assert out["batch_shares"] == ",".join(f"{s:g}" for s in want) == "1,0.305,1,0.305"
-    assert out["t_full_ms"] == [round(1e3 * t, 3) for t in full] and out["per_worker_batch"] == 128
+    assert out["t_full_ms"] == pytest.approx([1e3 * t for t in full]) and out["per_worker_batch"] == 128
 
 
 def test_measured_shares_are_calibrated_once_per_setting_and_recorded(monkeypatch):
