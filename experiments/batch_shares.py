@@ -6,7 +6,10 @@ part), so :func:`calibrate_shares` measures instead, as the partitioner's profil
 short runs on the same cluster without a sync (local steps only, four per call), one at the full
 per-worker batch B and one at B/2, each worker's median seconds per step from its record (``step_ms``:
 calls after the tenth step), then :func:`tf_commopt.core.shares.equal_time_shares`. The calibration is paid once per
-cluster and model, like a profile, not by every training run.
+cluster and model, like a profile, not by every training run:
+
+    python -m experiments.batch_shares --model=cnn --batch_size=512 --workers=4 --slow_workers=0:4,1:8,2:4,3:8
+    # prints the calibration as one JSON line; its batch_shares go to the runner's --batch_shares
 
 Example:
     >>> speed_shares("1:2.0,3:2.0", 4), speed_shares("", 2)
@@ -20,13 +23,15 @@ Example:
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Dict, List, Optional
 
+from experiments import _cli
 from experiments.harness import Launch, launch
 from experiments.slow import parse_slow_workers
 from tf_commopt.core.shares import equal_time_shares, format_shares
 
-__all__ = ["speed_shares", "calibration_argv", "per_step_seconds", "calibrate_shares"]
+__all__ = ["speed_shares", "calibration_argv", "per_step_seconds", "calibrate_shares", "main"]
 
 STEPS = 64  # per calibration run: 16 calls of four local steps, the last 13 timed
 
@@ -84,3 +89,39 @@ def calibrate_shares(
         "per_worker_batch": per_worker,
         "steps": steps,
     }
+
+
+def _define(fv: Any) -> None:
+    from absl import flags
+
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("model", "cnn", "the runner's --model", **d)
+    flags.DEFINE_integer("batch_size", 512, "the global batch of the training run (equal shares)", **d)
+    flags.DEFINE_integer("workers", 4, "worker processes", **d)
+    flags.DEFINE_string("slow_workers", "", "the runner's --slow_workers (emulated slower devices)", **d)
+    flags.DEFINE_float("bandwidth_mbit", 0.0, "shape the cluster's links to this rate (0: unshaped)", **d)
+    flags.DEFINE_integer("steps", STEPS, "steps per calibration run", **d)
+
+
+def _body(fv: Any) -> int:
+    if fv.workers < 1 or fv.batch_size // max(1, fv.workers) < 2:
+        _cli.fail(
+            f"--batch_size: {fv.batch_size} gives fewer than 2 examples to each of {fv.workers} worker(s)"
+        )
+    if fv.steps < 16:
+        _cli.fail(f"--steps: must be >= 16 (the first ten steps are not timed), got {fv.steps}")
+    parse_slow_workers(fv.slow_workers, where="--slow_workers")
+    out = calibrate_shares(
+        fv.model, fv.batch_size, fv.workers, fv.slow_workers, fv.bandwidth_mbit or None, fv.steps
+    )
+    print(json.dumps(out))
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m experiments.batch_shares`` in process; returns the exit code."""
+    return _cli.main("experiments.batch_shares", argv, _define, _body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
