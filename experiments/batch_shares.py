@@ -2,10 +2,10 @@
 
 Batch balancing needs each worker's share of the per-worker batch. :func:`speed_shares` gives a worker k
 times slower 1/k, which assumes a step's time is proportional to its batch; it is not (a step has a fixed
-part), so :func:`calibrate_shares` measures instead, as the partitioner's profiles do: two
-short runs on the same cluster without a sync (local steps only, four per call), one at the full
-per-worker batch B and one at B/2, each worker's median seconds per step from its record (``step_ms``:
-calls after the tenth step), then :func:`tf_commopt.core.shares.equal_time_shares`. The calibration is paid once per
+part), so :func:`calibrate_shares` measures instead, as the partitioner's profiles do: two short runs on
+the same cluster without a sync (local steps only, four per call), one at the full per-worker batch B
+and one at B/2, each worker's median seconds per step from its record (``step_ms``: calls after the
+tenth step), then :func:`tf_commopt.core.shares.equal_time_shares`. The calibration is paid once per
 cluster and model, like a profile, not by every training run:
 
     python -m experiments.batch_shares --model=cnn --batch_size=512 --workers=4 --slow_workers=0:4,1:8,2:4,3:8
@@ -104,7 +104,9 @@ def _define(fv: Any) -> None:
 
 
 def _body(fv: Any) -> int:
-    if fv.workers < 1 or fv.batch_size // max(1, fv.workers) < 2:
+    if fv.workers < 1:
+        _cli.fail(f"--workers: must be >= 1, got {fv.workers}")
+    if fv.batch_size // fv.workers < 2:
         _cli.fail(
             f"--batch_size: {fv.batch_size} gives fewer than 2 examples to each of {fv.workers} worker(s)"
         )

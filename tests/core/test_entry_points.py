@@ -33,6 +33,7 @@ CASES = [  # (module, bad arguments, text the one line must contain)
     ("experiments.batch_shares", ["--batch_size=4", "--workers=4"], "--batch_size"),
     ("experiments.batch_shares", ["--slow_workers=1:0.5"], "--slow_workers"),
     ("experiments.batch_shares", ["--steps=3"], "--steps"),
+    ("experiments.batch_shares", ["--workers=0"], "--workers"),
     ("tf_commopt.cluster", ["--workers", "0", "--", "true"], "--workers"),
     ("tf_commopt.cluster", ["--workers", "-2", "--", "true"], "--workers"),
     ("tf_commopt.cluster", ["--topology", "switch", "--", "true"], "--bandwidth-mbit"),
