@@ -36,7 +36,8 @@ TTA_VARIANTS = {
     "sc_steps": ["--strategy=skip_correct", "--period=steps"],
     "sc_time": ["--strategy=skip_correct", "--period=time"],
     "sc_time_max": ["--strategy=skip_correct", "--period=time", "--tau_eff=max"],
-    "sc_balanced": ["--strategy=skip_correct", "--period=steps"],  # + --batch_shares from the setting
+    "sc_balanced": ["--strategy=skip_correct", "--period=steps"],  # + --batch_shares by --share_rule
+    "sc_balanced_speed": ["--strategy=skip_correct", "--period=steps"],  # + --batch_shares by speed, always
 }
 TTA_DEFAULT = ["ssgd", "sc_steps", "sc_time"]
 SLOWED = {0: "", 1: "1:2.0", 2: "1:2.0,3:2.0"}  # how many of the workers compute 2x slower
@@ -173,6 +174,8 @@ def tta_sweep(fv: Any) -> Sweep:
             argv.append(f"--slow_workers={slow}")
         if variant == "sc_balanced":
             argv.append(f"--batch_shares={shares(setting, slow)}")
+        elif variant == "sc_balanced_speed":
+            argv.append(f"--batch_shares={speed_shares(SLOWED[st['slowed']], workers)}")
         return Launch(argv, workers=workers, mbit=st["mbit"] or None)
 
     calibrations: Dict[str, Dict[str, Any]] = {}
@@ -368,7 +371,8 @@ def goal_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     out = []
     for r in records:
         if "sc_steps" in r["runs"]:
-            out += [_goal_row(r, v) for v in ("sc_time", "sc_time_max", "sc_balanced") if v in r["runs"]]
+            rules = ("sc_time", "sc_time_max", "sc_balanced", "sc_balanced_speed")
+            out += [_goal_row(r, v) for v in rules if v in r["runs"]]
     return out
 
 
@@ -387,7 +391,8 @@ TTA_PAGE = Page(
     "Its shares are by speed (one over each worker's factor) or measured (`--share_rule=measured`: per "
     "setting, two short calibration runs time every worker's step at the full and at half the per-worker "
     "batch, and each worker gets the batch whose step takes as long as the fastest worker's full batch, "
-    "`tf_commopt.core.shares`; the calibration runs are not in the times, as a profile is not). "
+    "`tf_commopt.core.shares`; the calibration runs are not in the times, as a profile is not); "
+    "`sc_balanced_speed` always takes them by speed, so a sweep can set both rules side by side. "
     "Each run evaluates the averaged model every few training seconds (evaluation time excluded) and "
     "records the training seconds to the first evaluation at or above the target accuracy and the final "
     "test accuracy; medians over the repeats, the variants interleaved. The real steps are those of the "

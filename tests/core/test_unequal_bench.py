@@ -130,8 +130,9 @@ def test_measured_shares_are_calibrated_once_per_setting_and_recorded(monkeypatc
     fv = flags.FlagValues()
     unequal_bench.define(fv)
     argv = ["bench", "--sweep=tta", "--settings=100:iid:2", "--device_factor=4", "--share_rule=measured"]
-    fv(argv + ["--tta_variants=sc_steps,sc_balanced", "--model=cnn", "--batch_size=512"])
+    fv(argv + ["--tta_variants=sc_steps,sc_balanced,sc_balanced_speed", "--model=cnn", "--batch_size=512"])
     sweep = unequal_bench.tta_sweep(fv)
+    assert "--batch_shares=1,0.5,1,0.5" in sweep.launch("100:iid:2", "sc_balanced_speed").argv
     for _ in range(2):
         assert "--batch_shares=1,0.4,1,0.4" in sweep.launch("100:iid:2", "sc_balanced").argv
     assert seen == [("cnn", 512, 4, "0:4,1:8,2:4,3:8", 100.0)]
