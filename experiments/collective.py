@@ -102,6 +102,7 @@ def make_strategy(cfg: Config, tfc: Optional[TFConfig]):
         correction="none" if cfg.strategy == "local_sgd" else cfg.correction,
         warmup_steps=cfg.warmup_steps,
         correction_lr=cfg.correction_lr,
+        average_optimizer_state=cfg.average_optimizer_state,
         target_ratio=float(cfg.target_ratio),
         max_interval=cfg.max_interval,
         auto_probe_interval=cfg.auto_probe_interval,
@@ -311,12 +312,11 @@ def _record(cfg: Config, run: Dict[str, Any]) -> Dict[str, Any]:
             )
         record.update({k: stats[k] for k in SYNC_STATS if k in stats})
     record.update(_timing(run["clock"], cfg))
-    if cfg.non_iid_classes:
-        record["non_iid_classes"] = cfg.non_iid_classes
+    for name in ("non_iid_classes", "batch_shares", "average_optimizer_state"):  # recorded when set
+        if getattr(cfg, name):
+            record[name] = getattr(cfg, name)
     if cfg.slow_workers:
         record.update(slow_workers=cfg.slow_workers, slow_factor=run["slow_factor"])
-    if cfg.batch_shares:
-        record["batch_shares"] = cfg.batch_shares
     if run["resume"] is not None:
         record.update(run["resume"].record())
     record.update({k: round(v, 4) for k, v in run["bench"].items()})

@@ -63,6 +63,7 @@ class Config:
     correction: str = "auto"
     warmup_steps: int = 0
     correction_lr: str = "effective"
+    average_optimizer_state: bool = False
     target_ratio: float = 1.0
     max_interval: int = 256
     auto_probe_interval: int = 16
@@ -123,6 +124,8 @@ HELP: Dict[str, str] = {
     "ends); a failure then costs at most this many steps plus the restart",
     "steps_per_execution": "training steps per call of the traced train function (tf-keras "
     "compile(steps_per_execution=...))",
+    "average_optimizer_state": "skip_correct/local_sgd: also average the optimizer slots (momentum, Adam "
+    "moments) at each sync; steadies the corrections on label-skewed shards with momentum",
     "overlap": "skip_correct/local_sgd: run each sync's all-reduce in the background while the replicas "
     "keep stepping; the stale average is applied at the next sync",
     "compression": "skip_correct/local_sgd: bf16 or fp16: each sync sends the model delta in that dtype with "
@@ -181,7 +184,7 @@ def _check_numbers(cfg: Config) -> None:
             raise InputError(f"must be a number >= 0, got {v!r}", where=f"--{name}")
     if not (math.isfinite(cfg.momentum) and 0 <= cfg.momentum < 1):
         raise InputError(f"must be in [0, 1), got {cfg.momentum!r}", where="--momentum")
-    for name in ("overlap", "step_times", "proc_stats"):
+    for name in ("overlap", "average_optimizer_state", "step_times", "proc_stats"):
         if not isinstance(getattr(cfg, name), bool):
             raise InputError(f"must be true or false, got {getattr(cfg, name)!r}", where=f"--{name}")
 
@@ -216,11 +219,12 @@ def validate(cfg: Config) -> Config:
         d = getattr(cfg, name)
         if d and os.path.exists(d) and not os.path.isdir(d):
             raise InputError(f"{d!r} exists and is not a directory", where=f"--{name}")
-    if cfg.overlap and cfg.strategy not in SYNC_STRATEGIES:
-        raise InputError(
-            f"overlaps the syncs of skip_correct/local_sgd; --strategy={cfg.strategy} has none",
-            where="--overlap",
-        )
+    for name, does in (("overlap", "overlaps"), ("average_optimizer_state", "averages the slots at")):
+        if getattr(cfg, name) and cfg.strategy not in SYNC_STRATEGIES:
+            raise InputError(
+                f"{does} the syncs of skip_correct/local_sgd; --strategy={cfg.strategy} has none",
+                where=f"--{name}",
+            )
     _choice(cfg.compression, ("",) + CODECS + BLOCK_CODECS, "compression", "--compression")
     if cfg.compression and (cfg.strategy not in SYNC_STRATEGIES or cfg.overlap):
         raise InputError(

@@ -135,6 +135,7 @@ def _interval_and_correction(cfg: Config) -> Tuple[Any, str]:
         "slow_workers",
         "interval_search",
         "backup_every",
+        "average_optimizer_state",
     ):
         if getattr(cfg, name):
             raise InputError("not supported on a parameter-server cluster", where=f"--{name}")

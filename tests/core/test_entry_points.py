@@ -67,6 +67,7 @@ CASES = [  # (module, bad arguments, text the one line must contain)
     ("experiments.train", ["--optimizer=lamb"], "--optimizer"),
     ("experiments.train", ["--unknown_flag=1"], "unknown_flag"),
     ("experiments.train", ["--overlap", "--strategy=ssgd"], "--overlap"),
+    ("experiments.train", ["--average_optimizer_state", "--strategy=ssgd"], "--average_optimizer_state"),
     ("experiments.train", ["--compression=int8", "--strategy=skip_correct"], "--compression"),
     ("experiments.train", ["--compression=bf16", "--strategy=ssgd"], "--compression"),
     ("experiments.train", ["--compression=bf16", "--strategy=skip_correct", "--overlap"], "--compression"),

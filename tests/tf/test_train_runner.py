@@ -102,6 +102,12 @@ def test_skip_correct_strategies_run_or_say_what_is_missing():
     assert rec["compression"] == "bf16" and rec["sync_payload_bytes"] == rec["params"] * 2
     # two scheduled syncs in bf16, the final out-of-rhythm average (evaluation, step 5) in float32
     assert rec["bytes_communicated"] == 2 * rec["params"] * 2 + rec["params"] * 4
+    # --average_optimizer_state: the momentum slots (the runner's default momentum 0.9) travel too
+    rec = _run(
+        strategy="local_sgd", replicas=2, model="mlp", steps=4, interval=2, average_optimizer_state=True
+    )
+    assert rec.record["average_optimizer_state"] is True
+    assert rec.record["sync_payload_bytes"] == rec.record["params"] * 4 * 2
 
 
 def test_cli_prints_progress_summary_and_json_last(tmp_path):
