@@ -125,7 +125,7 @@ HELP: Dict[str, str] = {
     "steps_per_execution": "training steps per call of the traced train function (tf-keras "
     "compile(steps_per_execution=...))",
     "average_optimizer_state": "skip_correct/local_sgd: also average the optimizer slots (momentum, Adam "
-    "moments) at each sync; steadies the corrections on label-skewed shards with momentum",
+    "moments) at each sync (their bytes travel too)",
     "overlap": "skip_correct/local_sgd: run each sync's all-reduce in the background while the replicas "
     "keep stepping; the stale average is applied at the next sync",
     "compression": "skip_correct/local_sgd: bf16 or fp16: each sync sends the model delta in that dtype with "
