@@ -252,12 +252,10 @@ class _SkipCorrectMixin(BetweenSyncReads):
         state = self._sc_states[id(optimizer)]
         t = tf.cast(optimizer.iterations, tf.int64)  # read after the optimizer's increment
         undo = self.time_period.after_apply() if self.time_period is not None else []
-        # the step's work is done when its first variable is updated (the last gradient of the backward
-        # pass); ``t`` alone is not enough: the iterations increment is not ordered after the updates
+        # the clock starts once the step's work is done: its first variable updated (the backward pass's
+        # last gradient); ``t`` alone is not, as the iterations increment is not ordered after the updates
         done = [tf.reduce_sum(tf.reshape(v.read_value(), [-1])[:1]) for v in list(var_list)[:1]]
-        with tf.control_dependencies(
-            [t] + undo + done
-        ):  # the clock starts once this step's local update is done
+        with tf.control_dependencies([t] + undo + done):
             self._sc_step_bookkeeping(optimizer, state, t)
 
     @_no_autograph
