@@ -99,12 +99,17 @@ def rows_sync(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
+CLOCK_FIXED = "2026-12-03T13:50:00Z"  # from here the compute clock waits for each step's local update
+
+
 def rows_auto(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     out = []
     for r in (r for r in records if r.get("part") == "auto"):
         dev = r["max_dev_from_median"]
         row = {k: r.get(k) for k in ("setting", "intervals", "median_h", "load_average_1m", "walls_s")}
         row.update(when=when(r), probe=probe(r), cap=r.get("max_interval", 256))
+        if r.get("when", "") < CLOCK_FIXED:
+            row["setting"] += " (old compute clock)"
         out.append(dict(row, dev=f"{dev:.0%} ({verdict(dev <= GOALS['auto'])})"))
     return out
 
@@ -247,7 +252,10 @@ PAGE = Page(
                 ("wall s", "walls_s", ".1f"),
             ],
             "Setting = model:workers:topology:Mbit/s:steps; every record, oldest first. The probe H of records "
-            "made before it was recorded is their sample count over the timed syncs, or the old default.",
+            "made before it was recorded is their sample count over the timed syncs, or the old default. "
+            'Settings marked "old compute clock" were measured before the clock waited for each step\'s local '
+            "update: their t_comp samples missed most of the step's own work, so they chose a larger H than "
+            "the rule gives today.",
         ),
         Table(
             'What `interval="auto"` measured, per run',
