@@ -254,8 +254,9 @@ PAGE = Page(
             "Setting = model:workers:topology:Mbit/s:steps; every record, oldest first. The probe H of records "
             "made before it was recorded is their sample count over the timed syncs, or the old default. "
             'Settings marked "old compute clock" were measured before the clock waited for each step\'s local '
-            "update: their t_comp samples missed most of the step's own work, so they chose a larger H than "
-            "the rule gives today.",
+            "update, so their t_comp samples could miss the step's own work; those made with one step per call "
+            "(before the graph loop) also counted each step's Python. Their H is not what the rule chooses "
+            "today, in either direction: compare only records without the mark.",
         ),
         Table(
             'What `interval="auto"` measured, per run',
