@@ -25,25 +25,12 @@ Example:
 
 from __future__ import annotations
 
-import math
 from typing import Sequence, Tuple
 
+from tf_commopt.core.period import validate_step_times
 from tf_commopt.errors import InputError
 
 __all__ = ["equal_time_shares", "format_shares"]
-
-
-def _times(values: Sequence[float], name: str) -> Tuple[float, ...]:
-    out = []
-    for i, v in enumerate(values):
-        try:
-            t = float(v)
-        except (TypeError, ValueError):
-            t = math.nan
-        if not (math.isfinite(t) and t > 0):
-            raise InputError(f"must be a finite number of seconds > 0, got {v!r}", where=f"{name}[{i}]")
-        out.append(t)
-    return tuple(out)
 
 
 def equal_time_shares(t_full: Sequence[float], t_half: Sequence[float], batch: int) -> Tuple[float, ...]:
@@ -61,8 +48,9 @@ def equal_time_shares(t_full: Sequence[float], t_half: Sequence[float], batch: i
     >>> equal_time_shares([0.1, 0.1], [0.06, 0.06], 64)
     (1.0, 1.0)
     """
-    full, half = _times(t_full, "t_full"), _times(t_half, "t_half")
-    if len(half) != len(full) or not full:
+    half = validate_step_times(t_half, "t_half")
+    full = validate_step_times(t_full, "t_full")
+    if len(half) != len(full):
         raise InputError(
             f"{len(half)} times for {len(full)} worker(s) in t_full; give one per worker", where="t_half"
         )

@@ -254,7 +254,7 @@ class _SkipCorrectMixin(BetweenSyncReads):
         undo = self.time_period.after_apply() if self.time_period is not None else []
         # the clock starts once the step's work is done: its first variable updated (the backward pass's
         # last gradient); ``t`` alone is not, as the iterations increment is not ordered after the updates
-        done = [tf.reduce_sum(tf.reshape(v.read_value(), [-1])[:1]) for v in list(var_list)[:1]]
+        done = [c.read_value() for v in list(var_list)[:1] for c in getattr(v, "values", (v,))]
         with tf.control_dependencies([t] + undo + done):
             self._sc_step_bookkeeping(optimizer, state, t)
 
