@@ -12,7 +12,8 @@ The ``tta`` sweep: a setting is ``MBIT:DATA:SLOWED`` (link rate, ``iid`` or ``sk
 workers compute 2x slower: workers 1 and 3 first; ``--device_factor=K`` stretches every worker's
 computation K times, the slowed ones 2K), the variants ``ssgd``, ``sc_steps`` (every worker H
 local steps per period) and ``sc_time`` (``--period=time``) at the same H; every run evaluates every
-``--eval_every_s`` training seconds and records its time to ``--target_accuracy`` and final accuracy.
+``--eval_every_s`` training seconds (or ``--eval_every`` steps) and records its time to ``--target_accuracy``
+and final accuracy.
 
 Example:
     python -m experiments.unequal_bench --repeats=1 --steps=60 --out=/tmp/unequal.jsonl
@@ -41,22 +42,8 @@ TTA_VARIANTS = {
 }
 TTA_DEFAULT = ["ssgd", "sc_steps", "sc_time"]
 SLOWED = {0: "", 1: "1:2.0", 2: "1:2.0,3:2.0"}  # how many of the workers compute 2x slower
-TTA_KEEP = (
-    "wall_s",
-    "train_s",
-    "eval_s",
-    "time_to_target_s",
-    "steps_to_target",
-    "test_accuracy",
-    "steps",
-    "syncs",
-    "comm_s",
-    "real_steps",
-    "period_steps",
-    "cluster_wall_s",
-    "curve",
-    "curve_test_images",
-)
+TTA_KEEP = ("wall_s", "train_s", "eval_s", "time_to_target_s", "steps_to_target", "test_accuracy", "steps")
+TTA_KEEP += ("syncs", "comm_s", "real_steps", "period_steps", "cluster_wall_s", "curve", "curve_test_images")
 
 
 def define(fv: Any) -> None:
@@ -69,6 +56,7 @@ def define(fv: Any) -> None:
     flags.DEFINE_list("settings", ["100:iid:0", "100:iid:2"], "tta: MBIT:iid|skew:SLOWED (0, 1 or 2)", **d)
     flags.DEFINE_float("target_accuracy", 0.85, "tta: the test accuracy to reach", **d)
     flags.DEFINE_float("eval_every_s", 3.0, "tta: evaluate every this many training seconds", **d)
+    flags.DEFINE_integer("eval_every", 0, "tta: evaluate every this many steps instead (0: by seconds)", **d)
     flags.DEFINE_enum(
         "share_rule",
         "speed",
@@ -161,12 +149,17 @@ def tta_sweep(fv: Any) -> Sweep:
 
     if not fv.device_factor >= 1.0:
         _cli.fail(f"--device_factor: must be >= 1, got {fv.device_factor:g}")
+    if fv.eval_every < 0 or fv.eval_every % fv.interval:  # between syncs it would average out of rhythm
+        _cli.fail(f"--eval_every: must be a multiple of --interval={fv.interval}, got {fv.eval_every}")
 
     def launch(setting: str, variant: str) -> Launch:
         st = settings[setting]
         argv = [f"--model={fv.model}", f"--steps={fv.steps}", f"--batch_size={fv.batch_size}"]
         argv += [f"--interval={fv.interval}", *TTA_VARIANTS[variant]]
-        argv += [f"--eval_every_s={fv.eval_every_s:g}", f"--target_accuracy={fv.target_accuracy:g}"]
+        every = (
+            f"--eval_every={fv.eval_every}" if fv.eval_every > 0 else f"--eval_every_s={fv.eval_every_s:g}"
+        )
+        argv += [every, f"--target_accuracy={fv.target_accuracy:g}"]
         if st["data"] == "skew":
             argv.append("--non_iid_classes=2")
         slow = stretched_workers(SLOWED[st["slowed"]], fv.device_factor, workers)
@@ -198,7 +191,8 @@ def tta_sweep(fv: Any) -> Sweep:
 
     extra = {k: getattr(fv, k) for k in ("model", "interval", "steps", "batch_size", "device_factor")}
     extra["workers"] = workers
-    extra.update(target_accuracy=fv.target_accuracy, eval_every_s=fv.eval_every_s)
+    extra["target_accuracy"] = fv.target_accuracy
+    extra.update({"eval_every": fv.eval_every} if fv.eval_every > 0 else {"eval_every_s": fv.eval_every_s})
     return Sweep(
         "unequal_tta",
         list(settings),
@@ -296,6 +290,7 @@ def _where(r: Dict[str, Any]) -> str:
 def setting_rows(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """One row per record: what it ran (model, workers, H, ...), when and under which load."""
     keys = ("model", "workers", "interval", "steps", "batch_size", "target_accuracy", "eval_every_s")
+    keys += ("eval_every",)
     return [
         dict({k: r.get(k) for k in keys}, setting=_where(r), load=r.get("load_average_1m"), shares=_shares(r))
         for r in records
@@ -393,11 +388,13 @@ TTA_PAGE = Page(
     "batch, and each worker gets the batch whose step takes as long as the fastest worker's full batch, "
     "`tf_commopt.core.shares`; the calibration runs are not in the times, as a profile is not); "
     "`sc_balanced_speed` always takes them by speed, so a sweep can set both rules side by side. "
-    "Each run evaluates the averaged model every few training seconds (evaluation time excluded) and "
+    "Each run evaluates the averaged model every few training seconds or steps, as the settings say "
+    "(evaluation time excluded; skip-and-correct right after a sync, when the model is the average) and "
     "records the training seconds to the first evaluation at or above the target accuracy and the final "
     "test accuracy; medians over the repeats, the variants interleaved. The real steps are those of the "
     "first worker (a fast one; the steps column counts global steps). Time to target is only as fine as "
-    "the evaluation interval; the training seconds ratio compares the whole runs. In a setting with devices "
+    "the evaluation interval (by steps: one evaluation per sync is as fine as the average exists); the "
+    "training seconds ratio compares the whole runs. In a setting with devices "
     "slower (`--device_factor`), every worker's computation is stretched that many times and the slowed "
     "ones twice that: the emulated devices are slower than a core, so workers sharing the cores neither "
     "compete for them nor take over the cores a sleeping worker leaves, and each runs at its set speed. "
@@ -411,6 +408,7 @@ TTA_PAGE = Page(
             setting_rows,
             [("setting", "setting", "")]
             + [(k, k, "g") for k in ("interval", "steps", "batch_size", "target_accuracy", "eval_every_s")]
+            + [("eval_every", "eval_every", "g")]
             + [("sc_balanced's batch shares", "shares", ""), ("load average", "load", "g")],
         ),
         Table(

@@ -42,6 +42,27 @@ def test_the_sweep_launches_each_variant_at_the_same_interval():
     assert sweep.launch("10:skew:2", "ssgd").workers == 4 and sweep.launch("10:skew:2", "ssgd").mbit == 10.0
 
 
+def test_evaluations_by_steps_replace_those_by_seconds_and_are_recorded():
+    from absl import flags
+
+    from experiments import unequal_bench
+
+    fv = flags.FlagValues()
+    unequal_bench.define(fv)
+    fv(["bench", "--sweep=tta", "--settings=100:iid:0", "--eval_every_s=0.5"])
+    sweep = unequal_bench.tta_sweep(fv)
+    argv = sweep.launch("100:iid:0", "sc_steps").argv
+    assert "--eval_every_s=0.5" in argv and not any(a.startswith("--eval_every=") for a in argv)
+    assert sweep.extra["eval_every_s"] == 0.5 and "eval_every" not in sweep.extra
+    fv(["bench", "--sweep=tta", "--settings=100:iid:0", "--eval_every=16"])
+    sweep = unequal_bench.tta_sweep(fv)
+    argv = sweep.launch("100:iid:0", "sc_steps").argv
+    assert "--eval_every=16" in argv and not any(a.startswith("--eval_every_s") for a in argv)
+    assert sweep.extra["eval_every"] == 16 and "eval_every_s" not in sweep.extra
+    r = run_module("experiments.unequal_bench", ["--sweep=tta", "--interval=16", "--eval_every=24"])
+    assert r.code == 2 and "--eval_every: must be a multiple of --interval=16, got 24" in r.err, r.err
+
+
 @pytest.mark.parametrize(
     "setting,workers,ok", [("100:iid:1", 2, True), ("100:iid:2", 2, False), ("100:iid:2", 4, True)]
 )
