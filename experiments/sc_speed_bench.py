@@ -31,6 +31,8 @@ TABLE_VARIANTS = {  # {h}: the setting's H
     "sc_auto": ["--strategy=skip_correct", "--interval=auto", "--nooverlap"],
     "sc_bf16": ["--strategy=skip_correct", "--interval={h}", "--correction=none", "--nooverlap"]
     + ["--compression=bf16"],
+    "sc_overlap_bf16": ["--strategy=skip_correct", "--interval={h}", "--correction=none", "--overlap"]
+    + ["--compression=bf16"],
     # the outside reference, measured in the same sweep: PyTorch's PeriodicModelAverager (needs torch)
     "torch_local": ["--interval={h}"],
 }

@@ -131,6 +131,7 @@ NAMES = {
     "sc_overlap": "skip-correct fixed H, no correction, `--overlap`",
     "sc_auto": "skip-correct `interval=auto` (vrl), blocking",
     "sc_bf16": "skip-correct fixed H, no correction, bf16 deltas (`--compression=bf16`), blocking",
+    "sc_overlap_bf16": "skip-correct fixed H, no correction, bf16 deltas, `--overlap`",
     "sc_h1000": "skip-correct H = 1000 (one sync)",
     "torch_local": "PyTorch local SGD (`PeriodicModelAverager`, gloo), measured in the same sweep",
 }

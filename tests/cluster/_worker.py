@@ -10,7 +10,8 @@ and prints ``RESULT <scenario> <json>`` after each. A scenario is a name and ``:
 * ``sc``: softmax regression, custom loop, H = 3, vrl, this worker's own data: its copy of the variables
   and its Δ after every step; a checkpoint (the chief's holds every worker's Δ); then model.fit/evaluate.
 * ``overlap``: the same with ``overlap=True`` for 8 steps, then ``strategy.sync()``; model.fit + evaluate.
-* ``compressed[:CODEC]``: the ``sc`` steps with ``compression=CODEC`` (bf16), the residual of w too; fit.
+* ``compressed[:CODEC[:overlap]]``: the ``sc`` steps with ``compression=CODEC`` (bf16; overlapped), the
+  residual of w too; fit.
 * ``mixed[:POLICY]``: model.fit under mixed_float16 (dynamic loss scaling), H = 3, vrl, 7 steps.
 * ``restore:first`` / ``restore:resume``: save after step 4 (mid-interval) and go on to step 10 / a new
   cluster restores the chief's checkpoint and takes steps 5-10.
@@ -164,19 +165,22 @@ def overlap(out_dir: str) -> None:
     )
 
 
-def compressed(out_dir: str, codec: str = "bf16") -> None:
-    """The ``sc`` steps with ``compression=codec``: w, b, Δ, the residual of w after every step; then fit."""
-    strategy, w, b, opt, batches = _softmax_setup(7, compression=codec)
+def compressed(out_dir: str, codec: str = "bf16", overlap: str = "") -> None:
+    """The ``sc`` steps with ``compression=codec`` (``overlap``: overlapped too): w, b, Δ, the residual of
+    w after every step; then fit."""
+    strategy, w, b, opt, batches = _softmax_setup(7, compression=codec, overlap=bool(overlap))
     trace = {"w": [], "b": [], "d": [], "e": []}
     step = softmax_step(strategy, w, b, opt, R * B)
     for row in batches:
         step(row)
         _record(strategy, w, b, opt, trace)
         trace["e"].append(strategy.extended.correction_state(opt).residuals[0].values[0].numpy())
+    if overlap:
+        strategy.extended.drain()  # the mean launched at the last sync has run (its bytes are counted)
     stats = strategy.stats()
     after = _fit_and_evaluate(strategy, batches, 4)
     emit(
-        "compressed",
+        "compressed" + ("_overlap" if overlap else ""),
         **trace,
         syncs=stats["syncs"],
         bytes=stats["bytes_communicated"],

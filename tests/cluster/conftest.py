@@ -19,6 +19,7 @@ FIRST = [
     "sc",
     "overlap",
     "compressed",
+    "compressed:bf16:overlap",
     "timeperiod",
     "mixed",
     "restore:first",

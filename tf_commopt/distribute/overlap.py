@@ -48,6 +48,8 @@ import tensorflow as tf
 
 from tf_commopt._compat import host_variable
 from tf_commopt.distribute.averaging import fused_reduce
+from tf_commopt.distribute.compressed_sync import WIRE_DTYPES, _reduce
+from tf_commopt.distribute.state import _pass_through
 from tf_commopt.errors import InputError
 
 __all__ = ["OverlapAverager"]
@@ -84,26 +86,39 @@ class OverlapAverager:
     """
 
     def __init__(
-        self,
-        ext: Any,
-        strategy: Any,
-        variables: Sequence[Any],
-        n_trainable: int,
-        rule: str,
-        deltas: Optional[List[List[Any]]],
-        grad_sums: Optional[List[List[Any]]],
+        self, ext: Any, strategy: Any, variables: Sequence[Any], n_trainable: int, state: Any
     ) -> None:
         self._ext = weakref.proxy(ext)
         self._strategy = weakref.proxy(strategy)
         self.variables = list(variables)
         self.n_trainable = int(n_trainable)
-        self.rule = rule
-        self._deltas = deltas
-        self._grad_sums = grad_sums if rule == "gradient" else None
+        self.rule = state.rule
+        self.compression = state.compression  # None, "bf16" or "fp16": the trainables travel as deltas
+        if self.compression is not None and self.rule == "gradient":
+            raise _pass_through(
+                InputError(
+                    "compression with overlap=True carries the vrl and none rules (the gradient rule's G_i "
+                    "would travel uncompressed beside the deltas); use correction='vrl' or overlap=False",
+                    where="SkipCorrectStrategy(compression=...)",
+                )
+            )
+        if self.compression is not None and any(v.dtype != tf.float32 for v in variables[:n_trainable]):
+            raise _pass_through(
+                InputError(
+                    "compression with overlap=True needs float32 trainable variables",
+                    where="SkipCorrectStrategy(compression=...)",
+                )
+            )
+        self._deltas = state.delta_components()
+        self._grad_sums = state.grad_sum_components() if self.rule == "gradient" else None
+        self._anchors = state.components(state.anchors)  # x₀ per variable and replica (compressed)
+        self._residuals = state.components(state.residuals)  # e_i (compressed)
         self.n_local = len(self.variables[0].values)
         self._devices = [c.device for c in self.variables[0].values]
         # entries: the averaged variables, then (gradient) the G_i rows of the trainable ones
-        self._entries: List[Tuple[str, int]] = [("var", e) for e in range(len(self.variables))]
+        # compressed: the trainables travel as one delta buffer per replica, the rest as before
+        first = self.n_trainable if self.compression is not None else 0
+        self._entries: List[Tuple[str, int]] = [("var", e) for e in range(first, len(self.variables))]
         if self._grad_sums is not None:
             self._entries += [("sum", j) for j in range(self.n_trainable)]
         groups: Dict[tf.DType, List[int]] = {}
@@ -113,22 +128,32 @@ class OverlapAverager:
             (dtype, idx, [int(self._entry_shape(self._entries[n]).num_elements()) for n in idx])
             for dtype, idx in groups.items()
         ]
+        self._train_sizes = [int(v.shape.num_elements()) for v in self.variables[: self.n_trainable]]
         self.payload_bytes = sum(sum(sizes) * dtype.size for dtype, _, sizes in self._groups)
+        n_train = sum(self._train_sizes) if self.compression is not None else 0
+        self.payload_bytes += n_train * (WIRE_DTYPES[self.compression].size if n_train else 0)
         n_groups = len(self._groups)
         with tf.init_scope(), tf.device("/CPU:0"):
             self.pending = host_variable(0, tf.int64, "skip_correct/overlap_pending")
             dts = [d for d, _, _ in self._groups]
             lens = [[sum(sizes)] for _, _, sizes in self._groups]
-            snap_types = [d for d in dts for _ in range(self.n_local)] + [tf.float64]
-            snap_shapes = [n for n in lens for _ in range(self.n_local)] + [[]]
-            # (snapshot bufs, scale) -> (means, snapshot bufs, scale, background seconds)
+            f32, n_loc = [tf.float32] * self.n_local, [[n_train]] * self.n_local
+            # compressed: each replica's y_i and v_i = y_i − x₀ + e_i of the trainables, flat
+            train_types, train_shapes = (f32 + f32, n_loc + n_loc) if n_train else ([], [])
+            snap_types = [d for d in dts for _ in range(self.n_local)] + train_types + [tf.float64]
+            snap_shapes = [n for n in lens for _ in range(self.n_local)] + train_shapes + [[]]
+            # compressed: the SUM of the q_i, each replica's q_i and new e_i
+            sum_types, sum_shapes = (
+                ([tf.float32] + f32 + f32, [[n_train]] + n_loc + n_loc) if n_train else ([], [])
+            )
+            # (snapshot bufs, scale) -> (means, [sums], snapshot bufs, scale, background seconds)
             self._snapshots = tf.queue.FIFOQueue(
                 2, snap_types, shapes=snap_shapes, name="skip_correct_overlap_snapshots"
             )
             self._results = tf.queue.FIFOQueue(
                 2,
-                dts + snap_types + [tf.float64],
-                shapes=lens + snap_shapes + [[]],
+                dts + sum_types + snap_types + [tf.float64],
+                shapes=lens + sum_shapes + snap_shapes + [[]],
                 name="skip_correct_overlap_results",
             )
         self._n_groups = n_groups
@@ -180,12 +205,30 @@ class OverlapAverager:
                         with tf.control_dependencies([t0]):
                             row.append(tf.identity(vals[g * self.n_local + i]))
                 per_group.append(row)
-            means = fused_reduce(ext, tf.distribute.ReduceOp.MEAN, per_group)
-            firsts = [means[g][0] for g in range(self._n_groups)]
+            if self.compression is None:
+                means = fused_reduce(ext, tf.distribute.ReduceOp.MEAN, per_group)
+                firsts = [means[g][0] for g in range(self._n_groups)]
+            else:
+                firsts = self._compressed_reduce(vals, per_group, t0)
             with tf.control_dependencies(firsts):
                 t1 = tf.timestamp()
             with tf.device("/CPU:0"):
                 self._results.enqueue(firsts + list(vals) + [t1 - t0])
+
+    def _compressed_reduce(
+        self, vals: List[tf.Tensor], per_group: List[List[tf.Tensor]], t0: Any
+    ) -> List[Any]:
+        """The means of the other groups, then Σ_i q_i, each q_i and each new e_i (``compressed_sync``'s
+        fused reduce of the v_i in the wire dtype, fp16 with its fallback)."""
+        n, at = self.n_local, self._n_groups * self.n_local + self.n_local  # the v_i follow the y_i
+        vs = []
+        for i in range(n):
+            with tf.device(self._ext.worker_devices[i]), tf.control_dependencies([t0]):
+                vs.append(tf.identity(vals[at + i]))
+        sums, sent, res, extra_sums = _reduce(self._ext, [vs], WIRE_DTYPES[self.compression], per_group)
+        r = float(self._strategy.num_replicas_in_sync)
+        means = [extra_sums[g][0] / tf.cast(r, extra_sums[g][0].dtype) for g in range(self._n_groups)]
+        return means + [sums[0][0]] + list(sent[0]) + list(res[0])
 
     def _launch(self) -> np.int64:
         if self._errors:
@@ -200,11 +243,13 @@ class OverlapAverager:
         with tf.device("/CPU:0"):
             vals = self._results.dequeue()
         g_n, n = self._n_groups, self.n_local
-        means = vals[:g_n]
-        snaps = vals[g_n : g_n + g_n * n]
-        scale = vals[g_n + g_n * n]
-        bg_s = vals[g_n + g_n * n + 1]
-        ops = []
+        z = 1 + 2 * n if self.compression is not None else 0  # Σ q_i, the q_i, the new e_i
+        means, sums = vals[:g_n], vals[g_n : g_n + z]
+        snaps = vals[g_n + z : g_n + z + g_n * n]
+        at = g_n + z + g_n * n
+        ys = vals[at : at + n] if z else []  # the y_i (the v_i follow them)
+        scale, bg_s = vals[-2], vals[-1]
+        ops = self._apply_compressed(sums, ys, scale) if z else []
         for g, (dtype, idx, sizes) in enumerate(self._groups):
             for i in range(n):
                 with tf.device(self._devices[i]):
@@ -225,6 +270,28 @@ class OverlapAverager:
             done = self.pending.assign(0)
         with tf.control_dependencies([done]):
             return tf.identity(bg_s)
+
+    def _apply_compressed(self, sums: List[tf.Tensor], ys: List[tf.Tensor], scale: tf.Tensor) -> List[Any]:
+        """The compressed mean's step 1 for the trainables: x̄ = x₀ + Σq/R, x_i += x̄ − y_i, x₀ ← x̄,
+        e_i ← its new residual; vrl: Δ_i ← Δ_i + (Σq/R − q_i)/(k_y·lr_y) (``compressed_sync.average``'s
+        terms, with the snapshot y_i in place of x_i)."""
+        n, sizes, ops = self.n_local, self._train_sizes, []
+        r = float(self._strategy.num_replicas_in_sync)
+        for i in range(n):
+            with tf.device(self._devices[i]):
+                q_bar = sums[0] / r
+                anchors = [self._anchors[j][i] for j in range(self.n_trainable)]
+                x_bar = tf.concat([tf.reshape(a.read_value(), [-1]) for a in anchors], 0) + q_bar
+                parts = [x_bar - ys[i], x_bar, q_bar, sums[1 + i], sums[1 + n + i]]
+                for j, (diff, xb, qb, q_i, e_i) in enumerate(zip(*[tf.split(p, sizes) for p in parts])):
+                    c, shape = self.variables[j].values[i], self.variables[j].shape
+                    ops += [c.assign_add(tf.reshape(diff, shape)), anchors[j].assign(tf.reshape(xb, shape))]
+                    ops.append(self._residuals[j][i].assign(tf.reshape(e_i, shape)))
+                    if self.rule == "vrl":
+                        d = self._deltas[j][i]
+                        step = tf.reshape((qb - q_i) / tf.cast(scale, tf.float32), shape)
+                        ops.append(d.assign(d.read_value() + step))
+        return ops
 
     @_no_autograph
     def sync(self, scale: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -265,7 +332,19 @@ class OverlapAverager:
                         tf.reshape(self._entry_component(self._entries[m], i).read_value(), [-1]) for m in idx
                     ]
                     out.append(tf.concat(parts, 0) if len(parts) > 1 else tf.identity(parts[0]))
-        return out
+        if self.compression is None:
+            return out
+        ys, vs = [], []
+        for i in range(self.n_local):
+            with tf.device(self._devices[i]):
+                rows = [
+                    (v.values[i], self._anchors[j][i], self._residuals[j][i])
+                    for j, v in enumerate(self.variables[: self.n_trainable])
+                ]
+                flat = [[tf.reshape(t.read_value(), [-1]) for t in row] for row in rows]
+                ys.append(tf.concat([y for y, _, _ in flat], 0))
+                vs.append(tf.concat([y - a + e for y, a, e in flat], 0))  # v_i = (y_i − x₀) + e_i
+        return out + ys + vs
 
     def drain(self) -> Optional[float]:
         """Eager: apply the in-flight mean now (step 1 of the rule, k unchanged). Returns the background

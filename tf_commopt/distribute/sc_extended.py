@@ -352,15 +352,7 @@ class _SkipCorrectMixin(BetweenSyncReads):
         """The overlapped averaging of ``state`` (built at the first trace of its sync)."""
         avg = self._sc_overlappers.get(id(state))
         if avg is None:
-            avg = OverlapAverager(
-                self,
-                container_strategy(self),
-                variables,
-                n_trainable,
-                state.rule,
-                state.delta_components(),
-                state.grad_sum_components(),
-            )
+            avg = OverlapAverager(self, container_strategy(self), variables, n_trainable, state)
             self._sc_overlappers[id(state)] = avg
         elif not avg.same_layout(variables):
             raise _pass_through(

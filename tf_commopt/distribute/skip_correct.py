@@ -134,9 +134,10 @@ def _validated(
         raise InputError(
             "period='time' does not overlap syncs; use overlap=False", where="SkipCorrectStrategy(period=...)"
         )
-    if compression is not None and overlap is True:
+    if compression is not None and overlap is True and correction == "gradient":
         raise InputError(
-            "compression with overlap=True is not supported yet; use one of them",
+            "compression with overlap=True carries the vrl and none rules; use correction='vrl' or "
+            "overlap=False",
             where="SkipCorrectStrategy(compression=...)",
         )
     if compression is not None and budget is not None:
