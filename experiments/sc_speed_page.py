@@ -158,9 +158,19 @@ def _first_call(row: Dict[str, Any], ssgd: Dict[str, Any], default: bool) -> Any
     return f"{first:.2f} ({rel:.2f}x SSGD; {verdict(ok)})"
 
 
+def _table_records(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per setting: the latest sweep with SSGD, and a later sweep of a few variants without it."""
+    latest = _latest(
+        records, "table", lambda r: (r["setting"], r.get("steps_per_execution", 1), "ssgd" in r["rows"])
+    )
+    full = {(r["setting"], r.get("steps_per_execution", 1)): r["when"] for r in latest if "ssgd" in r["rows"]}
+    later = [r for r in latest if r["when"] > full.get((r["setting"], r.get("steps_per_execution", 1)), "")]
+    return [r for r in latest if "ssgd" in r["rows"] or r in later]
+
+
 def rows_table(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     out = []
-    for r in _latest(records, "table", lambda r: (r["setting"], r.get("steps_per_execution", 1))):
+    for r in _table_records(records):
         ssgd = r["rows"].get("ssgd", {})
         measured = r["rows"].get("torch_local")  # the reference in the same sweep, else the quoted one
         torch_wall = measured["wall_s"] if measured else _pytorch_wall(r["setting"])
@@ -169,7 +179,10 @@ def rows_table(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             h16 = key == "sc_h16_none" or (key == "sc_block" and row.get("interval") == 16)
             goal = f" ({verdict(ratio <= GOALS['table'])})" if h16 and ratio is not None else ""
             cells = dict(
-                setting=r["setting"], spe=r.get("steps_per_execution", 1), repeats=r.get("repeats", 1)
+                when=when(r),
+                setting=r["setting"],
+                spe=r.get("steps_per_execution", 1),
+                repeats=r.get("repeats", 1),
             )
             cells.update(
                 run=NAMES.get(key, key), h=row.get("interval"), syncs=row.get("syncs"), wall=row["wall_s"]
@@ -277,6 +290,7 @@ PAGE = Page(
             "SSGD and skip-and-correct on one testbed",
             rows_table,
             [
+                ("when (UTC)", "when", ""),
                 ("setting", "setting", ""),
                 ("steps/exec", "spe", "d"),
                 ("repeats", "repeats", "d"),
@@ -300,7 +314,8 @@ PAGE = Page(
             "Wall = `model.fit`, first call included; first call = fit start to the end of the first call of "
             "the train function (tracing, collective set-up; with the graph loop it also runs the local steps "
             "up to the first sync). A run too short for `interval=auto` to finish measuring shows H at its "
-            "warm-up value. The PyTorch row, where a record has one, ran in the same sweep, interleaved with "
+            "warm-up value. Each setting shows its latest sweep with SSGD, and a later sweep of a few variants "
+            "without it. The PyTorch row, where a record has one, ran in the same sweep, interleaved with "
             "the others (`experiments/torch_local_sgd.py`: time between barriers after the process group is "
             "up, evaluation excluded); wall / PyTorch is against it, else against the quoted figure below.",
         ),

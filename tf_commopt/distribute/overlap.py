@@ -23,7 +23,10 @@ scheduled sync (k = H) replica i, instead of x_i ← x̄:
 So the average lands one interval late, the local progress made meanwhile (x_i − y_i) is kept, mean_i x_i is
 unchanged by step 1, and Δ sees the same deviations as in the blocking rule, one period later
 (y_i − ȳ is exactly replica i's deviation over the period that ended at the snapshot), so Σ_i Δ_i stays 0.
-The averaging is always applied at the next sync (never earlier), so runs are deterministic.
+The averaging is always applied at the next sync (never earlier), so runs are deterministic. With
+``compression`` (vrl, none) the trainables' snapshot travels as the blocking compressed sync's deltas
+(``compressed_sync.py``: v_i = y_i − x₀ + e_i in the wire dtype) and step 1 applies that sync's x̄, x₀, e_i
+and Δ_i terms with y_i in place of x_i.
 ``strategy.sync()`` (and Keras evaluate/predict/save/save_weights, which call it) first *drains*: step 1 now,
 with k unchanged; the end of ``fit`` drains too (no communication: the in-flight result is applied locally).
 
@@ -78,11 +81,30 @@ def _background_loop(
             return
 
 
+def _check_compression(compression: Optional[str], rule: str, trainable: Sequence[Any]) -> None:
+    """Overlapped compressed syncs carry vrl and none on float32 variables (one-line errors otherwise)."""
+    where = "SkipCorrectStrategy(compression=...)"
+    if compression is not None and rule == "gradient":
+        raise _pass_through(
+            InputError(
+                "compression with overlap=True carries the vrl and none rules (the gradient rule's G_i "
+                "would travel uncompressed beside the deltas); use correction='vrl' or overlap=False",
+                where=where,
+            )
+        )
+    if compression is not None and any(v.dtype != tf.float32 for v in trainable):
+        raise _pass_through(
+            InputError("compression with overlap=True needs float32 trainable variables", where=where)
+        )
+
+
 class OverlapAverager:
     """One optimizer's overlapped averaging: the snapshot layout, the two queues, the background thread.
 
     Built by the strategy at the first trace of a sync (``variables`` = the trainable variables of the
-    correction state, then the averaged extras; ``grad_sums`` = the G_i rows for ``correction="gradient"``).
+    correction state, then the averaged extras; ``state`` = that ``SkipCorrectState``: its rule, Δ_i, the
+    G_i rows for ``correction="gradient"``, and with ``compression`` its x₀ and residuals: the trainables
+    then travel as wire-dtype deltas, docs/skip_correct.md "Overlapped syncs").
     """
 
     def __init__(
@@ -94,21 +116,7 @@ class OverlapAverager:
         self.n_trainable = int(n_trainable)
         self.rule = state.rule
         self.compression = state.compression  # None, "bf16" or "fp16": the trainables travel as deltas
-        if self.compression is not None and self.rule == "gradient":
-            raise _pass_through(
-                InputError(
-                    "compression with overlap=True carries the vrl and none rules (the gradient rule's G_i "
-                    "would travel uncompressed beside the deltas); use correction='vrl' or overlap=False",
-                    where="SkipCorrectStrategy(compression=...)",
-                )
-            )
-        if self.compression is not None and any(v.dtype != tf.float32 for v in variables[:n_trainable]):
-            raise _pass_through(
-                InputError(
-                    "compression with overlap=True needs float32 trainable variables",
-                    where="SkipCorrectStrategy(compression=...)",
-                )
-            )
+        _check_compression(self.compression, self.rule, variables[:n_trainable])
         self._deltas = state.delta_components()
         self._grad_sums = state.grad_sum_components() if self.rule == "gradient" else None
         self._anchors = state.components(state.anchors)  # x₀ per variable and replica (compressed)
