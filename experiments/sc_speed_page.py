@@ -160,12 +160,13 @@ def _first_call(row: Dict[str, Any], ssgd: Dict[str, Any], default: bool) -> Any
 
 def _table_records(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Per setting: the latest sweep with SSGD, and a later sweep of a few variants without it."""
-    latest = _latest(
-        records, "table", lambda r: (r["setting"], r.get("steps_per_execution", 1), "ssgd" in r["rows"])
-    )
-    full = {(r["setting"], r.get("steps_per_execution", 1)): r["when"] for r in latest if "ssgd" in r["rows"]}
-    later = [r for r in latest if r["when"] > full.get((r["setting"], r.get("steps_per_execution", 1)), "")]
-    return [r for r in latest if "ssgd" in r["rows"] or r in later]
+
+    def setting(r: Dict[str, Any]) -> tuple:
+        return r["setting"], r.get("steps_per_execution", 1)
+
+    latest = _latest(records, "table", lambda r: setting(r) + ("ssgd" in r["rows"],))
+    full = {setting(r): r["when"] for r in latest if "ssgd" in r["rows"]}
+    return [r for r in latest if "ssgd" in r["rows"] or r["when"] > full.get(setting(r), "")]
 
 
 def rows_table(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

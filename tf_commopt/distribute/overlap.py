@@ -55,7 +55,12 @@ from tf_commopt.distribute.compressed_sync import WIRE_DTYPES, _reduce
 from tf_commopt.distribute.state import _pass_through
 from tf_commopt.errors import InputError
 
-__all__ = ["OverlapAverager"]
+__all__ = ["OverlapAverager", "GRADIENT_REFUSED"]
+
+GRADIENT_REFUSED = (
+    "compression with overlap=True carries the vrl and none rules (the gradient rule's G_i would travel "
+    "uncompressed beside the deltas); use correction='vrl' or overlap=False"
+)
 
 _log = logging.getLogger("tf_commopt.distribute")
 _no_autograph = tf.autograph.experimental.do_not_convert
@@ -85,13 +90,7 @@ def _check_compression(compression: Optional[str], rule: str, trainable: Sequenc
     """Overlapped compressed syncs carry vrl and none on float32 variables (one-line errors otherwise)."""
     where = "SkipCorrectStrategy(compression=...)"
     if compression is not None and rule == "gradient":
-        raise _pass_through(
-            InputError(
-                "compression with overlap=True carries the vrl and none rules (the gradient rule's G_i "
-                "would travel uncompressed beside the deltas); use correction='vrl' or overlap=False",
-                where=where,
-            )
-        )
+        raise _pass_through(InputError(GRADIENT_REFUSED, where=where))
     if compression is not None and any(v.dtype != tf.float32 for v in trainable):
         raise _pass_through(
             InputError("compression with overlap=True needs float32 trainable variables", where=where)
@@ -139,7 +138,8 @@ class OverlapAverager:
         self._train_sizes = [int(v.shape.num_elements()) for v in self.variables[: self.n_trainable]]
         self.payload_bytes = sum(sum(sizes) * dtype.size for dtype, _, sizes in self._groups)
         n_train = sum(self._train_sizes) if self.compression is not None else 0
-        self.payload_bytes += n_train * (WIRE_DTYPES[self.compression].size if n_train else 0)
+        if n_train:
+            self.payload_bytes += n_train * WIRE_DTYPES[self.compression].size
         n_groups = len(self._groups)
         with tf.init_scope(), tf.device("/CPU:0"):
             self.pending = host_variable(0, tf.int64, "skip_correct/overlap_pending")
@@ -150,10 +150,8 @@ class OverlapAverager:
             train_types, train_shapes = (f32 + f32, n_loc + n_loc) if n_train else ([], [])
             snap_types = [d for d in dts for _ in range(self.n_local)] + train_types + [tf.float64]
             snap_shapes = [n for n in lens for _ in range(self.n_local)] + train_shapes + [[]]
-            # compressed: the SUM of the q_i, each replica's q_i and new e_i
-            sum_types, sum_shapes = (
-                ([tf.float32] + f32 + f32, [[n_train]] + n_loc + n_loc) if n_train else ([], [])
-            )
+            # compressed: the SUM of the q_i and each replica's q_i (e_i = v_i − q_i is taken at apply)
+            sum_types, sum_shapes = ([tf.float32] + f32, [[n_train]] + n_loc) if n_train else ([], [])
             # (snapshot bufs, scale) -> (means, [sums], snapshot bufs, scale, background seconds)
             self._snapshots = tf.queue.FIFOQueue(
                 2, snap_types, shapes=snap_shapes, name="skip_correct_overlap_snapshots"
@@ -226,17 +224,17 @@ class OverlapAverager:
     def _compressed_reduce(
         self, vals: List[tf.Tensor], per_group: List[List[tf.Tensor]], t0: Any
     ) -> List[Any]:
-        """The means of the other groups, then Σ_i q_i, each q_i and each new e_i (``compressed_sync``'s
-        fused reduce of the v_i in the wire dtype, fp16 with its fallback)."""
+        """The means of the other groups, then Σ_i q_i and each q_i (``compressed_sync``'s fused reduce of
+        the v_i in the wire dtype; fp16's fallback sends q_i = v_i, so e_i = v_i − q_i is 0 there too)."""
         n, at = self.n_local, self._n_groups * self.n_local + self.n_local  # the v_i follow the y_i
         vs = []
         for i in range(n):
             with tf.device(self._ext.worker_devices[i]), tf.control_dependencies([t0]):
                 vs.append(tf.identity(vals[at + i]))
-        sums, sent, res, extra_sums = _reduce(self._ext, [vs], WIRE_DTYPES[self.compression], per_group)
+        sums, sent, _, extra_sums = _reduce(self._ext, [vs], WIRE_DTYPES[self.compression], per_group)
         r = float(self._strategy.num_replicas_in_sync)
         means = [extra_sums[g][0] / tf.cast(r, extra_sums[g][0].dtype) for g in range(self._n_groups)]
-        return means + [sums[0][0]] + list(sent[0]) + list(res[0])
+        return means + [sums[0][0]] + list(sent[0])
 
     def _launch(self) -> np.int64:
         if self._errors:
@@ -251,13 +249,13 @@ class OverlapAverager:
         with tf.device("/CPU:0"):
             vals = self._results.dequeue()
         g_n, n = self._n_groups, self.n_local
-        z = 1 + 2 * n if self.compression is not None else 0  # Σ q_i, the q_i, the new e_i
+        z = 1 + n if self.compression is not None else 0  # Σ q_i, the q_i
         means, sums = vals[:g_n], vals[g_n : g_n + z]
         snaps = vals[g_n + z : g_n + z + g_n * n]
         at = g_n + z + g_n * n
-        ys = vals[at : at + n] if z else []  # the y_i (the v_i follow them)
+        ys, vs = (vals[at : at + n], vals[at + n : at + 2 * n]) if z else ([], [])  # the y_i, the v_i
         scale, bg_s = vals[-2], vals[-1]
-        ops = self._apply_compressed(sums, ys, scale) if z else []
+        ops = self._apply_compressed(sums, ys, vs, scale) if z else []
         for g, (dtype, idx, sizes) in enumerate(self._groups):
             for i in range(n):
                 with tf.device(self._devices[i]):
@@ -279,9 +277,11 @@ class OverlapAverager:
         with tf.control_dependencies([done]):
             return tf.identity(bg_s)
 
-    def _apply_compressed(self, sums: List[tf.Tensor], ys: List[tf.Tensor], scale: tf.Tensor) -> List[Any]:
+    def _apply_compressed(
+        self, sums: List[tf.Tensor], ys: List[tf.Tensor], vs: List[tf.Tensor], scale: tf.Tensor
+    ) -> List[Any]:
         """The compressed mean's step 1 for the trainables: x̄ = x₀ + Σq/R, x_i += x̄ − y_i, x₀ ← x̄,
-        e_i ← its new residual; vrl: Δ_i ← Δ_i + (Σq/R − q_i)/(k_y·lr_y) (``compressed_sync.average``'s
+        e_i ← v_i − q_i; vrl: Δ_i ← Δ_i + (Σq/R − q_i)/(k_y·lr_y) (``compressed_sync.average``'s
         terms, with the snapshot y_i in place of x_i)."""
         n, sizes, ops = self.n_local, self._train_sizes, []
         r = float(self._strategy.num_replicas_in_sync)
@@ -290,7 +290,7 @@ class OverlapAverager:
                 q_bar = sums[0] / r
                 anchors = [self._anchors[j][i] for j in range(self.n_trainable)]
                 x_bar = tf.concat([tf.reshape(a.read_value(), [-1]) for a in anchors], 0) + q_bar
-                parts = [x_bar - ys[i], x_bar, q_bar, sums[1 + i], sums[1 + n + i]]
+                parts = [x_bar - ys[i], x_bar, q_bar, sums[1 + i], vs[i] - sums[1 + i]]
                 for j, (diff, xb, qb, q_i, e_i) in enumerate(zip(*[tf.split(p, sizes) for p in parts])):
                     c, shape = self.variables[j].values[i], self.variables[j].shape
                     ops += [c.assign_add(tf.reshape(diff, shape)), anchors[j].assign(tf.reshape(xb, shape))]
