@@ -226,11 +226,9 @@ def validate(cfg: Config) -> Config:
                 where=f"--{name}",
             )
     _choice(cfg.compression, ("",) + CODECS + BLOCK_CODECS, "compression", "--compression")
-    gradient_overlap = cfg.overlap and cfg.correction == "gradient"
-    if cfg.compression and (cfg.strategy not in SYNC_STRATEGIES or gradient_overlap):
+    if cfg.compression and cfg.strategy not in SYNC_STRATEGIES:
         raise InputError(
-            "compresses the syncs of skip_correct/local_sgd (overlapped: vrl and none); not with "
-            + (f"--strategy={cfg.strategy}" if not gradient_overlap else "--overlap --correction=gradient"),
+            f"compresses the syncs of skip_correct/local_sgd; not with --strategy={cfg.strategy}",
             where="--compression",
         )
     if cfg.non_iid_classes and cfg.backup_dir:

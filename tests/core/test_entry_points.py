@@ -70,11 +70,6 @@ CASES = [  # (module, bad arguments, text the one line must contain)
     ("experiments.train", ["--average_optimizer_state", "--strategy=ssgd"], "--average_optimizer_state"),
     ("experiments.train", ["--compression=int8", "--strategy=skip_correct"], "--compression"),
     ("experiments.train", ["--compression=bf16", "--strategy=ssgd"], "--compression"),
-    (
-        "experiments.train",
-        ["--compression=bf16", "--strategy=skip_correct", "--overlap", "--correction=gradient"],
-        "--compression",
-    ),
     ("experiments.train", ["--non_iid_classes=-1"], "--non_iid_classes"),
     ("tf_commopt.cluster", ["--hosts", "2", "--workers", "3", "--", "true"], "--hosts"),
 ]

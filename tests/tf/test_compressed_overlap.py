@@ -2,9 +2,9 @@
 
 The mean launched at a sync is ``core.compress.compressed_sync(..., reduce="wire")`` of that sync's
 snapshots y_i against x₀ (each side carries its own x₀, residuals and Δ_i). It lands at the next sync:
-x_i += x̄ − y_i (the local progress made meanwhile is kept), x₀ ← x̄, e_i and (vrl) Δ_i from the same call.
+x_i += x̄ − y_i (the local progress made meanwhile is kept), x₀ ← x̄, e_i and Δ_i (vrl; gradient: from the snapshot's G_i, with its residual r_i) from the same call.
 An fp16 overflow falls back to the uncompressed mean like core; a run with it sends half the bytes of the
-uncompressed overlapped run and stays close to it; the gradient rule is a one-line error.
+uncompressed overlapped run and stays close to it.
 """
 
 import numpy as np
@@ -14,7 +14,6 @@ import tensorflow as tf
 from tests.tf.sc_reference import make_batches, softmax_step
 from tf_commopt.core import compress
 from tf_commopt.distribute import SkipCorrectStrategy
-from tf_commopt.errors import InputError
 
 F, C, B, LR, K = 5, 3, 4, 0.125, 4
 
@@ -33,9 +32,10 @@ def _build(r, codec, rule="vrl", seed=0):
     return strategy, w, b, optimizer, softmax_step(strategy, w, b, optimizer, r * B)
 
 
-def _synced(r, codec, rule, values):
-    """Run scheduled syncs on ``values(n, j, x0)`` (each replica's model before sync n) and check every
-    variable against core after each; ``values`` may push a sum out of fp16's range."""
+def _synced(r, codec, rule, values, g_scale=None):
+    """Run scheduled syncs on ``values(n, j, x0)`` (each replica's model before sync n; gradient: random
+    G_i of scale ``g_scale.get(n, 0.3)``) and check every variable against core after each; either may push
+    a sum out of fp16's range."""
     strategy, w, b, optimizer, step = _build(r, codec, rule)
     step(make_batches(1, r, B, F, C, seed=1)[0])  # builds the state; x₀ = the model at this local step
     ext = strategy.extended
@@ -45,37 +45,45 @@ def _synced(r, codec, rule, values):
     sides = []
     for a in state.anchors:
         zeros = [np.zeros(a.shape, np.float32) for _ in range(r)]
-        sides.append(dict(x0=a.values[0].numpy(), d=list(zeros), e=list(zeros), ys=None))
-    fallbacks = []
+        sides.append(dict(x0=a.values[0].numpy(), d=list(zeros), e=list(zeros), ge=list(zeros), ys=None))
+    fallbacks, rng = [], np.random.RandomState(11)
     for n in range(5):
         for j, (v, s) in enumerate(zip(vars_, sides)):
             s["xs"] = values(n, j, s["x0"])
             for c, x in zip(v.values, s["xs"]):
                 c.assign(x)
+            if rule == "gradient":  # this period's G_i
+                scale = (g_scale or {}).get(n, 0.3)
+                s["gs"] = [(rng.randn(*s["x0"].shape) * scale).astype(np.float32) for _ in range(r)]
+                for c, g in zip(state.grad_sums[j].values, s["gs"]):
+                    c.assign(g)
         with strategy.scope():
             sync()
         for j, (v, s) in enumerate(zip(vars_, sides)):
             if s["ys"] is not None:  # the previous sync's mean lands now
                 want = compress.compressed_sync(
                     s["x0"], s["ys"], rule, K, clr=LR, deltas=s["d"], residuals=s["e"], codec=codec,
-                    reduce="wire",
+                    reduce="wire", grad_sums=s.get("ss"), grad_residuals=s["ge"],
                 )  # fmt: skip
                 fallbacks.append(want.fallback)
                 s["xs"] = [x + (want.x - y) for x, y in zip(s["xs"], s["ys"])]
-                s.update(x0=want.x, d=want.deltas, e=want.residuals)
-            s["ys"] = [x.copy() for x in s["xs"]]
+                s.update(x0=want.x, d=want.deltas, e=want.residuals, ge=want.grad_residuals or s["ge"])
+            s["ys"], s["ss"] = [x.copy() for x in s["xs"]], s.get("gs")
             for i in range(r):
                 np.testing.assert_array_equal(v.values[i].numpy(), s["xs"][i], err_msg=f"x sync {n} var {j}")
                 np.testing.assert_array_equal(state.residuals[j].values[i].numpy(), s["e"][i])
                 np.testing.assert_array_equal(state.anchors[j].values[i].numpy(), s["x0"])
-                if rule == "vrl":
+                if rule != "none":
                     np.testing.assert_array_equal(state.deltas[j].values[i].numpy(), s["d"][i])
+                if rule == "gradient":  # G_i restarts at 0; r_i as core's
+                    assert not state.grad_sums[j].values[i].numpy().any()
+                    np.testing.assert_array_equal(state.grad_residuals[j].values[i].numpy(), s["ge"][i])
     return strategy, sides, fallbacks
 
 
 @pytest.mark.parametrize("r", [2, 4])
 @pytest.mark.parametrize("codec", ["bf16", "fp16"])
-@pytest.mark.parametrize("rule", ["vrl", "none"])
+@pytest.mark.parametrize("rule", ["vrl", "none", "gradient"])
 def test_each_applied_mean_is_core_compress_of_the_previous_snapshots(r, codec, rule):
     rng = np.random.RandomState(7)
 
@@ -85,8 +93,11 @@ def test_each_applied_mean_is_core_compress_of_the_previous_snapshots(r, codec, 
 
     strategy, sides, fallbacks = _synced(r, codec, rule, values)
     assert not any(fallbacks) and np.abs(sides[0]["e"][0]).max() > 0  # compressed, and rounding happened
-    st = strategy.stats()
-    assert st["sync_payload_bytes"] == 2 * (F * C + C) and st["bytes_communicated"] == 5 * 2 * (F * C + C)
+    if rule == "gradient":
+        assert np.abs(sides[0]["ge"][0]).max() > 0
+    st, rows = strategy.stats(), 2 if rule == "gradient" else 1  # G_i's row beside the deltas
+    assert st["sync_payload_bytes"] == rows * 2 * (F * C + C)
+    assert st["bytes_communicated"] == 5 * rows * 2 * (F * C + C)
     assert st["syncs"] == 5 and st["background_comm_s"] > 0
 
 
@@ -121,14 +132,32 @@ def test_a_run_sends_half_the_bytes_and_stays_close_to_the_uncompressed_overlap(
     np.testing.assert_allclose(w1, w0, atol=1e-2)
 
 
-def test_the_gradient_rule_with_overlap_is_a_one_line_error():
-    with pytest.raises(InputError, match=r"compression with overlap=True carries the vrl and none rules"):
-        SkipCorrectStrategy(compression="fp16", overlap=True, correction="gradient", devices=["/cpu:0"])
-    strategy = SkipCorrectStrategy(interval=2, compression="bf16", overlap=True, devices=["/cpu:0", "/cpu:1"])
-    with strategy.scope():  # correction="auto" picks the gradient rule for Adam: refused at the first sync
-        w, b = tf.Variable(np.zeros((F, C), np.float32)), tf.Variable(np.zeros(C, np.float32))
-        optimizer = tf.keras.optimizers.Adam(0.01)
-    step = softmax_step(strategy, w, b, optimizer, 2 * B)
-    with pytest.raises(InputError, match=r"compression with overlap=True carries the vrl and none rules"):
-        for row in make_batches(2, 2, B, F, C, seed=1):
+def test_an_fp16_overflow_of_the_gradient_row_falls_back_like_core():
+    def values(n, j, x0):
+        return [x0 + np.float32(1e-2 * (i + 1)) for i in range(2)]
+
+    # the G_i of sync 1 beyond fp16's range: that mean lands at sync 2, uncompressed for both variables
+    _, sides, fallbacks = _synced(2, "fp16", "gradient", values, g_scale={1: 1e6})
+    assert fallbacks[2:4] == [True, True] and not any(fallbacks[:2] + fallbacks[4:])
+
+
+def test_adam_with_auto_correction_trains_with_compressed_overlap():
+    """correction="auto" picks the gradient rule for Adam; compressed and overlapped, the replicas agree
+    after strategy.sync() and the run stays close to the uncompressed overlapped one."""
+    runs = []
+    for codec in (None, "bf16"):
+        strategy = SkipCorrectStrategy(
+            interval=2, compression=codec, overlap=True, devices=["/cpu:0", "/cpu:1"]
+        )
+        with strategy.scope():
+            w, b = tf.Variable(np.zeros((F, C), np.float32)), tf.Variable(np.zeros(C, np.float32))
+            optimizer = tf.keras.optimizers.Adam(0.01)
+        step = softmax_step(strategy, w, b, optimizer, 2 * B)
+        for row in make_batches(12, 2, B, F, C, seed=1):
             step(row)
+        strategy.sync()
+        state = strategy.extended.correction_state(optimizer)
+        assert state.rule == "gradient" and (state.grad_residuals is not None) == (codec is not None)
+        runs.append(np.stack([c.numpy() for c in w.values]))
+    assert np.all(runs[1] == runs[1][0]) and not np.array_equal(runs[1], runs[0])
+    np.testing.assert_allclose(runs[1], runs[0], atol=1e-2)

@@ -171,8 +171,6 @@ def test_compression_none_is_todays_strategy_bit_for_bit():
 def test_bad_compression_is_one_line():
     with pytest.raises(InputError, match=r"compression.*'bf16', 'fp16', 'int8' or None, got 'int4'"):
         SkipCorrectStrategy(compression="int4", devices=["/cpu:0"])
-    with pytest.raises(InputError, match=r"compression with overlap=True carries the vrl and none rules"):
-        SkipCorrectStrategy(compression="bf16", overlap=True, correction="gradient", devices=["/cpu:0"])
     with pytest.raises(InputError, match=r"compression with period='time' is not supported"):
         SkipCorrectStrategy(interval=4, compression="bf16", period="time", devices=["/cpu:0"])
 

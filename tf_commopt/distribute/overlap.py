@@ -24,9 +24,9 @@ So the average lands one interval late, the local progress made meanwhile (x_i �
 unchanged by step 1, and Δ sees the same deviations as in the blocking rule, one period later
 (y_i − ȳ is exactly replica i's deviation over the period that ended at the snapshot), so Σ_i Δ_i stays 0.
 The averaging is always applied at the next sync (never earlier), so runs are deterministic. With
-``compression`` (vrl, none) the trainables' snapshot travels as the blocking compressed sync's deltas
-(``compressed_sync.py``: v_i = y_i − x₀ + e_i in the wire dtype) and step 1 applies that sync's x̄, x₀, e_i
-and Δ_i terms with y_i in place of x_i.
+``compression`` the trainables' snapshot travels as the blocking compressed sync's deltas
+(``compressed_sync.py``: v_i = y_i − x₀ + e_i in the wire dtype, and for ``gradient`` S_i + r_i beside
+them) and step 1 applies that sync's x̄, x₀, e_i, r_i and Δ_i terms with y_i in place of x_i.
 ``strategy.sync()`` (and Keras evaluate/predict/save/save_weights, which call it) first *drains*: step 1 now,
 with k unchanged; the end of ``fit`` drains too (no communication: the in-flight result is applied locally).
 
@@ -50,17 +50,13 @@ import numpy as np
 import tensorflow as tf
 
 from tf_commopt._compat import host_variable
+from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.averaging import fused_reduce
 from tf_commopt.distribute.compressed_sync import WIRE_DTYPES, _reduce
 from tf_commopt.distribute.state import _pass_through
 from tf_commopt.errors import InputError
 
-__all__ = ["OverlapAverager", "GRADIENT_REFUSED"]
-
-GRADIENT_REFUSED = (
-    "compression with overlap=True carries the vrl and none rules (the gradient rule's G_i would travel "
-    "uncompressed beside the deltas); use correction='vrl' or overlap=False"
-)
+__all__ = ["OverlapAverager"]
 
 _log = logging.getLogger("tf_commopt.distribute")
 _no_autograph = tf.autograph.experimental.do_not_convert
@@ -86,14 +82,14 @@ def _background_loop(
             return
 
 
-def _check_compression(compression: Optional[str], rule: str, trainable: Sequence[Any]) -> None:
-    """Overlapped compressed syncs carry vrl and none on float32 variables (one-line errors otherwise)."""
-    where = "SkipCorrectStrategy(compression=...)"
-    if compression is not None and rule == "gradient":
-        raise _pass_through(InputError(GRADIENT_REFUSED, where=where))
+def _check_compression(compression: Optional[str], trainable: Sequence[Any]) -> None:
+    """Overlapped compressed syncs carry float32 trainable variables (a one-line error otherwise)."""
     if compression is not None and any(v.dtype != tf.float32 for v in trainable):
         raise _pass_through(
-            InputError("compression with overlap=True needs float32 trainable variables", where=where)
+            InputError(
+                "compression with overlap=True needs float32 trainable variables",
+                where="SkipCorrectStrategy(compression=...)",
+            )
         )
 
 
@@ -115,18 +111,21 @@ class OverlapAverager:
         self.n_trainable = int(n_trainable)
         self.rule = state.rule
         self.compression = state.compression  # None, "bf16" or "fp16": the trainables travel as deltas
-        _check_compression(self.compression, self.rule, variables[:n_trainable])
+        _check_compression(self.compression, variables[:n_trainable])
         self._deltas = state.delta_components()
         self._grad_sums = state.grad_sum_components() if self.rule == "gradient" else None
         self._anchors = state.components(state.anchors)  # x₀ per variable and replica (compressed)
         self._residuals = state.components(state.residuals)  # e_i (compressed)
+        self._grad_res = state.components(state.grad_residuals)  # r_i (compressed gradient)
+        # compressed: wire rows of one flat buffer per replica, v_i (and for gradient S_i + r_i)
+        self._wire_rows = 0 if self.compression is None else (2 if self.rule == "gradient" else 1)
         self.n_local = len(self.variables[0].values)
         self._devices = [c.device for c in self.variables[0].values]
         # entries: the averaged variables, then (gradient) the G_i rows of the trainable ones
-        # compressed: the trainables travel as one delta buffer per replica, the rest as before
+        # compressed: the trainables (and G_i) travel in the wire rows instead, the rest as before
         first = self.n_trainable if self.compression is not None else 0
         self._entries: List[Tuple[str, int]] = [("var", e) for e in range(first, len(self.variables))]
-        if self._grad_sums is not None:
+        if self._grad_sums is not None and self.compression is None:
             self._entries += [("sum", j) for j in range(self.n_trainable)]
         groups: Dict[tf.DType, List[int]] = {}
         for n, entry in enumerate(self._entries):
@@ -139,19 +138,20 @@ class OverlapAverager:
         self.payload_bytes = sum(sum(sizes) * dtype.size for dtype, _, sizes in self._groups)
         n_train = sum(self._train_sizes) if self.compression is not None else 0
         if n_train:
-            self.payload_bytes += n_train * WIRE_DTYPES[self.compression].size
+            self.payload_bytes += n_train * WIRE_DTYPES[self.compression].size * self._wire_rows
         n_groups = len(self._groups)
         with tf.init_scope(), tf.device("/CPU:0"):
             self.pending = host_variable(0, tf.int64, "skip_correct/overlap_pending")
             dts = [d for d, _, _ in self._groups]
             lens = [[sum(sizes)] for _, _, sizes in self._groups]
             f32, n_loc = [tf.float32] * self.n_local, [[n_train]] * self.n_local
-            # compressed: each replica's y_i and v_i = y_i − x₀ + e_i of the trainables, flat
-            train_types, train_shapes = (f32 + f32, n_loc + n_loc) if n_train else ([], [])
+            # compressed: each replica's y_i, then the wire rows (v_i = y_i − x₀ + e_i; S_i + r_i), flat
+            w = self._wire_rows if n_train else 0
+            train_types, train_shapes = (f32 * (1 + w), n_loc * (1 + w)) if w else ([], [])
             snap_types = [d for d in dts for _ in range(self.n_local)] + train_types + [tf.float64]
             snap_shapes = [n for n in lens for _ in range(self.n_local)] + train_shapes + [[]]
-            # compressed: the SUM of the q_i and each replica's q_i (e_i = v_i − q_i is taken at apply)
-            sum_types, sum_shapes = ([tf.float32] + f32, [[n_train]] + n_loc) if n_train else ([], [])
+            # per wire row: the SUM of the q_i and each replica's q_i (e_i = v_i − q_i is taken at apply)
+            sum_types, sum_shapes = ([tf.float32] + f32) * w, ([[n_train]] + n_loc) * w
             # (snapshot bufs, scale) -> (means, [sums], snapshot bufs, scale, background seconds)
             self._snapshots = tf.queue.FIFOQueue(
                 2, snap_types, shapes=snap_shapes, name="skip_correct_overlap_snapshots"
@@ -224,17 +224,20 @@ class OverlapAverager:
     def _compressed_reduce(
         self, vals: List[tf.Tensor], per_group: List[List[tf.Tensor]], t0: Any
     ) -> List[Any]:
-        """The means of the other groups, then Σ_i q_i and each q_i (``compressed_sync``'s fused reduce of
-        the v_i in the wire dtype; fp16's fallback sends q_i = v_i, so e_i = v_i − q_i is 0 there too)."""
-        n, at = self.n_local, self._n_groups * self.n_local + self.n_local  # the v_i follow the y_i
-        vs = []
-        for i in range(n):
-            with tf.device(self._ext.worker_devices[i]), tf.control_dependencies([t0]):
-                vs.append(tf.identity(vals[at + i]))
-        sums, sent, _, extra_sums = _reduce(self._ext, [vs], WIRE_DTYPES[self.compression], per_group)
+        """The means of the other groups, then per wire row Σ_i q_i and each q_i (``compressed_sync``'s
+        fused reduce in the wire dtype; fp16's fallback sends q_i = v_i, so v_i − q_i is 0 there too)."""
+        n, at = self.n_local, self._n_groups * self.n_local + self.n_local  # the wire rows follow the y_i
+        rows = []
+        for w in range(self._wire_rows):
+            row = []
+            for i in range(n):
+                with tf.device(self._ext.worker_devices[i]), tf.control_dependencies([t0]):
+                    row.append(tf.identity(vals[at + w * n + i]))
+            rows.append(row)
+        sums, sent, _, extra_sums = _reduce(self._ext, rows, WIRE_DTYPES[self.compression], per_group)
         r = float(self._strategy.num_replicas_in_sync)
         means = [extra_sums[g][0] / tf.cast(r, extra_sums[g][0].dtype) for g in range(self._n_groups)]
-        return means + [sums[0][0]] + list(sent[0])
+        return means + [t for w in range(self._wire_rows) for t in [sums[w][0]] + list(sent[w])]
 
     def _launch(self) -> np.int64:
         if self._errors:
@@ -248,14 +251,15 @@ class OverlapAverager:
         """Wait for the in-flight mean ȳ and apply step 1 of the rule; returns the background seconds."""
         with tf.device("/CPU:0"):
             vals = self._results.dequeue()
-        g_n, n = self._n_groups, self.n_local
-        z = 1 + n if self.compression is not None else 0  # Σ q_i, the q_i
+        g_n, n, w = self._n_groups, self.n_local, self._wire_rows
+        z = w * (1 + n)  # per wire row: Σ q_i, the q_i
         means, sums = vals[:g_n], vals[g_n : g_n + z]
         snaps = vals[g_n + z : g_n + z + g_n * n]
         at = g_n + z + g_n * n
-        ys, vs = (vals[at : at + n], vals[at + n : at + 2 * n]) if z else ([], [])  # the y_i, the v_i
+        ys = vals[at : at + n] if w else []
+        wires = [vals[at + (1 + k) * n : at + (2 + k) * n] for k in range(w)]  # the v_i (, the S_i + r_i)
         scale, bg_s = vals[-2], vals[-1]
-        ops = self._apply_compressed(sums, ys, vs, scale) if z else []
+        ops = self._apply_compressed(sums, ys, wires, scale) if w else []
         for g, (dtype, idx, sizes) in enumerate(self._groups):
             for i in range(n):
                 with tf.device(self._devices[i]):
@@ -278,19 +282,21 @@ class OverlapAverager:
             return tf.identity(bg_s)
 
     def _apply_compressed(
-        self, sums: List[tf.Tensor], ys: List[tf.Tensor], vs: List[tf.Tensor], scale: tf.Tensor
+        self, sums: List[tf.Tensor], ys: List[tf.Tensor], wires: List[List[tf.Tensor]], scale: tf.Tensor
     ) -> List[Any]:
         """The compressed mean's step 1 for the trainables: x̄ = x₀ + Σq/R, x_i += x̄ − y_i, x₀ ← x̄,
-        e_i ← v_i − q_i; vrl: Δ_i ← Δ_i + (Σq/R − q_i)/(k_y·lr_y) (``compressed_sync.average``'s
-        terms, with the snapshot y_i in place of x_i)."""
+        e_i ← v_i − q_i; vrl: Δ_i ← Δ_i + (Σq/R − q_i)/(k_y·lr_y); gradient: Δ_i ← (Ĝ_i − ΣĜ/R)/k_y,
+        r_i ← S_i + r_i − Ĝ_i (``compressed_sync.average``'s terms, with the snapshot in place of x_i, G_i)."""
         n, sizes, ops = self.n_local, self._train_sizes, []
         r = float(self._strategy.num_replicas_in_sync)
+        if self.rule == "gradient":
+            ops += self._apply_gradient(sums[1 + n :], wires[1], scale)
         for i in range(n):
             with tf.device(self._devices[i]):
                 q_bar = sums[0] / r
                 anchors = [self._anchors[j][i] for j in range(self.n_trainable)]
                 x_bar = tf.concat([tf.reshape(a.read_value(), [-1]) for a in anchors], 0) + q_bar
-                parts = [x_bar - ys[i], x_bar, q_bar, sums[1 + i], vs[i] - sums[1 + i]]
+                parts = [x_bar - ys[i], x_bar, q_bar, sums[1 + i], wires[0][i] - sums[1 + i]]
                 for j, (diff, xb, qb, q_i, e_i) in enumerate(zip(*[tf.split(p, sizes) for p in parts])):
                     c, shape = self.variables[j].values[i], self.variables[j].shape
                     ops += [c.assign_add(tf.reshape(diff, shape)), anchors[j].assign(tf.reshape(xb, shape))]
@@ -299,6 +305,19 @@ class OverlapAverager:
                         d = self._deltas[j][i]
                         step = tf.reshape((qb - q_i) / tf.cast(scale, tf.float32), shape)
                         ops.append(d.assign(d.read_value() + step))
+        return ops
+
+    def _apply_gradient(self, sums: List[tf.Tensor], gs: List[tf.Tensor], scale: tf.Tensor) -> List[Any]:
+        """``gradient``'s wire row: Δ_i ← (Ĝ_i − ΣĜ/R)/k_y and r_i ← (S_i + r_i) − Ĝ_i per variable."""
+        ops, r = [], float(self._strategy.num_replicas_in_sync)
+        for i in range(self.n_local):
+            with tf.device(self._devices[i]):
+                g_bar, k = sums[0] / r, tf.cast(scale, tf.float32)
+                parts = [tf.split(p, self._train_sizes) for p in (g_bar, sums[1 + i], gs[i] - sums[1 + i])]
+                for j, (gb, g_i, r_i) in enumerate(zip(*parts)):
+                    shape = self.variables[j].shape
+                    ops.append(self._deltas[j][i].assign(tf.reshape(_corr.gradient_delta(g_i, gb, k), shape)))
+                    ops.append(self._grad_res[j][i].assign(tf.reshape(r_i, shape)))
         return ops
 
     @_no_autograph
@@ -342,7 +361,7 @@ class OverlapAverager:
                     out.append(tf.concat(parts, 0) if len(parts) > 1 else tf.identity(parts[0]))
         if self.compression is None:
             return out
-        ys, vs = [], []
+        ys, vs, gs = [], [], []
         for i in range(self.n_local):
             with tf.device(self._devices[i]):
                 rows = [
@@ -352,7 +371,12 @@ class OverlapAverager:
                 flat = [[tf.reshape(t.read_value(), [-1]) for t in row] for row in rows]
                 ys.append(tf.concat([y for y, _, _ in flat], 0))
                 vs.append(tf.concat([y - a + e for y, a, e in flat], 0))  # v_i = (y_i − x₀) + e_i
-        return out + ys + vs
+                if self._wire_rows == 2:  # S_i + r_i
+                    pairs = [(self._grad_sums[j][i], self._grad_res[j][i]) for j in range(self.n_trainable)]
+                    gs.append(
+                        tf.concat([tf.reshape(g.read_value() + e.read_value(), [-1]) for g, e in pairs], 0)
+                    )
+        return out + ys + vs + gs
 
     def drain(self) -> Optional[float]:
         """Eager: apply the in-flight mean now (step 1 of the rule, k unchanged). Returns the background

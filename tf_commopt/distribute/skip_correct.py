@@ -61,7 +61,7 @@ from tf_commopt.core.period import TimeBudget, resolve_period
 from tf_commopt.distribute import _keras_hooks
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.interval_policy import AutoInterval, resolve_interval
-from tf_commopt.distribute.overlap import GRADIENT_REFUSED, validate_overlap
+from tf_commopt.distribute.overlap import validate_overlap
 from tf_commopt.distribute.sc_extended import MultiWorkerSkipCorrectExtended, SkipCorrectExtended
 from tf_commopt.distribute.two_level_interval import resolve_host_interval
 from tf_commopt.errors import InputError
@@ -134,8 +134,6 @@ def _validated(
         raise InputError(
             "period='time' does not overlap syncs; use overlap=False", where="SkipCorrectStrategy(period=...)"
         )
-    if compression is not None and overlap is True and correction == "gradient":
-        raise InputError(GRADIENT_REFUSED, where="SkipCorrectStrategy(compression=...)")
     if compression is not None and budget is not None:
         raise InputError(
             "compression with period='time' is not supported yet; use one of them",
