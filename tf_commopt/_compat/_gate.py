@@ -46,6 +46,8 @@ from tensorflow.python.data.ops import multi_device_iterator_ops
 from tensorflow.python.distribute import (
     collective_all_reduce_strategy,
     collective_util,
+    cross_device_ops,
+    cross_device_utils,
     distribute_lib,
     mirrored_strategy,
     parameter_server_strategy_v2,
@@ -141,6 +143,15 @@ INTERNALS: List[Tuple[Any, str]] = [
     (_SetBy(parameter_server_strategy_v2.ParameterServerStrategyV2.__init__), "_cluster_resolver"),
     # device_iterators_without_autotune: the per-device datasets of tf.distribute's input iterators
     (multi_device_iterator_ops, "_create_device_dataset"),
+    # own_collective_reducer (distribute/overlap.py): a collective all-reduce in a group of its own
+    (cross_device_ops, "CollectiveAllReduce"),
+    (cross_device_utils, "CollectiveKeys"),
+    (_SetBy(cross_device_ops.CollectiveAllReduce.__init__), "_group_size"),
+    (_SetBy(collective_all_reduce_strategy.CollectiveAllReduceExtended.__init__), "_communication_options"),
+    (
+        _SetBy(collective_all_reduce_strategy.CollectiveAllReduceExtended._initialize_multi_worker),
+        "_cross_device_ops",
+    ),
     # first_replica_spec (distribute/graph_loop.py): one replica's element spec of a distributed iterator
     (values, "PerReplicaSpec"),
     (_SetBy(values.PerReplicaSpec.__init__), "_value_specs"),

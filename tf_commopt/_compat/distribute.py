@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import tensorflow as tf
 
@@ -18,6 +18,8 @@ from tf_commopt._compat._gate import (
     SUPPORTED_TF,
     cluster_coordinator,
     collective_all_reduce_strategy,
+    cross_device_ops,
+    cross_device_utils,
     distribute_lib,
     multi_device_iterator_ops,
     parameter_server_strategy_v2,
@@ -54,6 +56,33 @@ def next_collective_key_base() -> int:
     """
     _KEY_BASES["next"] += 1
     return 10_000_000 + 100_000 * _KEY_BASES["next"]
+
+
+def own_collective_reducer(ext: Any, key_offset: int) -> Optional[Callable[..., Any]]:
+    """``reduce_to(op, value, destinations)`` over the workers of ``ext`` (a multi-worker StrategyExtended) in
+    a collective group of its own (group key = the strategy's key base + ``key_offset``); None when ``ext``
+    all-reduces without collective keys (one process).
+
+    A collective in a ``tf.function`` draws its instance key when the function is *called*, from one
+    counter per group; a function called from a second thread while the first runs eager reductions (tf-keras
+    reads every metric at an epoch's end) could draw its keys in a different order on different workers,
+    pairing unrelated all-reduces. A group of its own gives the second thread a counter of its own.
+
+    >>> reduce_to = own_collective_reducer(strategy.extended, 90_000)   # doctest: +SKIP
+    """
+    ops = getattr(ext, "_cross_device_ops", None)
+    if not isinstance(ops, cross_device_ops.CollectiveAllReduce) or num_workers(ext) <= 1:
+        return None
+    keys = cross_device_utils.CollectiveKeys(
+        group_key_start=1 + container_strategy(ext)._collective_key_base + int(key_offset)
+    )
+    own = cross_device_ops.CollectiveAllReduce(
+        devices=list(ext.worker_devices),
+        group_size=ops._group_size,
+        options=ext._communication_options,
+        collective_keys=keys,
+    )
+    return lambda op, value, destinations: own.reduce(op, value, destinations=destinations)
 
 
 def fresh_mirrored_strategy(devices: Any) -> tf.distribute.MirroredStrategy:

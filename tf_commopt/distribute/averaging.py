@@ -44,13 +44,17 @@ def regroup(comps: Sequence[Any]) -> Any:
 
 
 @_no_autograph
-def fused_reduce(ext: Any, op: Any, per_var: List[List[tf.Tensor]]) -> List[List[tf.Tensor]]:
+def fused_reduce(
+    ext: Any, op: Any, per_var: List[List[tf.Tensor]], reduce_to: Optional[Any] = None
+) -> List[List[tf.Tensor]]:
     """All-reduce many tensors as one flat buffer per dtype (the strategy's one communication path).
 
     Args:
         ext: the strategy's StrategyExtended (its ``reduce_to``, ``worker_devices``, ``telemetry``).
         op: ``tf.distribute.ReduceOp.SUM`` or ``MEAN``.
         per_var: ``per_var[j][i]`` = tensor j on local replica i.
+        reduce_to: ``reduce_to(op, value, destinations)`` in place of ``ext.reduce_to`` (the overlapped
+            averaging's own collective group).
 
     Returns:
         The reduced tensors in the same layout. The payload's bytes are added to ``ext.telemetry``.
@@ -69,7 +73,7 @@ def fused_reduce(ext: Any, op: Any, per_var: List[List[tf.Tensor]]) -> List[List
             with tf.device(per_var[idx[0]][i].device or ext.worker_devices[i]):
                 bufs.append(tf.concat([tf.reshape(per_var[j][i], [-1]) for j in idx], axis=0))
         value = regroup(bufs)
-        reduced = components(ext.reduce_to(op, value, destinations=value))
+        reduced = components((reduce_to or ext.reduce_to)(op, value, destinations=value))
         for i in range(n_local):
             with tf.device(bufs[i].device):
                 pieces = tf.split(reduced[i], sizes) if len(sizes) > 1 else [reduced[i]]

@@ -174,12 +174,14 @@ def _all_finite(sums: List[List[tf.Tensor]]) -> tf.Tensor:
 
 @_no_autograph
 def _reduce(
-    ext: Any, vs: List[List[Any]], wire: tf.DType, extras: List[List[Any]]
+    ext: Any, vs: List[List[Any]], wire: tf.DType, extras: List[List[Any]], reduce_to: Any = None
 ) -> Tuple[List[List[Any]], List[List[Any]], List[List[Any]], List[List[Any]]]:
     """The fused SUM of round(v) (wire dtype) and the extras (own dtype); if a wire sum is non-finite,
-    the fused SUM of the exact v instead. Returns (sums of v rows, sent q rows, new residuals, extra sums)."""
+    the fused SUM of the exact v instead. Returns (sums of v rows, sent q rows, new residuals, extra sums).
+    ``reduce_to``: as :func:`fused_reduce`'s."""
     rounded = [[_round(x, wire) for x in row] for row in vs]
-    sums = fused_reduce(ext, tf.distribute.ReduceOp.SUM, [[w for w, _ in row] for row in rounded] + extras)
+    summed = [[w for w, _ in row] for row in rounded] + extras
+    sums = fused_reduce(ext, tf.distribute.ReduceOp.SUM, summed, reduce_to)
     wire_sums, extra_sums = sums[: len(vs)], sums[len(vs) :]
     n_local = len(vs[0])
     ok = _all_finite(wire_sums) if wire == tf.float16 else None
@@ -191,7 +193,7 @@ def _reduce(
         return out
 
     def fallback() -> List[Any]:  # every worker sees the same non-finite sum: redo it exactly
-        exact = fused_reduce(ext, tf.distribute.ReduceOp.SUM, vs)
+        exact = fused_reduce(ext, tf.distribute.ReduceOp.SUM, vs, reduce_to)
         out = [s for row in exact for s in row]
         out += [tf.identity(v) for row in vs for v in row]
         out += [tf.zeros_like(v) for row in vs for v in row]

@@ -34,8 +34,9 @@ Mechanism: the snapshot goes into a TensorFlow FIFO queue (by value, one flat bu
 a host callback wakes this averager's background thread, which runs a traced function (dequeue, the
 strategy's fused all-reduce ``averaging.fused_reduce``, enqueue the mean into a second queue); the next sync
 dequeues it in the graph (an asynchronous kernel: no thread is blocked while waiting). The background
-function is traced once, in the thread that traces the training step, so every worker allocates the same
-collective keys in the same order.
+function is traced once, in the thread that traces the training step; its all-reduces draw their instance
+keys when it is called, in a collective group of their own (``own_collective_reducer``), so the eager
+reductions of the main thread (tf-keras reads every metric at an epoch's end) cannot take them first.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from tf_commopt._compat import host_variable
+from tf_commopt._compat import host_variable, own_collective_reducer
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.averaging import fused_reduce
 from tf_commopt.distribute.compressed_sync import WIRE_DTYPES, _reduce
@@ -59,6 +60,7 @@ from tf_commopt.errors import InputError
 __all__ = ["OverlapAverager"]
 
 _log = logging.getLogger("tf_commopt.distribute")
+_KEY_OFFSET = 90_000  # the background all-reduces' group: key base + this (two-level uses 50,000 to 70,000)
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
@@ -107,6 +109,8 @@ class OverlapAverager:
     ) -> None:
         self._ext = weakref.proxy(ext)
         self._strategy = weakref.proxy(strategy)
+        # the background thread's all-reduces draw their instance keys in a collective group of their own
+        self._reduce_to = own_collective_reducer(ext, _KEY_OFFSET)
         self.variables = list(variables)
         self.n_trainable = int(n_trainable)
         self.rule = state.rule
@@ -212,7 +216,7 @@ class OverlapAverager:
                             row.append(tf.identity(vals[g * self.n_local + i]))
                 per_group.append(row)
             if self.compression is None:
-                means = fused_reduce(ext, tf.distribute.ReduceOp.MEAN, per_group)
+                means = fused_reduce(ext, tf.distribute.ReduceOp.MEAN, per_group, self._reduce_to)
                 firsts = [means[g][0] for g in range(self._n_groups)]
             else:
                 firsts = self._compressed_reduce(vals, per_group, t0)
@@ -234,7 +238,8 @@ class OverlapAverager:
                 with tf.device(self._ext.worker_devices[i]), tf.control_dependencies([t0]):
                     row.append(tf.identity(vals[at + w * n + i]))
             rows.append(row)
-        sums, sent, _, extra_sums = _reduce(self._ext, rows, WIRE_DTYPES[self.compression], per_group)
+        wire = WIRE_DTYPES[self.compression]
+        sums, sent, _, extra_sums = _reduce(self._ext, rows, wire, per_group, self._reduce_to)
         r = float(self._strategy.num_replicas_in_sync)
         means = [extra_sums[g][0] / tf.cast(r, extra_sums[g][0].dtype) for g in range(self._n_groups)]
         return means + [t for w in range(self._wire_rows) for t in [sums[w][0]] + list(sent[w])]
