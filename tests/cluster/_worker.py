@@ -10,6 +10,9 @@ and prints ``RESULT <scenario> <json>`` after each. A scenario is a name and ``:
 * ``sc``: softmax regression, custom loop, H = 3, vrl, this worker's own data: its copy of the variables
   and its Δ after every step; a checkpoint (the chief's holds every worker's Δ); then model.fit/evaluate.
 * ``overlap``: the same with ``overlap=True`` for 8 steps, then ``strategy.sync()``; model.fit + evaluate.
+* ``overlap_race``: ``overlap=True`` for 9 steps with an eager all-reduce of a payload-sized buffer right
+  after each step, worker 1's background call 0.3 s late and worker 0's main thread 0.3 s late (each draws
+  its collective keys in the other order); the sums, then the model after ``strategy.sync()``.
 * ``compressed[:CODEC[:overlap]]``: the ``sc`` steps with ``compression=CODEC`` (bf16; overlapped), the
   residual of w too; fit.
 * ``mixed[:POLICY]``: model.fit under mixed_float16 (dynamic loss scaling), H = 3, vrl, 7 steps.
@@ -163,6 +166,31 @@ def overlap(out_dir: str) -> None:
         background=stats["background_comm_s"],
         **after,
     )
+
+
+def overlap_race(out_dir: str) -> None:
+    strategy, w, b, opt, batches = _softmax_setup(9, overlap=True)
+    step = softmax_step(strategy, w, b, opt, R * B)
+    step(batches[0])  # the first trace builds the averager
+    avg = next(iter(strategy.extended._sc_overlappers.values()))
+    call = avg._fn_ref[0]
+
+    def late():
+        time.sleep(0.3)
+        return call()
+
+    if TASK == 1:
+        avg._fn_ref[0] = late
+    mine = tf.fill([F * C + C], float(TASK + 1))  # the size of the background's payload (w and b)
+    sums = []
+    for row in batches[1:]:
+        step(row)  # at a sync: launches the background all-reduce
+        if TASK == 0:
+            time.sleep(0.3)  # worker 0's background call draws its keys before this reduce
+        value = strategy.run(lambda: tf.identity(mine))
+        sums.append(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy())
+    strategy.sync()
+    emit("overlap_race", sums=np.array(sums), w=w.values[0].numpy(), b=b.values[0].numpy())
 
 
 def compressed(out_dir: str, codec: str = "bf16", overlap: str = "") -> None:
@@ -500,7 +528,19 @@ if __name__ == "__main__":
     _BARRIERS["dir"] = sys.argv[1]
     scenarios = {
         f.__name__: f
-        for f in (sc, overlap, compressed, mixed, restore, backup, auto, timeperiod, collectives, hybrid)
+        for f in (
+            sc,
+            overlap,
+            overlap_race,
+            compressed,
+            mixed,
+            restore,
+            backup,
+            auto,
+            timeperiod,
+            collectives,
+            hybrid,
+        )
     }
     for arg in sys.argv[2:]:
         name, *params = arg.split(":")

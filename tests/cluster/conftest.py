@@ -18,6 +18,7 @@ from tests.cluster.workers import WorkerRun, run_workers
 FIRST = [
     "sc",
     "overlap",
+    "overlap_race",
     "compressed",
     "compressed:bf16:overlap",
     "timeperiod",
