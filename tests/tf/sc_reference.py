@@ -234,6 +234,7 @@ def run_overlap_rule(
     clr: float = None,
     sync_after: Sequence[int] = (),
     drain_after: Sequence[int] = (),
+    avg_slots: bool = False,
 ):
     """The overlapped rule (docs/skip_correct.md, "Overlap"), float64. Local steps as in the blocking
     rule (optimizer ``make_opt()``, default plain SGD(lr); u = g_i − Δ_i; G_i += g_i). At a sync (k = H):
@@ -241,7 +242,9 @@ def run_overlap_rule(
     gradient: Δ_i = (S_i − S̄)/k_y; then y_i ← x_i, S_i ← G_i, G_i ← 0, k_y ← k; k ← 0.
     ``sync_after``: steps after which ``strategy.sync()`` runs (apply the in-flight mean, k unchanged,
     then x_i ← mean x_i with no Δ update); ``drain_after``: steps after which only the in-flight mean is
-    applied (the end of ``fit``). Returns per-step (w_i, b_i, dw_i, db_i)."""
+    applied (the end of ``fit``). ``avg_slots`` (momentum SGD): the momenta m_i are averaged too, the
+    applied mean adding μ^k (m̄_y − m_i,y), k the local steps since the snapshot; ``strategy.sync()``
+    averages them. Returns per-step (w_i, b_i, dw_i, db_i) (with ``avg_slots``, then m_i of w and b)."""
     make_opt = make_opt or (lambda: _NumpyOpt("sgd", lr))
     clr = lr if clr is None else clr
     r = len(batches[0])
@@ -251,8 +254,12 @@ def run_overlap_rule(
     opts = [make_opt() for _ in range(r)]
     k, pending, history = 0, None, []
 
-    def apply(pend):
-        ys, ss, ky = pend
+    def apply(pend, k_now):
+        ys, ss, ky, ms = pend
+        for name in "wb" if avg_slots else "":
+            mbar = sum(m[name] for m in ms) / r
+            for i in range(r):
+                opts[i].slots[name] = opts[i].slots[name] + opts[i].mu ** k_now * (mbar - ms[i][name])
         for p in range(2):
             ybar = sum(ys[i][p] for i in range(r)) / r
             sbar = sum(ss[i][p] for i in range(r)) / r
@@ -273,26 +280,28 @@ def run_overlap_rule(
         k += 1
         if k == interval:
             if pending is not None:
-                apply(pending)
-            pending = ([[p.copy() for p in x] for x in xs], [[p.copy() for p in g] for g in gs], k)
+                apply(pending, k)
+            ms = [dict((n, m.copy()) for n, m in o.slots.items()) for o in opts]
+            pending = ([[p.copy() for p in x] for x in xs], [[p.copy() for p in g] for g in gs], k, ms)
             gs = [[np.zeros_like(p) for p in g] for g in gs]
             k = 0
         if (t in sync_after or t in drain_after) and pending is not None:
-            apply(pending)
+            apply(pending, k)
             pending = None
         if t in sync_after:
             for p in range(2):
                 mean = sum(x[p] for x in xs) / r
                 for x in xs:
                     x[p] = mean.copy()
-        history.append(
-            (
-                [x[0].copy() for x in xs],
-                [x[1].copy() for x in xs],
-                [d[0].copy() for d in ds],
-                [d[1].copy() for d in ds],
-            )
-        )
+            for name in "wb" if avg_slots else "":
+                mean = sum(o.slots[name] for o in opts) / r
+                for o in opts:
+                    o.slots[name] = mean.copy()
+        row = [[x[0].copy() for x in xs], [x[1].copy() for x in xs], [d[0].copy() for d in ds]]
+        row.append([d[1].copy() for d in ds])
+        if avg_slots:
+            row += [[o.slots[name].copy() for o in opts] for name in "wb"]
+        history.append(tuple(row))
     return history
 
 

@@ -134,3 +134,33 @@ def test_auto_with_overlap_hides_the_communication():
     want = overlap_interval(st["interval_t_comm_s"], st["interval_t_comp_s"], max_interval=64)
     assert st["interval"] == strategy.interval == want
     assert strategy.extended.drain() == 0
+
+
+@pytest.mark.parametrize("correction", ["none", "gradient"])
+def test_averaged_momenta_follow_the_decayed_overlap_rule(correction):
+    """average_optimizer_state=True: the applied mean adds μ^k (m̄_y − m_i,y) to each momentum (k local
+    steps since the snapshot), the weights and Δ as without slots; strategy.sync() averages the momenta."""
+    steps, interval, mu, sync_after = 11, 3, 0.9, (8,)
+    w0, b0 = _init()
+    batches = make_batches(steps, R, B, F, C, seed=41)
+    sgd = lambda: _NumpyOpt("sgd", LR, momentum=mu)  # noqa: E731
+    ref = run_overlap_rule(
+        w0, b0, batches, interval, correction, LR, sgd, sync_after=sync_after, avg_slots=True
+    )
+    strategy = SkipCorrectStrategy(
+        interval=interval, correction=correction, devices=DEVICES, overlap=True, average_optimizer_state=True
+    )
+    with strategy.scope():
+        w, b = tf.Variable(w0), tf.Variable(b0)
+        opt = tf.keras.optimizers.SGD(LR, momentum=mu)
+    step = softmax_step(strategy, w, b, opt, R * B)
+    for t, row in enumerate(batches):
+        step(row)
+        if t + 1 in sync_after:
+            strategy.sync()
+        rw, rb, _, _, rmw, rmb = ref[t]
+        assert_copies_follow(w, b, rw, rb, t + 1)
+        for slot, want in zip(opt.momentums, (rmw, rmb)):  # built in the order [w, b]
+            got = np.stack([c.numpy() for c in slot.values])
+            np.testing.assert_allclose(got, np.stack(want), rtol=1e-4, atol=1e-5, err_msg=f"momentum {t + 1}")
+    assert np.abs(ref[5][4][0] - ref[5][4][1]).max() > 1e-3  # the momenta differ between syncs

@@ -81,6 +81,7 @@ from tf_commopt._compat.keras import (
     optimizer_slots,
     refresh_checkpoint_children,
     set_backup_supported_strategies,
+    slot_decays,
     tf_keras_internals,
     training_state_model,
 )
@@ -107,6 +108,7 @@ __all__ = [
     "optimizer_lr",
     "optimizer_momentum",
     "optimizer_slots",
+    "slot_decays",
     "next_collective_key_base",
     "own_collective_reducer",
     "fresh_mirrored_strategy",

@@ -42,7 +42,7 @@ def tf_keras_internals() -> Any:
         from tf_keras.src.engine import base_layer, compile_utils, functional, node, training
         from tf_keras.src.metrics import base_metric
         from tf_keras.src.mixed_precision import loss_scale_optimizer
-        from tf_keras.src.optimizers import optimizer
+        from tf_keras.src.optimizers import adam, optimizer, rmsprop, sgd
         from tf_keras.src.optimizers.legacy import optimizer_v2
     except ImportError:
         return None
@@ -60,6 +60,9 @@ def tf_keras_internals() -> Any:
         base_metric=base_metric,
         optimizer=optimizer,
         optimizer_v2=optimizer_v2,
+        sgd=sgd,
+        adam=adam,
+        rmsprop=rmsprop,
     )
     INTERNALS[0:0] = [  # at the front: callers may append/pop their own entries at the end
         (tk.loss_scale_optimizer, "strategy_supports_loss_scaling"),  # the one module-level hook
@@ -95,6 +98,13 @@ def tf_keras_internals() -> Any:
         (_SetBy(tk.compile_utils.MetricsContainer.__init__), "_user_metrics"),  # keras_compiled_metrics
         (_SetBy(tk.base_metric.MeanMetricWrapper.__init__), "_fn"),  # keras_mean_metric_fn
         (_SetBy(tk.base_metric.MeanMetricWrapper.__init__), "_fn_kwargs"),
+        # slot_decays: the slot lists of the optimizers whose slots decay
+        (_SetBy(tk.sgd.SGD.build), "momentums"),
+        (_SetBy(tk.adam.Adam.build), "_momentums"),
+        (_SetBy(tk.adam.Adam.build), "_velocities"),
+        (_SetBy(tk.rmsprop.RMSprop.build), "_velocities"),
+        (_SetBy(tk.rmsprop.RMSprop.build), "_momentums"),
+        (_SetBy(tk.rmsprop.RMSprop.build), "_average_gradients"),
         (_SetBy(tk.callbacks.BackupAndRestore.on_train_begin), "_training_state"),
         (_SetBy(tk.worker_training_state.WorkerTrainingState.__init__), "_model"),
         # fit_starting_at: fit asks Model._training_state where to start (BackupAndRestore's resume hook)
@@ -235,6 +245,34 @@ def optimizer_momentum(optimizer: Any) -> tf.Tensor:
     if beta is None and hasattr(optimizer, "_get_hyper"):  # legacy OptimizerV2
         beta = optimizer._get_hyper("momentum")
     return tf.cast(tf.convert_to_tensor(beta if beta is not None else 0.0), tf.float32)
+
+
+# tf-keras optimizers whose slots decay geometrically (s <- a*s + f(g)): (slot list attribute, a's attribute)
+_DECAYING_SLOTS = {
+    "SGD": (("momentums", "momentum"),),
+    "Adam": (("_momentums", "beta_1"), ("_velocities", "beta_2")),
+    "AdamW": (("_momentums", "beta_1"), ("_velocities", "beta_2")),
+    "RMSprop": (("_velocities", "rho"), ("_momentums", "momentum"), ("_average_gradients", "rho")),
+}
+
+
+def slot_decays(optimizer: Any) -> Dict[int, float]:
+    """``id(slot variable) -> a``: the factor a tf-keras optimizer's step multiplies the slot by
+    (s ← a·s + f(g): SGD's momentum μ, Adam's β₁ and β₂, RMSprop's ρ and μ). Slots of other optimizers
+    and others not of that form (AMSGrad's v̂, Adagrad's sum) are not listed.
+
+    >>> slot_decays(tf_keras.optimizers.SGD(0.1, momentum=0.9))   # before the slots exist  # doctest: +SKIP
+    {}
+    """
+    out: Dict[int, float] = {}
+    for slots, hyper in _DECAYING_SLOTS.get(type(optimizer).__name__, ()):
+        try:
+            a = float(getattr(optimizer, hyper))
+        except (AttributeError, TypeError, ValueError):  # a schedule or a tensor: no decay is assumed
+            continue
+        for v in getattr(optimizer, slots, None) or []:
+            out[id(v)] = a
+    return out
 
 
 def optimizer_slots(optimizer: Any) -> List[Any]:

@@ -14,7 +14,9 @@ scheduled sync (k = H) replica i, instead of x_i ← x̄:
 
 1. if an averaging is in flight (launched at the previous sync from snapshots y_j, with local-step
    count k_y and lr_y): wait for ȳ = mean_j y_j, then
-   x_i ← x_i + (ȳ − y_i)  (for every averaged variable: trainable, BatchNorm statistics, averaged slots);
+   x_i ← x_i + (ȳ − y_i)  (for every averaged variable: trainable, BatchNorm statistics, averaged slots;
+   a slot the optimizer's step multiplies by a, s ← a·s + f(g), gets a^k (ȳ − y_i) instead, k the local
+   steps since the snapshot: what remains of the snapshot's difference after k steps);
    ``vrl``: Δ_i ← Δ_i + (ȳ − y_i)/(k_y·lr_y);  ``gradient``: Δ_i ← (S_i − S̄)/k_y  (S_i = G_i at the snapshot);
 2. snapshot y_i ← x_i (after step 1), S_i ← G_i, G_i ← 0, remember k_y = k, lr_y = lr; launch the fused
    all-reduce of the y_i (and S_i) in the background;
@@ -50,7 +52,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from tf_commopt._compat import host_variable, own_collective_reducer
+from tf_commopt._compat import host_variable, own_collective_reducer, slot_decays
 from tf_commopt.distribute import correction as _corr
 from tf_commopt.distribute.averaging import fused_reduce
 from tf_commopt.distribute.compressed_sync import WIRE_DTYPES, _reduce
@@ -121,6 +123,9 @@ class OverlapAverager:
         self._anchors = state.components(state.anchors)  # x₀ per variable and replica (compressed)
         self._residuals = state.components(state.residuals)  # e_i (compressed)
         self._grad_res = state.components(state.grad_residuals)  # r_i (compressed gradient)
+        self._local_steps = state.local_steps  # k: the local steps since the last sync
+        decays = slot_decays(state.optimizer) if state.optimizer is not None else {}
+        self._decays = [decays.get(id(v), 1.0) if e >= n_trainable else 1.0 for e, v in enumerate(variables)]
         # compressed: wire rows of one flat buffer per replica, v_i (and for gradient S_i + r_i)
         self._wire_rows = 0 if self.compression is None else (2 if self.rule == "gradient" else 1)
         self.n_local = len(self.variables[0].values)
@@ -252,8 +257,9 @@ class OverlapAverager:
 
     # ---- at a sync (graph or eager) -----------------------------------------------------------------
     @_no_autograph
-    def apply_pending(self) -> tf.Tensor:
-        """Wait for the in-flight mean ȳ and apply step 1 of the rule; returns the background seconds."""
+    def apply_pending(self, k_now: Any) -> tf.Tensor:
+        """Wait for the in-flight mean ȳ and apply step 1 of the rule (``k_now``: the local steps since the
+        snapshot, for the slots' decay); returns the background seconds."""
         with tf.device("/CPU:0"):
             vals = self._results.dequeue()
         g_n, n, w = self._n_groups, self.n_local, self._wire_rows
@@ -274,6 +280,10 @@ class OverlapAverager:
                         kind, j = self._entries[m]
                         if kind == "var":
                             c = self.variables[j].values[i]
+                            if self._decays[j] != 1.0:  # a decaying slot: a^k (ȳ − y_i)
+                                piece = piece * tf.pow(
+                                    tf.constant(self._decays[j], dtype), tf.cast(k_now, dtype)
+                                )
                             ops.append(c.assign_add(tf.reshape(piece, c.shape)))
                             if self.rule == "vrl" and j < self.n_trainable:
                                 d = self._deltas[j][i]  # Δ_i += (ȳ − y_i)/(k_y·lr_y)
@@ -326,13 +336,16 @@ class OverlapAverager:
         return ops
 
     @_no_autograph
-    def sync(self, scale: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """In the traced step, at a scheduled sync: steps 1 and 2 of the rule. ``scale`` = k·lr (vrl) or
-        k (gradient). Returns (exposed seconds, background seconds of the applied mean or 0)."""
+    def sync(self, scale: tf.Tensor, k: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """In the traced step, at a scheduled sync after ``k`` local steps: steps 1 and 2 of the rule.
+        ``scale`` = k·lr (vrl) or k (gradient). Returns (exposed seconds, background seconds of the applied
+        mean or 0)."""
         t0 = tf.timestamp()
         with tf.control_dependencies([t0]):
             bg_s = tf.cond(
-                self.pending.read_value() > 0, self.apply_pending, lambda: tf.constant(0.0, tf.float64)
+                self.pending.read_value() > 0,
+                lambda: self.apply_pending(k),
+                lambda: tf.constant(0.0, tf.float64),
             )
         with tf.control_dependencies([bg_s]):
             bufs = self._pack()
@@ -393,7 +406,7 @@ class OverlapAverager:
                 f"the background averaging failed: {self._errors[0]}",
                 where="SkipCorrectStrategy(overlap=True)",
             )
-        return float(self.apply_pending().numpy())
+        return float(self.apply_pending(self._local_steps.read_value()).numpy())
 
 
 def validate_overlap(overlap: object, where: str = "overlap") -> bool:

@@ -336,7 +336,7 @@ class _SkipCorrectMixin(BetweenSyncReads):
             return dt, dt
         if self._sc_overlap:  # apply the in-flight mean, snapshot and launch the next one (overlap.py)
             scale = tf.cast(k, tf.float64) * (tf.cast(lr, tf.float64) if lr is not None else 1.0)
-            dt, bg = self._sc_overlapper(state, variables, n).sync(scale)
+            dt, bg = self._sc_overlapper(state, variables, n).sync(scale, k)
             self.telemetry.add_sync(dt, background=bg)
             return dt, bg
         if state.compression is not None:
