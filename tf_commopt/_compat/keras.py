@@ -42,7 +42,7 @@ def tf_keras_internals() -> Any:
         from tf_keras.src.engine import base_layer, compile_utils, functional, node, training
         from tf_keras.src.metrics import base_metric
         from tf_keras.src.mixed_precision import loss_scale_optimizer
-        from tf_keras.src.optimizers import adam, optimizer, rmsprop, sgd
+        from tf_keras.src.optimizers import optimizer
         from tf_keras.src.optimizers.legacy import optimizer_v2
     except ImportError:
         return None
@@ -60,9 +60,6 @@ def tf_keras_internals() -> Any:
         base_metric=base_metric,
         optimizer=optimizer,
         optimizer_v2=optimizer_v2,
-        sgd=sgd,
-        adam=adam,
-        rmsprop=rmsprop,
     )
     INTERNALS[0:0] = [  # at the front: callers may append/pop their own entries at the end
         (tk.loss_scale_optimizer, "strategy_supports_loss_scaling"),  # the one module-level hook
@@ -98,13 +95,6 @@ def tf_keras_internals() -> Any:
         (_SetBy(tk.compile_utils.MetricsContainer.__init__), "_user_metrics"),  # keras_compiled_metrics
         (_SetBy(tk.base_metric.MeanMetricWrapper.__init__), "_fn"),  # keras_mean_metric_fn
         (_SetBy(tk.base_metric.MeanMetricWrapper.__init__), "_fn_kwargs"),
-        # slot_decays: the slot lists of the optimizers whose slots decay
-        (_SetBy(tk.sgd.SGD.build), "momentums"),
-        (_SetBy(tk.adam.Adam.build), "_momentums"),
-        (_SetBy(tk.adam.Adam.build), "_velocities"),
-        (_SetBy(tk.rmsprop.RMSprop.build), "_velocities"),
-        (_SetBy(tk.rmsprop.RMSprop.build), "_momentums"),
-        (_SetBy(tk.rmsprop.RMSprop.build), "_average_gradients"),
         (_SetBy(tk.callbacks.BackupAndRestore.on_train_begin), "_training_state"),
         (_SetBy(tk.worker_training_state.WorkerTrainingState.__init__), "_model"),
         # fit_starting_at: fit asks Model._training_state where to start (BackupAndRestore's resume hook)
@@ -275,6 +265,23 @@ def slot_decays(optimizer: Any) -> Dict[int, float]:
     return out
 
 
+_SLOT_LISTS_REGISTERED: List[bool] = []
+
+
+def _slot_list_internals() -> None:
+    """Add the slot lists :func:`slot_decays` reads to :data:`INTERNALS` (once; nothing without tf-keras)."""
+    if _SLOT_LISTS_REGISTERED:
+        return
+    try:
+        from tf_keras.src.optimizers import adam, rmsprop, sgd
+    except ImportError:
+        return
+    _SLOT_LISTS_REGISTERED.append(True)
+    builds = {"SGD": sgd.SGD.build, "Adam": adam.Adam.build, "RMSprop": rmsprop.RMSprop.build}
+    for name, build in builds.items():
+        INTERNALS.extend((_SetBy(build), slots) for slots, _ in _DECAYING_SLOTS[name])
+
+
 def optimizer_slots(optimizer: Any) -> List[Any]:
     """Floating slot variables of a tf-keras optimizer (not iterations / learning rate)."""
     if hasattr(optimizer, "_variables") and hasattr(optimizer, "_index_dict"):
@@ -333,3 +340,4 @@ def keras_inbound_nodes(layer: Any) -> List[Any]:
 
 
 _LOADERS.append(tf_keras_internals)
+_LOADERS.append(_slot_list_internals)
