@@ -113,7 +113,7 @@ def check_rule(codec: Optional[str], rule: str, optimizer: str) -> None:
         raise _pass_through(
             InputError(
                 f"{codec!r} compresses the vrl and none corrections; the gradient correction (chosen for "
-                f"{optimizer}) needs 'bf16', 'fp16' or None",
+                f"{optimizer}) needs 'bf16', 'fp16' or None, or pass correction='vrl' to keep {codec!r}",
                 where="SkipCorrectStrategy(compression=...)",
             )
         )
