@@ -35,6 +35,25 @@ def _check(strategy, opt, w, b, ref, t, correction):
         np.testing.assert_allclose(dw.sum(axis=0), 0.0, atol=1e-4)  # Σ_i Δ_i = 0 with the stale snapshot too
 
 
+def _run(w0, b0, batches, interval, correction, momentum, sync_after, check, **kw):
+    """Overlapped custom-loop steps with ``strategy.sync()`` after the steps in ``sync_after``; ``check(
+    strategy, opt, w, b, t)`` after each step. Returns the strategy."""
+    strategy = SkipCorrectStrategy(
+        interval=interval, correction=correction, devices=DEVICES, overlap=True, **kw
+    )
+    assert strategy.overlap
+    with strategy.scope():
+        w, b = tf.Variable(w0), tf.Variable(b0)
+        opt = tf.keras.optimizers.SGD(LR, momentum=momentum)
+    step = softmax_step(strategy, w, b, opt, R * B)
+    for t, row in enumerate(batches):
+        step(row)
+        if t + 1 in sync_after:
+            strategy.sync()  # applies the in-flight mean (with its Δ update), then averages
+        check(strategy, opt, w, b, t)
+    return strategy
+
+
 @pytest.mark.parametrize(
     "correction,interval,momentum", [("none", 2, 0.0), ("vrl", 3, 0.0), ("gradient", 2, 0.9)]
 )
@@ -52,17 +71,8 @@ def test_custom_loop_follows_the_numpy_overlap_rule_every_step(correction, inter
         sync_after=sync_after,
         make_opt=lambda: _NumpyOpt("sgd", LR, momentum=momentum),
     )
-    strategy = SkipCorrectStrategy(interval=interval, correction=correction, devices=DEVICES, overlap=True)
-    assert strategy.overlap
-    with strategy.scope():
-        w, b = tf.Variable(w0), tf.Variable(b0)
-        opt = tf.keras.optimizers.SGD(LR, momentum=momentum)
-    step = softmax_step(strategy, w, b, opt, R * B)
-    for t, row in enumerate(batches):
-        step(row)
-        if t + 1 in sync_after:
-            strategy.sync()  # applies the in-flight mean (with its Δ update), then averages
-        _check(strategy, opt, w, b, ref, t, correction)
+    check = lambda strategy, opt, w, b, t: _check(strategy, opt, w, b, ref, t, correction)  # noqa: E731
+    strategy = _run(w0, b0, batches, interval, correction, momentum, sync_after, check)
     strategy.extended.drain()  # the last launched all-reduce has run (its bytes are counted when it runs)
     st = strategy.stats()
     launched = steps // interval
@@ -147,20 +157,13 @@ def test_averaged_momenta_follow_the_decayed_overlap_rule(correction):
     ref = run_overlap_rule(
         w0, b0, batches, interval, correction, LR, sgd, sync_after=sync_after, avg_slots=True
     )
-    strategy = SkipCorrectStrategy(
-        interval=interval, correction=correction, devices=DEVICES, overlap=True, average_optimizer_state=True
-    )
-    with strategy.scope():
-        w, b = tf.Variable(w0), tf.Variable(b0)
-        opt = tf.keras.optimizers.SGD(LR, momentum=mu)
-    step = softmax_step(strategy, w, b, opt, R * B)
-    for t, row in enumerate(batches):
-        step(row)
-        if t + 1 in sync_after:
-            strategy.sync()
+
+    def check(strategy, opt, w, b, t):
         rw, rb, _, _, rmw, rmb = ref[t]
         assert_copies_follow(w, b, rw, rb, t + 1)
         for slot, want in zip(opt.momentums, (rmw, rmb)):  # built in the order [w, b]
             got = np.stack([c.numpy() for c in slot.values])
             np.testing.assert_allclose(got, np.stack(want), rtol=1e-4, atol=1e-5, err_msg=f"momentum {t + 1}")
+
+    _run(w0, b0, batches, interval, correction, mu, sync_after, check, average_optimizer_state=True)
     assert np.abs(ref[5][4][0] - ref[5][4][1]).max() > 1e-3  # the momenta differ between syncs
