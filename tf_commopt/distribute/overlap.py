@@ -316,10 +316,11 @@ class OverlapAverager:
                     c, shape = self.variables[j].values[i], self.variables[j].shape
                     ops += [c.assign_add(tf.reshape(diff, shape)), anchors[j].assign(tf.reshape(xb, shape))]
                     ops.append(self._residuals[j][i].assign(tf.reshape(e_i, shape)))
-                    if self.rule == "vrl":
+                    if self.rule == "vrl":  # Δ_i + (Σq/R − q_i)/(1·k_y·lr_y), as compressed_sync.average
                         d = self._deltas[j][i]
-                        step = tf.reshape((qb - q_i) / tf.cast(scale, tf.float32), shape)
-                        ops.append(d.assign(d.read_value() + step))
+                        qb, q_i = tf.reshape(qb, shape), tf.reshape(q_i, shape)
+                        k_lr = tf.cast(scale, tf.float32)
+                        ops.append(d.assign(_corr.vrl_delta_update(d.read_value(), qb, q_i, 1.0, k_lr)))
         return ops
 
     def _apply_gradient(self, sums: List[tf.Tensor], gs: List[tf.Tensor], scale: tf.Tensor) -> List[Any]:
