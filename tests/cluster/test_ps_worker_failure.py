@@ -1,4 +1,4 @@
-"""Failures on a parameter-server cluster run by the launcher (issue 19): real processes, real SIGKILL.
+"""Failures on a parameter-server cluster run by the launcher: real processes, real SIGKILL.
 
 * a worker SIGKILLed mid-run under ``run_cluster(..., restart_workers=1)``: the run goes on, the launcher
   restarts the worker, TensorFlow's coordinator takes it back, and every round still equals the numpy

@@ -1,4 +1,4 @@
-"""The Keras conventions users rely on, under SkipCorrectStrategy (issue 13, items 3-4): a Keras 3 model is
+"""The Keras conventions users rely on, under SkipCorrectStrategy: a Keras 3 model is
 refused (not trained silently without skipping), mixed_float16 with loss scaling follows the rule,
 BackupAndRestore resumes exactly, TensorBoard works (or says what to install)."""
 
